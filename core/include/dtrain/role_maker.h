@@ -1,0 +1,86 @@
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+class Config;
+
+enum class Role { Worker = 0, Server = 1 };  // values match DT_ROLE_*
+const char* to_string(Role r);
+
+// Who this process is in the job (Paddle's role maker).
+struct RoleInfo {
+  Role role = Role::Worker;
+  int rank = 0;              // index among processes of its role
+  int world_size = 1;        // number of workers (collective world)
+  int local_rank = 0;        // index on this machine
+  int local_world_size = 1;  // processes of this role on this machine
+  int node_rank = 0;
+  int nnodes = 1;
+  int server_index = -1;     // for servers: index in server_endpoints
+  std::vector<std::string> worker_endpoints;  // PADDLE_TRAINER_ENDPOINTS
+  std::vector<std::string> server_endpoints;  // PADDLE_PSERVERS_IP_PORT_LIST
+  std::string current_endpoint;               // PADDLE_CURRENT_ENDPOINT
+  std::string store_endpoint;                 // "host:port" of the TcpStore
+  std::string job_token;
+  std::string job_id;
+  int restart_count = 0;
+  std::string source;  // which maker produced it: "dtrain env", "paddle env", "toml", ...
+  std::string describe() const;  // one line for logs
+};
+
+// Produces a RoleInfo; throws ConfigError / InvalidUsage with a message naming
+// the variable or key that is missing or malformed.
+class RoleMaker {
+ public:
+  virtual ~RoleMaker() = default;
+  virtual RoleInfo resolve() const = 0;
+  virtual std::string name() const = 0;
+};
+
+// Reads the process environment (or a given map, for tests).
+//   DTRAIN_RANK, DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_LOCAL_WORLD_SIZE,
+//   DTRAIN_ROLE (worker|server), DTRAIN_NODE_RANK, DTRAIN_NNODES, DTRAIN_STORE
+//   (host:port), DTRAIN_JOB_TOKEN, DTRAIN_JOB_ID, DTRAIN_RESTART_COUNT,
+//   DTRAIN_SERVER_INDEX, DTRAIN_WORKER_ENDPOINTS, DTRAIN_SERVER_ENDPOINTS,
+//   DTRAIN_CURRENT_ENDPOINT
+// and, when no DTRAIN_RANK is set, Paddle's names:
+//   PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,
+//   PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE (TRAINER|PSERVER),
+//   PADDLE_PSERVERS_IP_PORT_LIST (a server's index is its endpoint's place in it).
+class EnvRoleMaker : public RoleMaker {
+ public:
+  EnvRoleMaker();  // the process environment
+  explicit EnvRoleMaker(std::map<std::string, std::string> env);
+  RoleInfo resolve() const override;
+  std::string name() const override { return "env"; }
+  // True if the environment names a rank in any form this maker knows.
+  bool applies() const;
+
+ private:
+  std::map<std::string, std::string> env_;
+};
+
+// User-defined (Paddle's UserDefinedRoleMaker) from a TOML table, e.g.
+//   [role]  rank = 0  world_size = 2  role = "worker"
+//           worker_endpoints = ["127.0.0.1:6170", "127.0.0.1:6171"]
+//           server_endpoints = []  store = "127.0.0.1:6170"  local_rank = 0 ...
+class TomlRoleMaker : public RoleMaker {
+ public:
+  TomlRoleMaker(const Config& config, std::string table = "role");
+  RoleInfo resolve() const override;
+  std::string name() const override { return "toml"; }
+
+ private:
+  std::shared_ptr<const Config> config_;
+  std::string table_;
+};
+
+// The environment snapshot as a map (for EnvRoleMaker and tests).
+std::map<std::string, std::string> current_environment();
+
+}  // namespace dtrain

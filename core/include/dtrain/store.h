@@ -1,0 +1,159 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dtrain {
+
+using Bytes = std::vector<uint8_t>;
+
+// A key-value rendezvous store (as c10d's Store and Gloo's rendezvous::Store).
+// Every method is thread-safe. Blocking methods take a timeout; when it passes
+// they throw TimeoutError naming the keys still missing. Connection failures
+// throw IoError naming the store's address.
+class Store {
+ public:
+  static constexpr std::chrono::milliseconds kDefaultTimeout{std::chrono::seconds(300)};
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until the key exists, then returns its value.
+  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Returns the value if the key exists now; never blocks on the key.
+  virtual std::optional<Bytes> try_get(const std::string& key) = 0;
+  // Atomically adds delta to the integer stored at key (created as 0); returns the
+  // new value. The value is kept as decimal text, so get() on it reads "42".
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // Sets key to desired if its current value equals expected (a missing key
+  // matches an empty expected). Returns the value after the call.
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  // True if every key exists now.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Blocks until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  // Removes a key; returns whether it existed.
+  virtual bool remove(const std::string& key) = 0;
+
+  // Convenience for text values.
+  void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
+  std::string get_string(const std::string& key, std::chrono::milliseconds timeout = kDefaultTimeout) {
+    Bytes b = get(key, timeout);
+    return std::string(b.begin(), b.end());
+  }
+};
+
+// In-process store (threads of one process, tests). Thread-safe.
+class MemoryStore : public Store {
+ public:
+  MemoryStore();
+  ~MemoryStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> try_get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Prepends "prefix/" to every key of an underlying store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> try_get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+  const std::shared_ptr<Store>& base() const { return base_; }
+
+ private:
+  std::string k(const std::string& key) const { return prefix_ + "/" + key; }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+// A store in a shared folder (as Paddle's PADDLE_GLOO_FS_PATH / Gloo's FileStore):
+// one file per key, written atomically (temporary file + rename); add and
+// compare_set are serialized with an flock on a lock file in the folder.
+class FileStore : public Store {
+ public:
+  explicit FileStore(std::string dir);
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> try_get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+
+ private:
+  std::string path_of(const std::string& key) const;
+  std::string dir_;
+};
+
+// The TCP store's server. Embeddable in any process (the launcher, rank 0, a
+// test): it serves on its own thread from construction until destruction.
+// Clients must present the job token in their first message; a client with a
+// wrong or missing token is refused (it gets an error reply naming the reason)
+// and the refusal is logged with the client's address.
+class TcpStoreServer {
+ public:
+  // host: address to bind ("127.0.0.1", "0.0.0.0", "::"); port 0 picks a free port.
+  TcpStoreServer(const std::string& host, uint16_t port, std::string token);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  uint16_t port() const;
+  const std::string& host() const;
+  // Number of clients refused so far (wrong/missing token).
+  int refused_clients() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Client of a TcpStoreServer. Connects in the constructor (retrying until
+// connect_timeout while the server is not up yet) and authenticates with the
+// token; a refused token throws InvalidUsage saying so. One connection, guarded
+// by a mutex, so every method is thread-safe.
+class TcpStore : public Store {
+ public:
+  TcpStore(const std::string& host, uint16_t port, const std::string& token,
+           std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
+  ~TcpStore() override;
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
+  std::optional<Bytes> try_get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "host:port" -> (host, port); IPv6 as "[::1]:port". Throws InvalidUsage.
+std::pair<std::string, uint16_t> parse_host_port(const std::string& endpoint);
+
+// Generates a random job token (32 hex chars from /dev/urandom).
+std::string make_job_token();
+
+}  // namespace dtrain

@@ -1,0 +1,7 @@
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+namespace dtrain::detail {
+spdlog::logger& logger();
+}

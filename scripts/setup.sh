@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs every Debian package dtrain needs. Idempotent; quiet when all is there.
+# Usage: scripts/setup.sh [--with-apps]   (the apps' libtorch/OpenCV set is larger)
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libboost-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
+  googletest libgtest-dev libgmock-dev
+  libgloo-dev libhiredis-dev
+  libucx-dev ucx-utils
+  libopenmpi-dev openmpi-bin
+  zlib1g-dev iproute2 procps
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

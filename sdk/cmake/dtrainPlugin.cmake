@@ -1,0 +1,1 @@
+# dtrain_add_plugin() — filled in below
