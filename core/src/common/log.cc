@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/sinks/stdout_sinks.h>
 
 #include "dtrain/error.h"
 #include "dtrain/log.h"

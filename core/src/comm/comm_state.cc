@@ -1,0 +1,183 @@
+#include "comm/comm_state.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/log.h"
+#include "dtrain/plugin_registry.h"
+#include "plugin/backend_impl.h"
+
+namespace dtrain::detail {
+
+namespace {
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+// A rank whose heartbeat is older than this is reported as unresponsive.
+constexpr int64_t kStaleHeartbeatMs = 1500;
+}  // namespace
+
+WorkState::~WorkState() {
+  if (handle) comm->t->work_release(handle);
+}
+
+bool WorkState::finished() {
+  std::lock_guard<std::mutex> lk(mu);
+  return done;
+}
+
+bool WorkState::finish(std::exception_ptr err) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (done) return false;
+    done = true;
+    error = std::move(err);
+  }
+  comm->untrack(this);
+  return true;
+}
+
+std::exception_ptr make_backend_error(const std::string& backend, dt_status_t st, const std::string& msg) {
+  std::string m = "backend '" + backend + "': " + (msg.empty() ? "operation failed" : msg);
+  switch (st) {
+    case DT_ERR_INVALID_USAGE: return std::make_exception_ptr(InvalidUsage(m));
+    case DT_ERR_SYSTEM: return std::make_exception_ptr(IoError(m));
+    case DT_ERR_REMOTE: return std::make_exception_ptr(RemoteError(m));
+    case DT_ERR_TIMEOUT: return std::make_exception_ptr(TimeoutError(m));
+    case DT_ERR_NOT_SUPPORTED: return std::make_exception_ptr(NotSupported(m));
+    case DT_ERR_ABORTED: return std::make_exception_ptr(AbortedError(m));
+    default: return std::make_exception_ptr(InternalError(m));
+  }
+}
+
+CommState::~CommState() {
+  if (handle) {
+    if (poisoned.load()) t->comm_abort(handle, poison_reason.c_str());
+    t->comm_destroy(handle);
+  }
+}
+
+void CommState::track(const std::shared_ptr<WorkState>& w) {
+  std::lock_guard<std::mutex> lk(mu);
+  w->inflight_it = inflight.insert(inflight.end(), w);
+  w->tracked = true;
+}
+
+void CommState::untrack(WorkState* w) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (w->tracked) {
+    inflight.erase(w->inflight_it);
+    w->tracked = false;
+  }
+}
+
+std::string CommState::reason() {
+  std::lock_guard<std::mutex> lk(mu);
+  return poison_reason;
+}
+
+void CommState::poison(const std::string& why) {
+  std::vector<std::shared_ptr<WorkState>> victims;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (poisoned.load()) return;
+    poison_reason = why;
+    poisoned.store(true);
+    for (auto& wp : inflight)
+      if (auto w = wp.lock()) victims.push_back(std::move(w));
+  }
+  logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
+  t->comm_abort(handle, why.c_str());
+  for (auto& w : victims)
+    w->finish(std::make_exception_ptr(AbortedError(w->what + " aborted: " + why)));
+}
+
+void CommState::expire(const std::shared_ptr<WorkState>& w) {
+  if (w->finished()) return;
+  std::string msg;
+  if (poisoned.load()) {
+    msg = reason();
+  } else {
+    msg = diagnose(*w);
+  }
+  if (w->finish(std::make_exception_ptr(TimeoutError(msg)))) poison(msg);
+}
+
+void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message) {
+  if (w->finished()) return;
+  std::string why = poisoned.load() ? reason()
+                                    : "rank " + std::to_string(rank) + ": " + w->what + " failed in backend '" +
+                                          backend->name() + "': " + message;
+  auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what + " aborted: " + why))
+                             : make_backend_error(backend->name(), st, w->what + " failed: " + message);
+  if (w->finish(err)) poison(why);
+}
+
+void CommState::publish_heartbeat(bool force) {
+  uint64_t seq = coll_seq.load();
+  auto now = Clock::now();
+  if (!force && seq == published_seq && now - last_publish < std::chrono::milliseconds(250)) return;
+  try {
+    store->set(heartbeat_key(rank), std::to_string(seq) + " " + std::to_string(unix_ms()));
+    published_seq = seq;
+    last_publish = now;
+  } catch (const std::exception& e) {
+    logger().debug("heartbeat of rank {} not published: {}", rank, e.what());
+  }
+}
+
+std::string CommState::diagnose(const WorkState& w) {
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
+  std::ostringstream os;
+  os << "rank " << rank << " of " << size << ": " << w.what << " on backend '" << backend->name()
+     << "' timed out after " << waited << " ms";
+  std::vector<int> peers;
+  if (w.peer >= 0) {
+    peers.push_back(w.peer);
+  } else {
+    for (int r = 0; r < size; ++r)
+      if (r != rank) peers.push_back(r);
+  }
+  std::vector<std::string> missing;
+  int64_t now_ms = unix_ms();
+  for (int r : peers) {
+    std::optional<Bytes> v;
+    try {
+      v = store->try_get(heartbeat_key(r));
+    } catch (const std::exception& e) {
+      missing.push_back("rank " + std::to_string(r) + " (store unreachable: " + e.what() + ")");
+      continue;
+    }
+    if (!v) {
+      missing.push_back("rank " + std::to_string(r) + " (never reported progress)");
+      continue;
+    }
+    std::istringstream is(std::string(v->begin(), v->end()));
+    uint64_t seq = 0;
+    int64_t at = 0;
+    is >> seq >> at;
+    int64_t age = now_ms - at;
+    if (age > kStaleHeartbeatMs) {
+      missing.push_back("rank " + std::to_string(r) + " (unresponsive: no heartbeat for " +
+                        std::to_string(age) + " ms, last at collective #" + std::to_string(seq) + ")");
+    } else if (w.peer < 0 && seq < w.seq) {
+      missing.push_back("rank " + std::to_string(r) + " (has not reached collective #" + std::to_string(w.seq) +
+                        "; it is at #" + std::to_string(seq) + ")");
+    } else if (w.peer >= 0) {
+      missing.push_back("rank " + std::to_string(r) + " (peer of this point-to-point op, at collective #" +
+                        std::to_string(seq) + ")");
+    }
+  }
+  if (missing.empty()) {
+    os << "; every rank reached it, so the transport stalled";
+  } else {
+    os << "; waiting for ";
+    for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
+  }
+  os << ". The communicator is aborted; create a new one to continue.";
+  return os.str();
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,93 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "dtrain/abi/backend_v1.h"
+#include "dtrain/communicator.h"
+#include "dtrain/error.h"
+#include "dtrain/store.h"
+
+namespace dtrain {
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+struct CommState;
+
+// Core-side state of one submitted op. Finishes exactly once (first writer
+// wins: the waiter, the watchdog, or an abort).
+struct WorkState {
+  std::shared_ptr<CommState> comm;
+  dt_work_h handle = nullptr;
+  std::string what;      // "allreduce #42 (f32 x 1024, sum)"
+  uint64_t seq = 0;      // collective sequence number (0 for p2p)
+  int peer = -1;         // p2p peer
+  Clock::time_point submitted;
+  std::atomic<int64_t> deadline_ns{0};  // steady clock
+  std::list<std::weak_ptr<WorkState>>::iterator inflight_it;
+  bool tracked = false;  // guarded by comm->mu
+
+  std::mutex mu;
+  bool done = false;
+  std::exception_ptr error;
+
+  ~WorkState();
+  bool finished();
+  // Returns true if this call finished the work.
+  bool finish(std::exception_ptr err);
+  Clock::time_point deadline() const { return Clock::time_point(Clock::duration(deadline_ns.load())); }
+};
+
+struct StoreBridge {
+  dt_store_v1_t table{};
+  std::shared_ptr<Store> store;
+};
+
+struct CommState : std::enable_shared_from_this<CommState> {
+  std::shared_ptr<Backend> backend;
+  const dt_backend_v1_t* t = nullptr;
+  dt_comm_h handle = nullptr;
+  int rank = 0;
+  int size = 1;
+  std::string name;
+  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<Store> store;  // scoped to this communicator
+  StoreBridge bridge;            // what the plugin sees (scoped further)
+
+  std::atomic<uint64_t> coll_seq{0};
+
+  std::mutex mu;
+  std::atomic<bool> poisoned{false};
+  std::string poison_reason;
+  std::list<std::weak_ptr<WorkState>> inflight;
+
+  // Watchdog bookkeeping (watchdog thread only).
+  uint64_t published_seq = UINT64_MAX;
+  Clock::time_point last_publish{};
+
+  ~CommState();
+  // Marks the communicator unusable and aborts it in the plugin. First reason wins.
+  void poison(const std::string& reason);
+  std::string reason();
+  // Fails a work because its deadline passed: diagnoses which ranks are
+  // missing, poisons the communicator and fails every in-flight work.
+  void expire(const std::shared_ptr<WorkState>& w);
+  // Fails a work with the backend's error and poisons the communicator.
+  void fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message);
+  void track(const std::shared_ptr<WorkState>& w);
+  void untrack(WorkState* w);
+  std::string diagnose(const WorkState& w);
+  void publish_heartbeat(bool force);
+  std::string heartbeat_key(int r) const { return "hb/" + std::to_string(r); }
+};
+
+std::exception_ptr make_backend_error(const std::string& backend, dt_status_t st, const std::string& msg);
+
+}  // namespace detail
+}  // namespace dtrain

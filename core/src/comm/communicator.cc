@@ -1,0 +1,403 @@
+#include "dtrain/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "comm/comm_state.h"
+#include "comm/watchdog.h"
+#include "common/log.h"
+#include "dtrain/config.h"
+#include "plugin/backend_impl.h"
+
+namespace dtrain {
+
+using detail::Clock;
+using detail::CommState;
+using detail::WorkState;
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Prod: return "prod";
+  }
+  return "?";
+}
+
+namespace {
+
+dt_status_t status_of(const std::exception& e) {
+  if (auto* d = dynamic_cast<const Error*>(&e)) {
+    switch (d->kind()) {
+      case ErrorKind::Timeout: return DT_ERR_TIMEOUT;
+      case ErrorKind::Io: return DT_ERR_SYSTEM;
+      case ErrorKind::InvalidUsage: return DT_ERR_INVALID_USAGE;
+      default: return DT_ERR_INTERNAL;
+    }
+  }
+  return DT_ERR_INTERNAL;
+}
+
+Store& bridge_store(void* ctx) { return *static_cast<detail::StoreBridge*>(ctx)->store; }
+
+dt_status_t bridge_set(void* ctx, const char* key, const void* value, uint64_t len) {
+  try {
+    auto* p = static_cast<const uint8_t*>(value);
+    bridge_store(ctx).set(key, Bytes(p, p + len));
+    return DT_OK;
+  } catch (const std::exception& e) {
+    detail::logger().warn("store set '{}' failed: {}", key, e.what());
+    return status_of(e);
+  }
+}
+
+dt_status_t bridge_get(void* ctx, const char* key, int64_t timeout_ms, void** value, uint64_t* len) {
+  try {
+    auto t = timeout_ms < 0 ? Store::kDefaultTimeout : std::chrono::milliseconds(timeout_ms);
+    Bytes b = bridge_store(ctx).get(key, t);
+    void* out = std::malloc(b.empty() ? 1 : b.size());
+    if (!out) return DT_ERR_SYSTEM;
+    if (!b.empty()) std::memcpy(out, b.data(), b.size());
+    *value = out;
+    *len = b.size();
+    return DT_OK;
+  } catch (const std::exception& e) {
+    detail::logger().warn("store get '{}' failed: {}", key, e.what());
+    return status_of(e);
+  }
+}
+
+void bridge_free(void*, void* value) { std::free(value); }
+
+dt_status_t bridge_add(void* ctx, const char* key, int64_t delta, int64_t* result) {
+  try {
+    int64_t v = bridge_store(ctx).add(key, delta);
+    if (result) *result = v;
+    return DT_OK;
+  } catch (const std::exception& e) {
+    return status_of(e);
+  }
+}
+
+dt_status_t bridge_wait(void* ctx, const char* const* keys, uint32_t n, int64_t timeout_ms) {
+  try {
+    std::vector<std::string> k(keys, keys + n);
+    auto t = timeout_ms < 0 ? Store::kDefaultTimeout : std::chrono::milliseconds(timeout_ms);
+    bridge_store(ctx).wait(k, t);
+    return DT_OK;
+  } catch (const std::exception& e) {
+    return status_of(e);
+  }
+}
+
+// Same creation order on every rank gives the same instance number, so a
+// communicator re-created under one name never reads its predecessor's keys.
+std::string instance_name(const CommOptions& o) {
+  static std::mutex mu;
+  static std::map<std::tuple<const Store*, int, std::string>, int> counts;
+  std::lock_guard<std::mutex> lk(mu);
+  int n = counts[{o.store.get(), o.rank, o.name}]++;
+  return o.name + "." + std::to_string(n);
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o) {
+  const auto& info = impl_->info;
+  if (o.world_size < 1) throw InvalidUsage("world_size must be >= 1, got " + std::to_string(o.world_size));
+  if (o.rank < 0 || o.rank >= o.world_size)
+    throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " +
+                       std::to_string(o.world_size) + " ranks");
+  if (o.timeout.count() <= 0) throw InvalidUsage("communicator timeout must be positive");
+  auto store = o.store ? o.store : std::make_shared<MemoryStore>();
+  if (!o.store && o.world_size > 1)
+    throw InvalidUsage("a communicator of " + std::to_string(o.world_size) + " ranks needs a store");
+
+  if (!o.config_toml.empty()) {
+    ConfigSchema schema;
+    for (auto& k : info.config_keys) schema.add(k.path, k.type, k.default_text, k.description);
+    Config::from_string(o.config_toml, "[" + info.name + "] options").validate(schema);
+  }
+
+  auto state = std::make_shared<CommState>();
+  state->backend = shared_from_this();
+  state->t = impl_->table;
+  state->rank = o.rank;
+  state->size = o.world_size;
+  CommOptions scoped = o;
+  scoped.store = store;
+  state->name = instance_name(scoped);
+  state->timeout = o.timeout;
+  state->store = std::make_shared<PrefixStore>("dtrain/comm/" + state->name, store);
+  state->bridge.store = std::make_shared<PrefixStore>("p", state->store);
+  state->bridge.table.ctx = &state->bridge;
+  state->bridge.table.set = bridge_set;
+  state->bridge.table.get = bridge_get;
+  state->bridge.table.free_value = bridge_free;
+  state->bridge.table.add = bridge_add;
+  state->bridge.table.wait = bridge_wait;
+  state->publish_heartbeat(true);
+
+  dt_comm_init_v1_t init{};
+  init.struct_size = sizeof(init);
+  init.rank = o.rank;
+  init.world_size = o.world_size;
+  init.local_rank = o.local_rank;
+  init.local_world_size = o.local_world_size;
+  init.role = static_cast<int32_t>(o.role);
+  init.timeout_ms = o.timeout.count();
+  init.store = &state->bridge.table;
+  init.config_toml = o.config_toml.c_str();
+  init.job_id = o.job_id.c_str();
+  dt_comm_h h = nullptr;
+  dt_status_t st = state->t->comm_create(&init, &h);
+  if (st != DT_OK || !h) {
+    const char* e = state->t->backend_last_error ? state->t->backend_last_error() : nullptr;
+    std::rethrow_exception(detail::make_backend_error(
+        info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
+        "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
+            std::to_string(o.world_size) + " ranks: " + (e && *e ? e : "no reason given")));
+  }
+  state->handle = h;
+  detail::Watchdog::instance().add(state);
+  return std::make_shared<Communicator>(state);
+}
+
+Communicator::Communicator(std::shared_ptr<CommState> state) : state_(std::move(state)) {}
+Communicator::~Communicator() = default;
+int Communicator::rank() const { return state_->rank; }
+int Communicator::size() const { return state_->size; }
+const std::string& Communicator::backend_name() const { return state_->backend->name(); }
+std::shared_ptr<Backend> Communicator::backend() const { return state_->backend; }
+bool Communicator::is_poisoned() const { return state_->poisoned.load(); }
+std::string Communicator::poison_reason() const { return state_->reason(); }
+void Communicator::abort(const std::string& reason) {
+  state_->poison("rank " + std::to_string(state_->rank) + ": " + reason);
+}
+
+namespace {
+
+struct OpDesc {
+  const char* name;
+  uint64_t cap;
+  bool collective;
+};
+
+std::string describe(const OpDesc& d, uint64_t seq, const Buffer* b, const char* op) {
+  std::ostringstream os;
+  os << d.name;
+  if (d.collective) os << " #" << seq;
+  if (b || op) {
+    os << " (";
+    if (b) os << dtype_name(b->dtype) << " x " << b->count;
+    if (op) os << (b ? ", " : "") << op;
+    os << ")";
+  }
+  return os.str();
+}
+
+void check_buffer(const CommState& s, const Buffer& b, const char* role, const char* op) {
+  int t = static_cast<int>(b.dtype);
+  if (t < 0 || t >= kNumDTypes)
+    throw InvalidUsage(std::string(op) + ": " + role + " buffer has an unknown dtype code " + std::to_string(t));
+  if (b.count > 0 && !b.ptr) throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " +
+                                                std::to_string(b.count));
+  uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
+  if (!s.backend->supports(need))
+    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() +
+                       " buffers (" + op + ")");
+}
+
+dt_buffer_v1_t to_abi(const Buffer& b) {
+  dt_buffer_v1_t r{};
+  r.ptr = b.ptr;
+  r.count = b.count;
+  r.dtype = static_cast<int32_t>(b.dtype);
+  r.device_type = static_cast<int32_t>(b.device.type);
+  r.device_id = b.device.index;
+  r.stream = b.stream;
+  return r;
+}
+
+void check_same_type(const Buffer& a, const Buffer& b, const char* op) {
+  if (a.dtype != b.dtype)
+    throw InvalidUsage(std::string(op) + ": send is " + dtype_name(a.dtype) + " but recv is " + dtype_name(b.dtype));
+}
+
+void check_rank(const CommState& s, int r, const char* what, const char* op) {
+  if (r < 0 || r >= s.size)
+    throw InvalidUsage(std::string(op) + ": " + what + " " + std::to_string(r) + " is not a rank of this " +
+                       std::to_string(s.size) + "-rank communicator");
+}
+
+template <typename Submit>
+std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& d, const Buffer* b, const char* op,
+                             int peer, CallOptions o, Submit&& call) {
+  if (s->poisoned.load())
+    throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
+                       "') is aborted and refuses new work: " + s->reason());
+  if (!s->backend->supports(d.cap))
+    throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name + " (it supports: " +
+                       s->backend->info().caps_string() + ")");
+  auto w = std::make_shared<WorkState>();
+  w->comm = s;
+  w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
+  w->peer = peer;
+  w->what = describe(d, w->seq, b, op);
+  w->submitted = Clock::now();
+  auto timeout = o.timeout.count() > 0 ? o.timeout : s->timeout;
+  w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
+  dt_call_opts_v1_t opts{};
+  opts.struct_size = sizeof(opts);
+  opts.timeout_ms = timeout.count();
+  dt_work_h h = nullptr;
+  dt_status_t st = call(opts, &h);
+  if (st != DT_OK || !h) {
+    const char* e = s->t->comm_last_error(s->handle);
+    std::string msg = std::string(w->what) + " was refused: " + (e && *e ? e : "no reason given");
+    std::rethrow_exception(detail::make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
+  }
+  w->handle = h;
+  s->track(w);
+  return std::make_shared<Work>(w);
+}
+
+constexpr OpDesc kAllreduce{"allreduce", DT_CAP_ALLREDUCE, true};
+constexpr OpDesc kBroadcast{"broadcast", DT_CAP_BROADCAST, true};
+constexpr OpDesc kAllgather{"allgather", DT_CAP_ALLGATHER, true};
+constexpr OpDesc kReduceScatter{"reduce_scatter", DT_CAP_REDUCE_SCATTER, true};
+constexpr OpDesc kReduce{"reduce", DT_CAP_REDUCE, true};
+constexpr OpDesc kAlltoall{"alltoall", DT_CAP_ALLTOALL, true};
+constexpr OpDesc kBarrier{"barrier", DT_CAP_BARRIER, true};
+constexpr OpDesc kSend{"send", DT_CAP_SENDRECV, false};
+constexpr OpDesc kRecv{"recv", DT_CAP_SENDRECV, false};
+
+}  // namespace
+
+std::shared_ptr<Work> Communicator::allreduce(const Buffer& buf, ReduceOp op, CallOptions o) {
+  return allreduce(buf, buf, op, o);
+}
+
+std::shared_ptr<Work> Communicator::allreduce(const Buffer& send, const Buffer& recv, ReduceOp op, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, send, "send", "allreduce");
+  check_buffer(s, recv, "recv", "allreduce");
+  check_same_type(send, recv, "allreduce");
+  if (send.count != recv.count)
+    throw InvalidUsage("allreduce: send has " + std::to_string(send.count) + " elements but recv has " +
+                       std::to_string(recv.count));
+  auto a = to_abi(send), b = to_abi(recv);
+  return submit(state_, kAllreduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
+    return s.t->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
+}
+
+std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, buf, "", "broadcast");
+  check_rank(s, root, "root", "broadcast");
+  auto a = to_abi(buf);
+  return submit(state_, kBroadcast, &buf, nullptr, -1, o, [&](auto& opts, dt_work_h* h) {
+    opts.root = root;
+    return s.t->broadcast(s.handle, &a, &opts, h);
+  });
+}
+
+std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& recv, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, send, "send", "allgather");
+  check_buffer(s, recv, "recv", "allgather");
+  check_same_type(send, recv, "allgather");
+  if (recv.count != send.count * static_cast<size_t>(s.size))
+    throw InvalidUsage("allgather: recv must hold send.count x world size = " +
+                       std::to_string(send.count * s.size) + " elements, it has " + std::to_string(recv.count));
+  auto a = to_abi(send), b = to_abi(recv);
+  return submit(state_, kAllgather, &send, nullptr, -1, o,
+                [&](auto& opts, dt_work_h* h) { return s.t->allgather(s.handle, &a, &b, &opts, h); });
+}
+
+std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op,
+                                                   CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, send, "send", "reduce_scatter");
+  check_buffer(s, recv, "recv", "reduce_scatter");
+  check_same_type(send, recv, "reduce_scatter");
+  if (send.count != recv.count * static_cast<size_t>(s.size))
+    throw InvalidUsage("reduce_scatter: send must hold recv.count x world size = " +
+                       std::to_string(recv.count * s.size) + " elements, it has " + std::to_string(send.count));
+  auto a = to_abi(send), b = to_abi(recv);
+  return submit(state_, kReduceScatter, &recv, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
+    return s.t->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
+}
+
+std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& recv, ReduceOp op, int root,
+                                           CallOptions o) {
+  auto& s = *state_;
+  check_rank(s, root, "root", "reduce");
+  check_buffer(s, send, "send", "reduce");
+  if (s.rank == root) {
+    check_buffer(s, recv, "recv", "reduce");
+    check_same_type(send, recv, "reduce");
+    if (send.count != recv.count)
+      throw InvalidUsage("reduce: on the root, recv must hold " + std::to_string(send.count) + " elements, it has " +
+                         std::to_string(recv.count));
+  }
+  auto a = to_abi(send), b = to_abi(s.rank == root ? recv : Buffer(nullptr, 0, send.dtype, send.device));
+  return submit(state_, kReduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
+    opts.root = root;
+    return s.t->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
+}
+
+std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& recv, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, send, "send", "alltoall");
+  check_buffer(s, recv, "recv", "alltoall");
+  check_same_type(send, recv, "alltoall");
+  if (send.count != recv.count || send.count % s.size != 0)
+    throw InvalidUsage("alltoall: send and recv must have the same count, divisible by the world size " +
+                       std::to_string(s.size) + " (send " + std::to_string(send.count) + ", recv " +
+                       std::to_string(recv.count) + ")");
+  auto a = to_abi(send), b = to_abi(recv);
+  return submit(state_, kAlltoall, &send, nullptr, -1, o,
+                [&](auto& opts, dt_work_h* h) { return s.t->alltoall(s.handle, &a, &b, &opts, h); });
+}
+
+std::shared_ptr<Work> Communicator::barrier(CallOptions o) {
+  auto& s = *state_;
+  return submit(state_, kBarrier, nullptr, nullptr, -1, o,
+                [&](auto& opts, dt_work_h* h) { return s.t->barrier(s.handle, &opts, h); });
+}
+
+std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, buf, "", "send");
+  check_rank(s, peer, "peer", "send");
+  if (peer == s.rank) throw InvalidUsage("send: a rank cannot send to itself");
+  if (tag < 0) throw InvalidUsage("send: tag must be >= 0");
+  auto a = to_abi(buf);
+  return submit(state_, kSend, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
+    opts.tag = tag;
+    return s.t->send(s.handle, &a, peer, &opts, h);
+  });
+}
+
+std::shared_ptr<Work> Communicator::recv(const Buffer& buf, int peer, int tag, CallOptions o) {
+  auto& s = *state_;
+  check_buffer(s, buf, "", "recv");
+  check_rank(s, peer, "peer", "recv");
+  if (peer == s.rank) throw InvalidUsage("recv: a rank cannot receive from itself");
+  if (tag < 0) throw InvalidUsage("recv: tag must be >= 0");
+  auto a = to_abi(buf);
+  return submit(state_, kRecv, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
+    opts.tag = tag;
+    return s.t->recv(s.handle, &a, peer, &opts, h);
+  });
+}
+
+}  // namespace dtrain

@@ -1,0 +1,74 @@
+#include "dtrain/work.h"
+
+#include "comm/comm_state.h"
+#include "comm/watchdog.h"
+
+namespace dtrain {
+
+using detail::Clock;
+
+Work::Work(std::shared_ptr<detail::WorkState> state) : state_(std::move(state)) {}
+
+Work::~Work() {
+  if (state_ && !is_completed()) detail::Watchdog::instance().adopt_orphan(std::move(state_));
+}
+
+bool Work::is_completed() {
+  auto& s = *state_;
+  if (s.finished()) return true;
+  dt_status_t st = s.comm->t->work_test(s.handle);
+  if (st == DT_IN_PROGRESS) return false;
+  if (st == DT_OK) {
+    s.finish(nullptr);
+  } else if (st == DT_ERR_TIMEOUT) {
+    s.comm->expire(state_);
+  } else {
+    s.comm->fail(state_, st, s.comm->t->work_error(s.handle));
+  }
+  return true;
+}
+
+bool Work::is_success() { return is_completed() && !exception(); }
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  auto& s = *state_;
+  if (timeout.count() > 0) {
+    int64_t d = (Clock::now() + timeout).time_since_epoch().count();
+    int64_t cur = s.deadline_ns.load();
+    while (d < cur && !s.deadline_ns.compare_exchange_weak(cur, d)) {
+    }
+    detail::Watchdog::instance().wake();
+  }
+  while (!s.finished()) {
+    // Slices keep the waiter responsive to the watchdog even if a plugin
+    // ignored comm_abort; the plugin may run the op inline in this call.
+    dt_status_t st = s.comm->t->work_wait(s.handle, 100);
+    if (st == DT_IN_PROGRESS) {
+      if (s.comm->poisoned.load()) s.finish(std::make_exception_ptr(
+          AbortedError(s.what + " aborted: " + s.comm->reason())));
+      continue;
+    }
+    if (st == DT_OK) {
+      s.finish(nullptr);
+    } else if (st == DT_ERR_TIMEOUT) {
+      s.comm->expire(state_);
+    } else {
+      s.comm->fail(state_, st, s.comm->t->work_error(s.handle));
+    }
+  }
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.error) std::rethrow_exception(s.error);
+}
+
+std::exception_ptr Work::exception() {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->error;
+}
+
+void Work::abort() {
+  state_->comm->poison("rank " + std::to_string(state_->comm->rank) + ": " + state_->what +
+                       " aborted by the application");
+  state_->finish(std::make_exception_ptr(AbortedError(state_->what + " aborted by the application")));
+}
+
+}  // namespace dtrain

@@ -1,0 +1,634 @@
+#include "dtrain/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <toml++/toml.h>
+
+#include "dtrain/error.h"
+
+namespace dtrain {
+
+namespace {
+
+constexpr uint64_t kOverrideOrderBase = uint64_t{1} << 62;
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  if (path.empty()) return parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+std::string parent_of(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+
+std::string leaf_of(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+std::string quote_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\f': out += "\\f"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string format_key(const std::string& k) {
+  bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '_' || c == '-';
+  });
+  return bare ? k : quote_string(k);
+}
+
+std::string format_float(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string literal(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return quote_string(node.as_string()->get());
+    case toml::node_type::integer: return std::to_string(node.as_integer()->get());
+    case toml::node_type::floating_point: return format_float(node.as_floating_point()->get());
+    case toml::node_type::boolean: return node.as_boolean()->get() ? "true" : "false";
+    case toml::node_type::array: {
+      std::string out = "[";
+      bool first = true;
+      for (const toml::node& e : *node.as_array()) {
+        if (!first) out += ", ";
+        first = false;
+        out += literal(e);
+      }
+      return out + "]";
+    }
+    case toml::node_type::table: {
+      const toml::table& t = *node.as_table();
+      if (t.empty()) return "{}";
+      std::string out = "{ ";
+      bool first = true;
+      for (auto&& [k, v] : t) {
+        if (!first) out += ", ";
+        first = false;
+        out += format_key(std::string(k.str())) + " = " + literal(v);
+      }
+      return out + " }";
+    }
+    default: {
+      std::ostringstream os;
+      os << toml::toml_formatter(node);
+      return os.str();
+    }
+  }
+}
+
+const char* toml_type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "int";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "bool";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "datetime";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    default: return "nothing";
+  }
+}
+
+std::string describe_value(const toml::node& node) {
+  if (node.is_table()) return "table";
+  std::string text = literal(node);
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return std::string(toml_type_name(node)) + " " + text;
+}
+
+bool all_of_type(const toml::node& node, toml::node_type type) {
+  const toml::array* a = node.as_array();
+  if (!a) return false;
+  return std::all_of(a->begin(), a->end(), [&](const toml::node& e) { return e.type() == type; });
+}
+
+bool matches(ConfigType type, const toml::node& node) {
+  switch (type) {
+    case ConfigType::String: return node.is_string();
+    case ConfigType::Int: return node.is_integer();
+    case ConfigType::Float: return node.is_floating_point() || node.is_integer();
+    case ConfigType::Bool: return node.is_boolean();
+    case ConfigType::StringList: return all_of_type(node, toml::node_type::string);
+    case ConfigType::IntList: return all_of_type(node, toml::node_type::integer);
+    case ConfigType::Table: return node.is_table();
+  }
+  return false;
+}
+
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const char* to_string(ConfigType t) {
+  switch (t) {
+    case ConfigType::String: return "string";
+    case ConfigType::Int: return "int";
+    case ConfigType::Float: return "float";
+    case ConfigType::Bool: return "bool";
+    case ConfigType::StringList: return "array of strings";
+    case ConfigType::IntList: return "array of ints";
+    case ConfigType::Table: return "table";
+  }
+  return "unknown";
+}
+
+ConfigSchema& ConfigSchema::add(std::string path, ConfigType type, std::string default_text,
+                                std::string description) {
+  keys_.push_back(ConfigKey{std::move(path), type, std::move(default_text), std::move(description)});
+  return *this;
+}
+
+ConfigSchema& ConfigSchema::add_open_table(std::string path) {
+  open_tables_.push_back(std::move(path));
+  return *this;
+}
+
+const ConfigKey* ConfigSchema::find(const std::string& path) const {
+  for (const ConfigKey& k : keys_)
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
+std::string ConfigLocation::str() const {
+  if (line <= 0) return file;
+  std::string s = file + ":" + std::to_string(line);
+  if (column > 0) s += ":" + std::to_string(column);
+  return s;
+}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const std::string& c : candidates) {
+    size_t d = levenshtein(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  size_t limit = std::max<size_t>(2, word.size() / 3);
+  return best_distance <= limit ? best : "";
+}
+
+struct Config::Impl {
+  struct Entry {
+    ConfigLocation value;  // where the value starts
+    ConfigLocation key;    // where the key is written
+    uint64_t order = 0;    // document order among siblings
+  };
+
+  toml::table doc;
+  std::string source;
+  std::map<std::string, Entry> locations;
+  uint64_t next_order = kOverrideOrderBase;
+
+  void index_parsed(const toml::table& table, const std::string& prefix) {
+    for (auto&& [k, v] : table) {
+      std::string path = join_path(prefix, std::string(k.str()));
+      Entry e;
+      const toml::source_region& ks = k.source();
+      const toml::source_region& vs = v.source();
+      e.key = {source, static_cast<int>(ks.begin.line), static_cast<int>(ks.begin.column)};
+      e.value = {source, static_cast<int>(vs.begin.line), static_cast<int>(vs.begin.column)};
+      if (e.key.line == 0) e.key = e.value;
+      if (e.value.line == 0) e.value = e.key;
+      e.order = static_cast<uint64_t>(e.key.line) * 1000000u + static_cast<uint64_t>(e.key.column);
+      locations[path] = e;
+      if (const toml::table* sub = v.as_table()) index_parsed(*sub, path);
+    }
+  }
+
+  void index_synthetic(const toml::node& node, const std::string& path, const std::string& file) {
+    Entry e;
+    e.key = e.value = ConfigLocation{file, 0, 0};
+    e.order = next_order++;
+    locations[path] = e;
+    if (const toml::table* sub = node.as_table())
+      for (auto&& [k, v] : *sub) index_synthetic(v, join_path(path, std::string(k.str())), file);
+  }
+
+  void forget(const std::string& path) {
+    auto it = locations.lower_bound(path);
+    while (it != locations.end() &&
+           (it->first == path || it->first.compare(0, path.size() + 1, path + ".") == 0))
+      it = locations.erase(it);
+  }
+
+  ConfigLocation value_location(const std::string& path) const {
+    auto it = locations.find(path);
+    return it != locations.end() ? it->second.value : ConfigLocation{source, 0, 0};
+  }
+
+  ConfigLocation key_location(const std::string& path) const {
+    auto it = locations.find(path);
+    return it != locations.end() ? it->second.key : ConfigLocation{source, 0, 0};
+  }
+
+  const toml::node* find(const std::string& path) const {
+    if (path.empty()) return &doc;
+    const toml::node* node = &doc;
+    for (const std::string& part : split_path(path)) {
+      const toml::table* t = node->as_table();
+      if (!t) return nullptr;
+      node = t->get(part);
+      if (!node) return nullptr;
+    }
+    return node;
+  }
+
+  std::vector<std::pair<std::string, const toml::node*>> ordered(const toml::table& table,
+                                                                  const std::string& prefix) const {
+    std::vector<std::tuple<uint64_t, std::string, const toml::node*>> items;
+    for (auto&& [k, v] : table) {
+      std::string key(k.str());
+      auto it = locations.find(join_path(prefix, key));
+      uint64_t order = it != locations.end() ? it->second.order : ~uint64_t{0};
+      items.emplace_back(order, key, &v);
+    }
+    std::stable_sort(items.begin(), items.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    std::vector<std::pair<std::string, const toml::node*>> out;
+    for (auto& [order, key, node] : items) out.emplace_back(key, node);
+    return out;
+  }
+
+  [[noreturn]] void type_error(const std::string& path, const toml::node& node,
+                               const std::string& expected) const {
+    ConfigLocation loc = value_location(path);
+    throw ConfigError(loc.file, loc.line, loc.column, path,
+                      "must be " + expected + ", got " + describe_value(node));
+  }
+
+  const toml::table* table_at(const std::string& path) const {
+    const toml::node* node = find(path);
+    if (!node) return nullptr;
+    if (!node->is_table()) type_error(path, *node, "table");
+    return node->as_table();
+  }
+
+  void flatten(const toml::table& table, const std::string& table_path, const std::string& rel,
+               std::string& out) const {
+    for (auto& [key, node] : ordered(table, table_path)) {
+      std::string rel_key = rel.empty() ? format_key(key) : rel + "." + format_key(key);
+      const toml::table* sub = node->as_table();
+      if (sub && !sub->empty())
+        flatten(*sub, join_path(table_path, key), rel_key, out);
+      else
+        out += rel_key + " = " + literal(*node) + "\n";
+    }
+  }
+
+  // Puts node at the key path given as components, creating tables on the way.
+  void set_node(const std::vector<std::string>& parts, toml::node&& node, const std::string& error_file,
+                const std::string& location_file) {
+    toml::table* table = &doc;
+    std::string path;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      path = join_path(path, parts[i]);
+      toml::node* existing = table->get(parts[i]);
+      if (!existing) {
+        table->insert_or_assign(parts[i], toml::table{});
+        existing = table->get(parts[i]);
+        index_synthetic(*existing, path, location_file);
+      } else if (!existing->is_table()) {
+        throw ConfigError(error_file, 0, 0, path,
+                          std::string("is ") + describe_value(*existing) + ", not a table, so '" +
+                              join_path(path, parts.back()) + "' cannot be set");
+      }
+      table = existing->as_table();
+    }
+    std::string full = join_path(path, parts.back());
+    if (const toml::node* existing = table->get(parts.back());
+        existing && existing->is_table() && !node.is_table()) {
+      throw ConfigError(error_file, 0, 0, full,
+                        "is a table and cannot be replaced by " + describe_value(node) +
+                            "; set its keys instead ('" + full + ".KEY=value')");
+    }
+    table->insert_or_assign(parts.back(), std::move(node));
+    forget(full);
+    index_synthetic(*table->get(parts.back()), full, location_file);
+  }
+};
+
+namespace {
+
+// Splits "a.b.c" (TOML key syntax, quoted parts allowed) into its parts.
+std::optional<std::vector<std::string>> parse_key(const std::string& key_text) {
+  if (trim(key_text).empty()) return std::nullopt;
+  try {
+    toml::table t = toml::parse(std::string_view(key_text + " = 0"), std::string_view("key"));
+    std::vector<std::string> parts;
+    const toml::table* cur = &t;
+    while (true) {
+      if (cur->size() != 1) return std::nullopt;
+      auto it = cur->begin();
+      parts.emplace_back(it->first.str());
+      if (it->second.is_table()) {
+        cur = it->second.as_table();
+      } else {
+        break;
+      }
+    }
+    return parts;
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+}
+
+// Parses a TOML value; nullopt if the text is not exactly one TOML value.
+std::optional<toml::table> parse_literal(const std::string& text) {
+  if (trim(text).empty()) return std::nullopt;
+  try {
+    toml::table t = toml::parse(std::string_view("v = " + text + "\n"), std::string_view("literal"));
+    if (t.size() != 1 || !t.contains("v")) return std::nullopt;
+    return t;
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Config::Config() : impl_(std::make_unique<Impl>()) {}
+Config::~Config() = default;
+Config::Config(const Config& other) : impl_(std::make_unique<Impl>(*other.impl_)) {}
+Config& Config::operator=(const Config& other) {
+  if (this != &other) impl_ = std::make_unique<Impl>(*other.impl_);
+  return *this;
+}
+Config::Config(Config&& other) noexcept = default;
+Config& Config::operator=(Config&& other) noexcept = default;
+
+Config Config::from_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw ConfigError(path, 0, 0, "", "cannot read the configuration file: it does not exist");
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path, 0, 0, "", "cannot read the configuration file: it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(path, 0, 0, "",
+                      std::string("cannot read the configuration file: ") + std::strerror(errno));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path, 0, 0, "", "cannot read the configuration file: read failed");
+  return from_string(text.str(), path, overrides);
+}
+
+Config Config::from_string(const std::string& text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  Config config;
+  config.impl_->source = source_name;
+  try {
+    config.impl_->doc = toml::parse(std::string_view(text), std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(source_name, static_cast<int>(e.source().begin.line),
+                      static_cast<int>(e.source().begin.column), "", std::string(e.description()));
+  }
+  config.impl_->index_parsed(config.impl_->doc, "");
+  for (const std::string& o : overrides) config.apply_override(o);
+  return config;
+}
+
+void Config::apply_override(const std::string& assignment) {
+  const std::string file = "-o " + assignment;
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos)
+    throw ConfigError(file, 0, 0, "", "an override must look like key=value (e.g. -o train.epochs=3)");
+  std::string key_text = trim(assignment.substr(0, eq));
+  std::string value_text = trim(assignment.substr(eq + 1));
+  auto parts = parse_key(key_text);
+  if (!parts) throw ConfigError(file, 0, 0, "", "'" + key_text + "' is not a valid TOML key");
+  if (auto parsed = parse_literal(value_text)) {
+    impl_->set_node(*parts, std::move(*parsed->get("v")), file, file);
+  } else {
+    impl_->set_node(*parts, toml::value<std::string>(value_text), file, file);
+  }
+}
+
+void Config::set_literal(const std::string& path, const std::string& toml_literal) {
+  const std::string file = "set " + path + "=" + toml_literal;
+  std::vector<std::string> parts = split_path(path);
+  if (parts.empty() || std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
+    throw InvalidUsage("Config::set_literal: '" + path + "' is not a dotted key path");
+  auto parsed = parse_literal(toml_literal);
+  if (!parsed) throw ConfigError(file, 0, 0, path, "'" + toml_literal + "' is not a TOML value");
+  impl_->set_node(parts, std::move(*parsed->get("v")), file, file);
+}
+
+void Config::validate(const ConfigSchema& schema) const {
+  std::set<std::string> open(schema.open_tables().begin(), schema.open_tables().end());
+  std::set<std::string> prefixes;
+  std::vector<std::string> known;
+  auto add_prefixes = [&](const std::string& path) {
+    for (std::string p = parent_of(path); !p.empty(); p = parent_of(p)) prefixes.insert(p);
+  };
+  for (const ConfigKey& k : schema.keys()) {
+    known.push_back(k.path);
+    add_prefixes(k.path);
+  }
+  for (const std::string& t : schema.open_tables()) {
+    known.push_back(t);
+    add_prefixes(t);
+  }
+  for (const std::string& p : prefixes) known.push_back(p);
+
+  auto suggest = [&](const std::string& path) -> std::string {
+    std::string parent = parent_of(path), leaf = leaf_of(path);
+    std::vector<std::string> siblings;
+    for (const std::string& k : known)
+      if (parent_of(k) == parent) siblings.push_back(leaf_of(k));
+    std::string s = closest_match(leaf, siblings);
+    if (!s.empty()) return join_path(parent, s);
+    s = closest_match(path, known);
+    if (!s.empty()) return s;
+    for (const std::string& k : known)
+      if (leaf_of(k) == leaf) return k;  // right key, wrong table
+    return "";
+  };
+
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& table,
+                                                                         const std::string& prefix) {
+    for (auto& [key, node] : impl_->ordered(table, prefix)) {
+      std::string path = join_path(prefix, key);
+      if (open.count(path)) {
+        if (!node->is_table()) impl_->type_error(path, *node, "table");
+        continue;
+      }
+      if (const ConfigKey* k = schema.find(path)) {
+        if (!matches(k->type, *node)) impl_->type_error(path, *node, to_string(k->type));
+        if (k->type == ConfigType::Table && prefixes.count(path)) walk(*node->as_table(), path);
+        continue;
+      }
+      if (node->is_table() && prefixes.count(path)) {
+        walk(*node->as_table(), path);
+        continue;
+      }
+      ConfigLocation loc = impl_->key_location(path);
+      std::string message = "unknown key '" + path + "'";
+      std::string suggestion = suggest(path);
+      if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
+      throw ConfigError(loc.file, loc.line, loc.column, "", message);
+    }
+  };
+  walk(impl_->doc, "");
+}
+
+bool Config::has(const std::string& path) const { return impl_->find(path) != nullptr; }
+
+std::string Config::get_string(const std::string& path, const std::string& fallback) const {
+  const toml::node* node = impl_->find(path);
+  if (!node) return fallback;
+  if (!node->is_string()) impl_->type_error(path, *node, "string");
+  return node->as_string()->get();
+}
+
+int64_t Config::get_int(const std::string& path, int64_t fallback) const {
+  const toml::node* node = impl_->find(path);
+  if (!node) return fallback;
+  if (!node->is_integer()) impl_->type_error(path, *node, "int");
+  return node->as_integer()->get();
+}
+
+double Config::get_float(const std::string& path, double fallback) const {
+  const toml::node* node = impl_->find(path);
+  if (!node) return fallback;
+  if (node->is_integer()) return static_cast<double>(node->as_integer()->get());
+  if (!node->is_floating_point()) impl_->type_error(path, *node, "float");
+  return node->as_floating_point()->get();
+}
+
+bool Config::get_bool(const std::string& path, bool fallback) const {
+  const toml::node* node = impl_->find(path);
+  if (!node) return fallback;
+  if (!node->is_boolean()) impl_->type_error(path, *node, "bool");
+  return node->as_boolean()->get();
+}
+
+std::vector<std::string> Config::get_string_list(const std::string& path) const {
+  std::vector<std::string> out;
+  const toml::node* node = impl_->find(path);
+  if (!node) return out;
+  if (!matches(ConfigType::StringList, *node)) impl_->type_error(path, *node, to_string(ConfigType::StringList));
+  for (const toml::node& e : *node->as_array()) out.push_back(e.as_string()->get());
+  return out;
+}
+
+std::vector<int64_t> Config::get_int_list(const std::string& path) const {
+  std::vector<int64_t> out;
+  const toml::node* node = impl_->find(path);
+  if (!node) return out;
+  if (!matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
+  for (const toml::node& e : *node->as_array()) out.push_back(e.as_integer()->get());
+  return out;
+}
+
+std::string Config::table_as_flat_toml(const std::string& path) const {
+  const toml::table* table = impl_->table_at(path);
+  if (!table) return "";
+  std::string out;
+  impl_->flatten(*table, path, "", out);
+  return out;
+}
+
+std::vector<std::string> Config::keys_of(const std::string& path) const {
+  std::vector<std::string> out;
+  const toml::table* table = impl_->table_at(path);
+  if (!table) return out;
+  for (auto& [key, node] : impl_->ordered(*table, path)) out.push_back(key);
+  return out;
+}
+
+ConfigLocation Config::location_of(const std::string& path) const { return impl_->value_location(path); }
+
+const std::string& Config::source() const { return impl_->source; }
+
+std::string Config::dump() const {
+  std::ostringstream os;
+  constexpr auto flags = toml::toml_formatter::default_flags &
+                         ~(toml::format_flags::indentation | toml::format_flags::allow_literal_strings);
+  os << toml::toml_formatter(impl_->doc, flags);
+  std::string s = os.str();
+  if (!s.empty() && s.back() != '\n') s += '\n';
+  return s;
+}
+
+}  // namespace dtrain

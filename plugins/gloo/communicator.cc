@@ -1,0 +1,384 @@
+#include "communicator.h"
+
+#include <cstring>
+#include <unistd.h>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+namespace dtrain::gloo_backend {
+
+namespace {
+
+constexpr uint8_t kP2pSlotPrefix = 0x5d;
+constexpr uint32_t kCollectiveTag = 0;
+// Gloo's own timeout runs slightly past the core's deadline, so the core's
+// watchdog normally reports first (naming the missing ranks).
+constexpr auto kGlooSlack = std::chrono::milliseconds(200);
+
+// Gloo's rendezvous store over the core's store.
+class StoreAdapter : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(sdk::Store s, int64_t timeout_ms) : s_(s), timeout_ms_(timeout_ms) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    s_.set(key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string v = s_.get(key, timeout_ms_);
+    return std::vector<char>(v.begin(), v.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { s_.wait(keys, timeout_ms_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    s_.wait(keys, timeout.count());
+  }
+
+ private:
+  sdk::Store s_;
+  int64_t timeout_ms_;
+};
+
+Algorithm parse_algorithm(const std::string& s) {
+  if (s == "auto") return Algorithm::Auto;
+  if (s == "ring") return Algorithm::Ring;
+  if (s == "halving_doubling" || s == "halving-doubling") return Algorithm::HalvingDoubling;
+  if (s == "bcube") return Algorithm::Bcube;
+  sdk::fail(DT_ERR_INVALID_USAGE,
+            "gloo.algorithm = \"" + s + "\" is not known; use \"auto\", \"ring\", \"halving_doubling\" or \"bcube\"");
+}
+
+// Gloo's reduction callback for one (dtype, op); f16/bf16 travel as 16-bit
+// and are reduced through float.
+::gloo::AllreduceOptions::Func reduce_fn(int32_t dtype, int32_t op) {
+  return [dtype, op](void* c, const void* a, const void* b, size_t n) { sdk::reduce_into(dtype, op, c, a, b, n); };
+}
+
+template <typename F>
+void with_type(int32_t dtype, F&& f) {
+  switch (dtype) {
+    case DT_DTYPE_F32: return f(float{});
+    case DT_DTYPE_F64: return f(double{});
+    case DT_DTYPE_I8: return f(int8_t{});
+    case DT_DTYPE_U8: return f(uint8_t{});
+    case DT_DTYPE_I32: return f(int32_t{});
+    case DT_DTYPE_I64: return f(int64_t{});
+    case DT_DTYPE_F16: case DT_DTYPE_BF16: return f(uint16_t{});
+  }
+  sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
+}
+
+void check_cpu(const dt_buffer_v1_t& b) {
+  if (b.device_type != DT_DEVICE_CPU) sdk::fail(DT_ERR_NOT_SUPPORTED, "gloo backend works on CPU buffers only");
+}
+
+std::string default_iface(const sdk::CommInit& init) {
+  if (const char* e = std::getenv("DTRAIN_GLOO_IFNAME")) return e;
+  if (const char* e = std::getenv("GLOO_SOCKET_IFNAME")) return e;
+  return init.local_world_size >= init.world_size ? "lo" : "";
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
+    : rank_(init.rank),
+      size_(init.world_size),
+      timeout_ms_(init.timeout_ms),
+      algorithm_(parse_algorithm(init.options.get_string("algorithm", "auto"))),
+      small_bytes_(static_cast<size_t>(init.options.get_int("small_message_bytes", 256 * 1024))) {
+  ::gloo::transport::tcp::attr attr;
+  std::string iface = init.options.get_string("iface", default_iface(init));
+  std::string host = init.options.get_string("hostname", "");
+  if (!host.empty()) {
+    attr.hostname = host;
+  } else if (!iface.empty()) {
+    attr.iface = iface;
+  } else {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  try {
+    device_ = ::gloo::transport::tcp::CreateDevice(attr);
+    context_ = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
+                                                             static_cast<int>(init.options.get_int("bcube_base", 2)));
+    context_->setTimeout(std::chrono::milliseconds(timeout_ms_));
+    StoreAdapter store(init.store, timeout_ms_);
+    context_->connectFullMesh(store, device_);
+  } catch (const sdk::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrow_gloo(e, "gloo: connecting rank " + std::to_string(rank_) + " to its " + std::to_string(size_ - 1) +
+                        " peers over " + (iface.empty() ? "host " + attr.hostname : "interface " + iface) +
+                        " failed");
+  }
+  p2p_ = std::make_unique<P2pCompleter>();
+}
+
+GlooCommunicator::~GlooCommunicator() {
+  // After an abort an op may still sit in Gloo waiting for a peer; closing the
+  // connections makes it return so the executor's thread can be joined.
+  if (aborted_.load() && context_) context_->closeConnections();
+  p2p_.reset();
+}
+
+void GlooCommunicator::abort(const std::string& reason) {
+  aborted_.store(true);
+  executor_.abort(reason);
+  if (p2p_) p2p_->abort(reason);
+}
+
+std::chrono::milliseconds GlooCommunicator::remaining(Clock::time_point deadline) const {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) + kGlooSlack;
+  return left.count() < 1 ? std::chrono::milliseconds(1) : left;
+}
+
+template <typename F>
+std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  return executor_.submit([this, deadline, body = std::forward<F>(body)]() mutable {
+    try {
+      body(deadline);
+    } catch (const sdk::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      rethrow_gloo(e, "gloo");
+    }
+  });
+}
+
+Algorithm GlooCommunicator::pick(size_t bytes) const {
+  if (algorithm_ != Algorithm::Auto) return algorithm_;
+  return bytes <= small_bytes_ ? Algorithm::Bcube : Algorithm::Ring;
+}
+
+void GlooCommunicator::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op,
+                                         Clock::time_point deadline) {
+  if (count == 0 || size_ == 1) return;
+  size_t esz = sdk::dtype_size(dtype);
+  Algorithm a = pick(count * esz);
+  if (a == Algorithm::HalvingDoubling) {
+    context_->setTimeout(remaining(deadline));
+    allreduce_halving_doubling(ptr, count, dtype, op);
+  } else {
+    ::gloo::AllreduceOptions opts(context_);
+    opts.setAlgorithm(a == Algorithm::Bcube ? ::gloo::AllreduceOptions::Algorithm::BCUBE
+                                            : ::gloo::AllreduceOptions::Algorithm::RING);
+    with_type(dtype, [&](auto t) { opts.setOutput(static_cast<decltype(t)*>(ptr), count); });
+    opts.setReduceFunction(reduce_fn(dtype, op));
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::allreduce(opts);
+  }
+  if (op == DT_OP_AVG) sdk::scale_avg(dtype, ptr, count, size_);
+}
+
+void GlooCommunicator::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op) {
+  bool wide = dtype == DT_DTYPE_F16 || dtype == DT_DTYPE_BF16;  // reduced in f32 staging
+  int32_t stype = wide ? DT_DTYPE_F32 : dtype;
+  auto key = std::make_tuple(count, stype, op);
+  auto it = hd_cache_.find(key);
+  if (it == hd_cache_.end()) {
+    // Bounded, evicting in creation order: every rank makes the same calls,
+    // so every rank evicts the same entry.
+    if (hd_order_.size() >= 8) {
+      hd_cache_.erase(hd_order_.front());
+      hd_order_.erase(hd_order_.begin());
+    }
+    HdEntry e;
+    e.staging.resize(count * sdk::dtype_size(stype));
+    with_type(stype, [&](auto t) {
+      using T = decltype(t);
+      const ::gloo::ReductionFunction<T>* fn = ::gloo::ReductionFunction<T>::sum;
+      if (op == DT_OP_PROD) fn = ::gloo::ReductionFunction<T>::product;
+      if (op == DT_OP_MAX) fn = ::gloo::ReductionFunction<T>::max;
+      if (op == DT_OP_MIN) fn = ::gloo::ReductionFunction<T>::min;
+      std::vector<T*> ptrs{reinterpret_cast<T*>(e.staging.data())};
+      e.algorithm = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(context_, ptrs, static_cast<int>(count), fn);
+    });
+    it = hd_cache_.emplace(key, std::move(e)).first;
+    hd_order_.push_back(key);
+  }
+  auto& e = it->second;
+  auto* src = static_cast<uint16_t*>(ptr);
+  auto* f = reinterpret_cast<float*>(e.staging.data());
+  if (dtype == DT_DTYPE_F16) for (size_t i = 0; i < count; ++i) f[i] = sdk::half_to_float(src[i]);
+  else if (dtype == DT_DTYPE_BF16) for (size_t i = 0; i < count; ++i) f[i] = sdk::bf16_to_float(src[i]);
+  else std::memcpy(e.staging.data(), ptr, e.staging.size());
+  e.algorithm->run();
+  if (dtype == DT_DTYPE_F16) for (size_t i = 0; i < count; ++i) src[i] = sdk::float_to_half(f[i]);
+  else if (dtype == DT_DTYPE_BF16) for (size_t i = 0; i < count; ++i) src[i] = sdk::float_to_bf16(f[i]);
+  else std::memcpy(ptr, e.staging.data(), e.staging.size());
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
+  check_cpu(send);
+  check_cpu(recv);
+  return enqueue(o, [this, send, recv, op](Clock::time_point deadline) {
+    if (send.ptr != recv.ptr && send.count) std::memcpy(recv.ptr, send.ptr, sdk::bytes_of(send));
+    allreduce_inplace(recv.ptr, recv.count, recv.dtype, op, deadline);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opts& o) {
+  check_cpu(buf);
+  int root = o.root;
+  return enqueue(o, [this, buf, root](Clock::time_point deadline) {
+    if (buf.count == 0 || size_ == 1) return;
+    ::gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(buf.ptr), sdk::bytes_of(buf));
+    opts.setRoot(root);
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::broadcast(opts);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Buf& recv, const Opts& o) {
+  check_cpu(send);
+  check_cpu(recv);
+  return enqueue(o, [this, send, recv](Clock::time_point deadline) {
+    size_t bytes = sdk::bytes_of(send);
+    if (bytes == 0) return;
+    if (size_ == 1) {
+      if (send.ptr != recv.ptr) std::memmove(recv.ptr, send.ptr, bytes);
+      return;
+    }
+    ::gloo::AllgatherOptions opts(context_);
+    auto* out = static_cast<uint8_t*>(recv.ptr);
+    if (send.ptr != out + rank_ * bytes) opts.setInput(static_cast<uint8_t*>(send.ptr), bytes);
+    opts.setOutput(out, bytes * size_);
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::allgather(opts);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::reduce_scatter(const Buf& send, const Buf& recv, int32_t op,
+                                                            const Opts& o) {
+  check_cpu(send);
+  check_cpu(recv);
+  // Gloo has no unbound-buffer reduce-scatter: all-reduce a copy, keep our block.
+  return enqueue(o, [this, send, recv, op](Clock::time_point deadline) {
+    size_t block = sdk::bytes_of(recv);
+    if (block == 0) return;
+    std::vector<char> tmp(static_cast<const char*>(send.ptr), static_cast<const char*>(send.ptr) + block * size_);
+    allreduce_inplace(tmp.data(), send.count, send.dtype, op, deadline);
+    std::memcpy(recv.ptr, tmp.data() + rank_ * block, block);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
+  check_cpu(send);
+  int root = o.root;
+  return enqueue(o, [this, send, recv, op, root](Clock::time_point deadline) {
+    size_t bytes = sdk::bytes_of(send);
+    if (bytes == 0) return;
+    bool is_root = rank_ == root;
+    if (size_ == 1) {
+      if (send.ptr != recv.ptr) std::memcpy(recv.ptr, send.ptr, bytes);
+      if (op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, size_);
+      return;
+    }
+    std::vector<char> scratch;
+    void* out = recv.ptr;
+    if (!is_root) {
+      scratch.resize(bytes);
+      out = scratch.data();
+    }
+    ::gloo::ReduceOptions opts(context_);
+    with_type(send.dtype, [&](auto t) {
+      using T = decltype(t);
+      if (send.ptr != out) opts.setInput(static_cast<T*>(send.ptr), send.count);
+      opts.setOutput(static_cast<T*>(out), send.count);
+    });
+    opts.setRoot(root);
+    opts.setReduceFunction(reduce_fn(send.dtype, op));
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::reduce(opts);
+    if (is_root && op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, size_);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::alltoall(const Buf& send, const Buf& recv, const Opts& o) {
+  check_cpu(send);
+  check_cpu(recv);
+  return enqueue(o, [this, send, recv](Clock::time_point deadline) {
+    size_t bytes = sdk::bytes_of(send);
+    if (bytes == 0) return;
+    if (size_ == 1) {
+      if (send.ptr != recv.ptr) std::memcpy(recv.ptr, send.ptr, bytes);
+      return;
+    }
+    std::vector<char> copy;
+    void* in = send.ptr;
+    if (send.ptr == recv.ptr) {
+      copy.assign(static_cast<char*>(send.ptr), static_cast<char*>(send.ptr) + bytes);
+      in = copy.data();
+    }
+    ::gloo::AlltoallOptions opts(context_);
+    opts.setInput(static_cast<uint8_t*>(in), bytes);
+    opts.setOutput(static_cast<uint8_t*>(recv.ptr), bytes);
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::alltoall(opts);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::barrier(const Opts& o) {
+  return enqueue(o, [this](Clock::time_point deadline) {
+    if (size_ == 1) return;
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTag(kCollectiveTag);
+    opts.setTimeout(remaining(deadline));
+    ::gloo::barrier(opts);
+  });
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::send(const Buf& buf, int32_t peer, const Opts& o) {
+  check_cpu(buf);
+  if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
+  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
+  try {
+    // Zero-byte transfers still need a real buffer address in Gloo.
+    static char dummy;
+    auto ub = context_->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
+    ub->send(peer, slot);
+    auto w = std::make_shared<P2pWork>(std::move(ub), true, peer, deadline);
+    p2p_->add(w);
+    return w;
+  } catch (const sdk::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrow_gloo(e, "send to rank " + std::to_string(peer));
+  }
+}
+
+std::shared_ptr<sdk::Work> GlooCommunicator::recv(const Buf& buf, int32_t peer, const Opts& o) {
+  check_cpu(buf);
+  if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
+  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
+  try {
+    static char dummy;
+    auto ub = context_->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
+    ub->recv(peer, slot);
+    auto w = std::make_shared<P2pWork>(std::move(ub), false, peer, deadline);
+    p2p_->add(w);
+    return w;
+  } catch (const sdk::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrow_gloo(e, "recv from rank " + std::to_string(peer));
+  }
+}
+
+}  // namespace dtrain::gloo_backend

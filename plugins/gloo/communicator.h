@@ -1,0 +1,74 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gloo/algorithm.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/device.h>
+
+#include "dtrain/sdk/backend.h"
+#include "work.h"
+
+namespace dtrain::gloo_backend {
+
+enum class Algorithm { Auto, Ring, HalvingDoubling, Bcube };
+
+// One Gloo context (a full TCP mesh) per communicator. Collectives run in order
+// on the SDK's SerialExecutor; point-to-point ops are posted on Gloo unbound
+// buffers right away and completed by P2pCompleter.
+class GlooCommunicator : public sdk::Communicator {
+ public:
+  explicit GlooCommunicator(const sdk::CommInit& init);
+  ~GlooCommunicator() override;
+
+  std::shared_ptr<sdk::Work> allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
+  std::shared_ptr<sdk::Work> broadcast(const Buf& buf, const Opts& o) override;
+  std::shared_ptr<sdk::Work> allgather(const Buf& send, const Buf& recv, const Opts& o) override;
+  std::shared_ptr<sdk::Work> reduce_scatter(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
+  std::shared_ptr<sdk::Work> reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
+  std::shared_ptr<sdk::Work> alltoall(const Buf& send, const Buf& recv, const Opts& o) override;
+  std::shared_ptr<sdk::Work> barrier(const Opts& o) override;
+  std::shared_ptr<sdk::Work> send(const Buf& buf, int32_t peer, const Opts& o) override;
+  std::shared_ptr<sdk::Work> recv(const Buf& buf, int32_t peer, const Opts& o) override;
+  void abort(const std::string& reason) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  template <typename F>
+  std::shared_ptr<sdk::Work> enqueue(const Opts& o, F&& body);
+  std::chrono::milliseconds remaining(Clock::time_point deadline) const;
+  void allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
+  void allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op);
+  Algorithm pick(size_t bytes) const;
+
+  int rank_;
+  int size_;
+  int64_t timeout_ms_;
+  Algorithm algorithm_;
+  size_t small_bytes_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  std::atomic<bool> aborted_{false};
+
+  // Halving-doubling is one of Gloo's algorithm objects, bound to fixed memory
+  // at construction (a rendezvous with every peer), so instances are cached by
+  // a key every rank computes alike, each with its own staging buffer.
+  struct HdEntry {
+    std::vector<char> staging;
+    std::unique_ptr<::gloo::Algorithm> algorithm;
+  };
+  std::map<std::tuple<size_t, int32_t, int32_t>, HdEntry> hd_cache_;
+  std::vector<std::tuple<size_t, int32_t, int32_t>> hd_order_;
+
+  std::unique_ptr<P2pCompleter> p2p_;
+  sdk::SerialExecutor executor_;  // last: destroyed first, joining its thread
+};
+
+}  // namespace dtrain::gloo_backend
