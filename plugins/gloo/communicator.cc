@@ -87,11 +87,13 @@ std::string default_iface(const sdk::CommInit& init) {
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
-    : rank_(init.rank),
-      size_(init.world_size),
-      timeout_ms_(init.timeout_ms),
-      algorithm_(parse_algorithm(init.options.get_string("algorithm", "auto"))),
-      small_bytes_(static_cast<size_t>(init.options.get_int("small_message_bytes", 256 * 1024))) {
+    : timeout_ms_(init.timeout_ms), mesh_(std::make_shared<Mesh>()) {
+  auto& m = *mesh_;
+  m.rank = init.rank;
+  m.size = init.world_size;
+  m.algorithm = parse_algorithm(init.options.get_string("algorithm", "auto"));
+  m.small_bytes = static_cast<size_t>(init.options.get_int("small_message_bytes", 256 * 1024));
+  const int rank_ = m.rank, size_ = m.size;
   ::gloo::transport::tcp::attr attr;
   std::string iface = init.options.get_string("iface", default_iface(init));
   std::string host = init.options.get_string("hostname", "");
@@ -105,12 +107,12 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     attr.hostname = name;
   }
   try {
-    device_ = ::gloo::transport::tcp::CreateDevice(attr);
-    context_ = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
-                                                             static_cast<int>(init.options.get_int("bcube_base", 2)));
-    context_->setTimeout(std::chrono::milliseconds(timeout_ms_));
+    m.device = ::gloo::transport::tcp::CreateDevice(attr);
+    m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
+                                                              static_cast<int>(init.options.get_int("bcube_base", 2)));
+    m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
     StoreAdapter store(init.store, timeout_ms_);
-    context_->connectFullMesh(store, device_);
+    m.context->connectFullMesh(store, m.device);
   } catch (const sdk::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -122,52 +124,56 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
 }
 
 GlooCommunicator::~GlooCommunicator() {
-  // After an abort an op may still sit in Gloo waiting for a peer; closing the
-  // connections makes it return so the executor's thread can be joined.
-  if (aborted_.load() && context_) context_->closeConnections();
+  abort("communicator destroyed");
   p2p_.reset();
 }
 
 void GlooCommunicator::abort(const std::string& reason) {
-  aborted_.store(true);
+  if (aborted_.exchange(true)) return;
   executor_.abort(reason);
   if (p2p_) p2p_->abort(reason);
 }
 
-std::chrono::milliseconds GlooCommunicator::remaining(Clock::time_point deadline) const {
+std::chrono::milliseconds Mesh::remaining(Clock::time_point deadline) const {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) + kGlooSlack;
   return left.count() < 1 ? std::chrono::milliseconds(1) : left;
 }
 
+GlooCommunicator::Clock::time_point GlooCommunicator::deadline_of(const Opts& o) const {
+  return Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+}
+
 template <typename F>
 std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
-  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
-  return executor_.submit([this, deadline, body = std::forward<F>(body)]() mutable {
-    try {
-      body(deadline);
-    } catch (const sdk::Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      rethrow_gloo(e, "gloo");
-    }
-  });
+  return executor_.submit(
+      [m = mesh_, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
+        // Some waits inside Gloo's ops use the context's timeout, not the op's.
+        m->context->setTimeout(m->remaining(deadline));
+        try {
+          body(*m, deadline);
+        } catch (const sdk::Error&) {
+          throw;
+        } catch (const std::exception& e) {
+          rethrow_gloo(e, "gloo");
+        }
+      },
+      deadline_of(o));
 }
 
-Algorithm GlooCommunicator::pick(size_t bytes) const {
-  if (algorithm_ != Algorithm::Auto) return algorithm_;
-  return bytes <= small_bytes_ ? Algorithm::Bcube : Algorithm::Ring;
+Algorithm Mesh::pick(size_t bytes) const {
+  if (algorithm != Algorithm::Auto) return algorithm;
+  return bytes <= small_bytes ? Algorithm::Bcube : Algorithm::Ring;
 }
 
-void GlooCommunicator::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op,
+void Mesh::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op,
                                          Clock::time_point deadline) {
-  if (count == 0 || size_ == 1) return;
+  if (count == 0 || size == 1) return;
   size_t esz = sdk::dtype_size(dtype);
   Algorithm a = pick(count * esz);
   if (a == Algorithm::HalvingDoubling) {
-    context_->setTimeout(remaining(deadline));
     allreduce_halving_doubling(ptr, count, dtype, op);
   } else {
-    ::gloo::AllreduceOptions opts(context_);
+    ::gloo::AllreduceOptions opts(context);
     opts.setAlgorithm(a == Algorithm::Bcube ? ::gloo::AllreduceOptions::Algorithm::BCUBE
                                             : ::gloo::AllreduceOptions::Algorithm::RING);
     with_type(dtype, [&](auto t) { opts.setOutput(static_cast<decltype(t)*>(ptr), count); });
@@ -176,20 +182,20 @@ void GlooCommunicator::allreduce_inplace(void* ptr, size_t count, int32_t dtype,
     opts.setTimeout(remaining(deadline));
     ::gloo::allreduce(opts);
   }
-  if (op == DT_OP_AVG) sdk::scale_avg(dtype, ptr, count, size_);
+  if (op == DT_OP_AVG) sdk::scale_avg(dtype, ptr, count, size);
 }
 
-void GlooCommunicator::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op) {
+void Mesh::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op) {
   bool wide = dtype == DT_DTYPE_F16 || dtype == DT_DTYPE_BF16;  // reduced in f32 staging
   int32_t stype = wide ? DT_DTYPE_F32 : dtype;
   auto key = std::make_tuple(count, stype, op);
-  auto it = hd_cache_.find(key);
-  if (it == hd_cache_.end()) {
+  auto it = hd_cache.find(key);
+  if (it == hd_cache.end()) {
     // Bounded, evicting in creation order: every rank makes the same calls,
     // so every rank evicts the same entry.
-    if (hd_order_.size() >= 8) {
-      hd_cache_.erase(hd_order_.front());
-      hd_order_.erase(hd_order_.begin());
+    if (hd_order.size() >= 8) {
+      hd_cache.erase(hd_order.front());
+      hd_order.erase(hd_order.begin());
     }
     HdEntry e;
     e.staging.resize(count * sdk::dtype_size(stype));
@@ -200,10 +206,10 @@ void GlooCommunicator::allreduce_halving_doubling(void* ptr, size_t count, int32
       if (op == DT_OP_MAX) fn = ::gloo::ReductionFunction<T>::max;
       if (op == DT_OP_MIN) fn = ::gloo::ReductionFunction<T>::min;
       std::vector<T*> ptrs{reinterpret_cast<T*>(e.staging.data())};
-      e.algorithm = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(context_, ptrs, static_cast<int>(count), fn);
+      e.algorithm = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(context, ptrs, static_cast<int>(count), fn);
     });
-    it = hd_cache_.emplace(key, std::move(e)).first;
-    hd_order_.push_back(key);
+    it = hd_cache.emplace(key, std::move(e)).first;
+    hd_order.push_back(key);
   }
   auto& e = it->second;
   auto* src = static_cast<uint16_t*>(ptr);
@@ -220,22 +226,22 @@ void GlooCommunicator::allreduce_halving_doubling(void* ptr, size_t count, int32
 std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
   check_cpu(send);
   check_cpu(recv);
-  return enqueue(o, [this, send, recv, op](Clock::time_point deadline) {
+  return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     if (send.ptr != recv.ptr && send.count) std::memcpy(recv.ptr, send.ptr, sdk::bytes_of(send));
-    allreduce_inplace(recv.ptr, recv.count, recv.dtype, op, deadline);
+    m.allreduce_inplace(recv.ptr, recv.count, recv.dtype, op, deadline);
   });
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opts& o) {
   check_cpu(buf);
   int root = o.root;
-  return enqueue(o, [this, buf, root](Clock::time_point deadline) {
-    if (buf.count == 0 || size_ == 1) return;
-    ::gloo::BroadcastOptions opts(context_);
+  return enqueue(o, [buf, root](Mesh& m, Clock::time_point deadline) {
+    if (buf.count == 0 || m.size == 1) return;
+    ::gloo::BroadcastOptions opts(m.context);
     opts.setOutput(static_cast<uint8_t*>(buf.ptr), sdk::bytes_of(buf));
     opts.setRoot(root);
     opts.setTag(kCollectiveTag);
-    opts.setTimeout(remaining(deadline));
+    opts.setTimeout(m.remaining(deadline));
     ::gloo::broadcast(opts);
   });
 }
@@ -243,19 +249,19 @@ std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opt
 std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Buf& recv, const Opts& o) {
   check_cpu(send);
   check_cpu(recv);
-  return enqueue(o, [this, send, recv](Clock::time_point deadline) {
+  return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes == 0) return;
-    if (size_ == 1) {
+    if (m.size == 1) {
       if (send.ptr != recv.ptr) std::memmove(recv.ptr, send.ptr, bytes);
       return;
     }
-    ::gloo::AllgatherOptions opts(context_);
+    ::gloo::AllgatherOptions opts(m.context);
     auto* out = static_cast<uint8_t*>(recv.ptr);
-    if (send.ptr != out + rank_ * bytes) opts.setInput(static_cast<uint8_t*>(send.ptr), bytes);
-    opts.setOutput(out, bytes * size_);
+    if (send.ptr != out + m.rank * bytes) opts.setInput(static_cast<uint8_t*>(send.ptr), bytes);
+    opts.setOutput(out, bytes * m.size);
     opts.setTag(kCollectiveTag);
-    opts.setTimeout(remaining(deadline));
+    opts.setTimeout(m.remaining(deadline));
     ::gloo::allgather(opts);
   });
 }
@@ -265,25 +271,25 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce_scatter(const Buf& send, con
   check_cpu(send);
   check_cpu(recv);
   // Gloo has no unbound-buffer reduce-scatter: all-reduce a copy, keep our block.
-  return enqueue(o, [this, send, recv, op](Clock::time_point deadline) {
+  return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     size_t block = sdk::bytes_of(recv);
     if (block == 0) return;
-    std::vector<char> tmp(static_cast<const char*>(send.ptr), static_cast<const char*>(send.ptr) + block * size_);
-    allreduce_inplace(tmp.data(), send.count, send.dtype, op, deadline);
-    std::memcpy(recv.ptr, tmp.data() + rank_ * block, block);
+    std::vector<char> tmp(static_cast<const char*>(send.ptr), static_cast<const char*>(send.ptr) + block * m.size);
+    m.allreduce_inplace(tmp.data(), send.count, send.dtype, op, deadline);
+    std::memcpy(recv.ptr, tmp.data() + m.rank * block, block);
   });
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
   check_cpu(send);
   int root = o.root;
-  return enqueue(o, [this, send, recv, op, root](Clock::time_point deadline) {
+  return enqueue(o, [send, recv, op, root](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes == 0) return;
-    bool is_root = rank_ == root;
-    if (size_ == 1) {
+    bool is_root = m.rank == root;
+    if (m.size == 1) {
       if (send.ptr != recv.ptr) std::memcpy(recv.ptr, send.ptr, bytes);
-      if (op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, size_);
+      if (op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, m.size);
       return;
     }
     std::vector<char> scratch;
@@ -292,7 +298,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& 
       scratch.resize(bytes);
       out = scratch.data();
     }
-    ::gloo::ReduceOptions opts(context_);
+    ::gloo::ReduceOptions opts(m.context);
     with_type(send.dtype, [&](auto t) {
       using T = decltype(t);
       if (send.ptr != out) opts.setInput(static_cast<T*>(send.ptr), send.count);
@@ -301,19 +307,19 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& 
     opts.setRoot(root);
     opts.setReduceFunction(reduce_fn(send.dtype, op));
     opts.setTag(kCollectiveTag);
-    opts.setTimeout(remaining(deadline));
+    opts.setTimeout(m.remaining(deadline));
     ::gloo::reduce(opts);
-    if (is_root && op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, size_);
+    if (is_root && op == DT_OP_AVG) sdk::scale_avg(send.dtype, recv.ptr, recv.count, m.size);
   });
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::alltoall(const Buf& send, const Buf& recv, const Opts& o) {
   check_cpu(send);
   check_cpu(recv);
-  return enqueue(o, [this, send, recv](Clock::time_point deadline) {
+  return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes == 0) return;
-    if (size_ == 1) {
+    if (m.size == 1) {
       if (send.ptr != recv.ptr) std::memcpy(recv.ptr, send.ptr, bytes);
       return;
     }
@@ -323,21 +329,21 @@ std::shared_ptr<sdk::Work> GlooCommunicator::alltoall(const Buf& send, const Buf
       copy.assign(static_cast<char*>(send.ptr), static_cast<char*>(send.ptr) + bytes);
       in = copy.data();
     }
-    ::gloo::AlltoallOptions opts(context_);
+    ::gloo::AlltoallOptions opts(m.context);
     opts.setInput(static_cast<uint8_t*>(in), bytes);
     opts.setOutput(static_cast<uint8_t*>(recv.ptr), bytes);
     opts.setTag(kCollectiveTag);
-    opts.setTimeout(remaining(deadline));
+    opts.setTimeout(m.remaining(deadline));
     ::gloo::alltoall(opts);
   });
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::barrier(const Opts& o) {
-  return enqueue(o, [this](Clock::time_point deadline) {
-    if (size_ == 1) return;
-    ::gloo::BarrierOptions opts(context_);
+  return enqueue(o, [](Mesh& m, Clock::time_point deadline) {
+    if (m.size == 1) return;
+    ::gloo::BarrierOptions opts(m.context);
     opts.setTag(kCollectiveTag);
-    opts.setTimeout(remaining(deadline));
+    opts.setTimeout(m.remaining(deadline));
     ::gloo::barrier(opts);
   });
 }
@@ -345,12 +351,12 @@ std::shared_ptr<sdk::Work> GlooCommunicator::barrier(const Opts& o) {
 std::shared_ptr<sdk::Work> GlooCommunicator::send(const Buf& buf, int32_t peer, const Opts& o) {
   check_cpu(buf);
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
-  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  auto deadline = deadline_of(o);
   auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
   try {
     // Zero-byte transfers still need a real buffer address in Gloo.
     static char dummy;
-    auto ub = context_->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
+    auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
     ub->send(peer, slot);
     auto w = std::make_shared<P2pWork>(std::move(ub), true, peer, deadline);
     p2p_->add(w);
@@ -365,11 +371,11 @@ std::shared_ptr<sdk::Work> GlooCommunicator::send(const Buf& buf, int32_t peer, 
 std::shared_ptr<sdk::Work> GlooCommunicator::recv(const Buf& buf, int32_t peer, const Opts& o) {
   check_cpu(buf);
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
-  auto deadline = Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  auto deadline = deadline_of(o);
   auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
   try {
     static char dummy;
-    auto ub = context_->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
+    auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
     ub->recv(peer, slot);
     auto w = std::make_shared<P2pWork>(std::move(ub), false, peer, deadline);
     p2p_->add(w);

@@ -20,9 +20,37 @@ namespace dtrain::gloo_backend {
 
 enum class Algorithm { Auto, Ring, HalvingDoubling, Bcube };
 
-// One Gloo context (a full TCP mesh) per communicator. Collectives run in order
-// on the SDK's SerialExecutor; point-to-point ops are posted on Gloo unbound
-// buffers right away and completed by P2pCompleter.
+// The Gloo side of one communicator: a full TCP mesh and what runs on it. Held
+// by shared_ptr by every queued op, so an op left blocked in Gloo after an
+// abort can finish on its own after the communicator is gone.
+struct Mesh {
+  using Clock = std::chrono::steady_clock;
+  int rank = 0;
+  int size = 1;
+  Algorithm algorithm = Algorithm::Auto;
+  size_t small_bytes = 0;
+  std::shared_ptr<::gloo::transport::Device> device;
+  std::shared_ptr<::gloo::rendezvous::Context> context;
+
+  // Halving-doubling is one of Gloo's algorithm objects, bound to fixed memory
+  // at construction (a rendezvous with every peer), so instances are cached by
+  // a key every rank computes alike, each with its own staging buffer.
+  struct HdEntry {
+    std::vector<char> staging;
+    std::unique_ptr<::gloo::Algorithm> algorithm;
+  };
+  std::map<std::tuple<size_t, int32_t, int32_t>, HdEntry> hd_cache;
+  std::vector<std::tuple<size_t, int32_t, int32_t>> hd_order;
+
+  std::chrono::milliseconds remaining(Clock::time_point deadline) const;
+  Algorithm pick(size_t bytes) const;
+  void allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
+  void allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op);
+};
+
+// One Gloo mesh per communicator. Collectives run in order on the SDK's
+// SerialExecutor; point-to-point ops are posted on Gloo unbound buffers right
+// away and completed by P2pCompleter.
 class GlooCommunicator : public sdk::Communicator {
  public:
   explicit GlooCommunicator(const sdk::CommInit& init);
@@ -43,32 +71,14 @@ class GlooCommunicator : public sdk::Communicator {
   using Clock = std::chrono::steady_clock;
   template <typename F>
   std::shared_ptr<sdk::Work> enqueue(const Opts& o, F&& body);
-  std::chrono::milliseconds remaining(Clock::time_point deadline) const;
-  void allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
-  void allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op);
-  Algorithm pick(size_t bytes) const;
+  Clock::time_point deadline_of(const Opts& o) const;
 
-  int rank_;
-  int size_;
   int64_t timeout_ms_;
-  Algorithm algorithm_;
-  size_t small_bytes_;
-  std::shared_ptr<::gloo::transport::Device> device_;
-  std::shared_ptr<::gloo::rendezvous::Context> context_;
+  std::shared_ptr<Mesh> mesh_;
   std::atomic<bool> aborted_{false};
-
-  // Halving-doubling is one of Gloo's algorithm objects, bound to fixed memory
-  // at construction (a rendezvous with every peer), so instances are cached by
-  // a key every rank computes alike, each with its own staging buffer.
-  struct HdEntry {
-    std::vector<char> staging;
-    std::unique_ptr<::gloo::Algorithm> algorithm;
-  };
-  std::map<std::tuple<size_t, int32_t, int32_t>, HdEntry> hd_cache_;
-  std::vector<std::tuple<size_t, int32_t, int32_t>> hd_order_;
-
   std::unique_ptr<P2pCompleter> p2p_;
-  sdk::SerialExecutor executor_;  // last: destroyed first, joining its thread
+  // Gloo's waits ignore an abort, so ops never run on the waiting thread.
+  sdk::SerialExecutor executor_{false};  // last: destroyed first
 };
 
 }  // namespace dtrain::gloo_backend

@@ -49,6 +49,7 @@ class Store {
 // In-process store (threads of one process, tests). Thread-safe.
 class MemoryStore : public Store {
  public:
+  using Store::set;
   MemoryStore();
   ~MemoryStore() override;
   void set(const std::string& key, const Bytes& value) override;
@@ -68,6 +69,7 @@ class MemoryStore : public Store {
 // Prepends "prefix/" to every key of an underlying store.
 class PrefixStore : public Store {
  public:
+  using Store::set;
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -90,6 +92,7 @@ class PrefixStore : public Store {
 // compare_set are serialized with an flock on a lock file in the folder.
 class FileStore : public Store {
  public:
+  using Store::set;
   explicit FileStore(std::string dir);
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
@@ -133,6 +136,7 @@ class TcpStoreServer {
 // by a mutex, so every method is thread-safe.
 class TcpStore : public Store {
  public:
+  using Store::set;
   TcpStore(const std::string& host, uint16_t port, const std::string& token,
            std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
   ~TcpStore() override;

@@ -107,9 +107,17 @@ void CommState::expire(const std::shared_ptr<WorkState>& w) {
 
 void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message) {
   if (w->finished()) return;
+  // A peer that reaches the same deadline aborts and closes its connections;
+  // a transport failure that close to our own deadline is that timeout.
+  bool transport = st == DT_ERR_REMOTE || st == DT_ERR_SYSTEM || st == DT_ERR_ABORTED;
+  if (transport && !poisoned.load() && Clock::now() + std::chrono::milliseconds(250) >= w->deadline()) {
+    expire(w);
+    return;
+  }
   std::string why = poisoned.load() ? reason()
                                     : "rank " + std::to_string(rank) + ": " + w->what + " failed in backend '" +
                                           backend->name() + "': " + message;
+  if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what + " aborted: " + why))
                              : make_backend_error(backend->name(), st, w->what + " failed: " + message);
   if (w->finish(err)) poison(why);
@@ -128,11 +136,7 @@ void CommState::publish_heartbeat(bool force) {
   }
 }
 
-std::string CommState::diagnose(const WorkState& w) {
-  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
-  std::ostringstream os;
-  os << "rank " << rank << " of " << size << ": " << w.what << " on backend '" << backend->name()
-     << "' timed out after " << waited << " ms";
+std::string CommState::peer_status(const WorkState& w) {
   std::vector<int> peers;
   if (w.peer >= 0) {
     peers.push_back(w.peer);
@@ -170,12 +174,19 @@ std::string CommState::diagnose(const WorkState& w) {
                         std::to_string(seq) + ")");
     }
   }
-  if (missing.empty()) {
-    os << "; every rank reached it, so the transport stalled";
-  } else {
-    os << "; waiting for ";
-    for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
-  }
+  if (missing.empty()) return "every rank reached it";
+  std::string out = "waiting for ";
+  for (size_t i = 0; i < missing.size(); ++i) out += (i ? ", " : "") + missing[i];
+  return out;
+}
+
+std::string CommState::diagnose(const WorkState& w) {
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
+  std::ostringstream os;
+  os << "rank " << rank << " of " << size << ": " << w.what << " on backend '" << backend->name()
+     << "' timed out after " << waited << " ms; ";
+  std::string peers = peer_status(w);
+  os << (peers == "every rank reached it" ? "every rank reached it, so the transport stalled" : peers);
   os << ". The communicator is aborted; create a new one to continue.";
   return os.str();
 }

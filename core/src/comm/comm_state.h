@@ -83,6 +83,8 @@ struct CommState : std::enable_shared_from_this<CommState> {
   void track(const std::shared_ptr<WorkState>& w);
   void untrack(WorkState* w);
   std::string diagnose(const WorkState& w);
+  // Which peers the work is waiting for, from their heartbeats.
+  std::string peer_status(const WorkState& w);
   void publish_heartbeat(bool force);
   std::string heartbeat_key(int r) const { return "hb/" + std::to_string(r); }
 };

@@ -1,5 +1,7 @@
 #include "dtrain/work.h"
 
+#include <algorithm>
+
 #include "comm/comm_state.h"
 #include "comm/watchdog.h"
 
@@ -40,9 +42,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
     detail::Watchdog::instance().wake();
   }
   while (!s.finished()) {
-    // Slices keep the waiter responsive to the watchdog even if a plugin
-    // ignored comm_abort; the plugin may run the op inline in this call.
-    dt_status_t st = s.comm->t->work_wait(s.handle, 100);
+    // The plugin may run the op inline in this call, bounded by the time left
+    // to the deadline; comm_abort (from the watchdog) wakes it earlier.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - Clock::now()).count();
+    dt_status_t st = s.comm->t->work_wait(s.handle, std::max<int64_t>(left, 10));
     if (st == DT_IN_PROGRESS) {
       if (s.comm->poisoned.load()) s.finish(std::make_exception_ptr(
           AbortedError(s.what + " aborted: " + s.comm->reason())));

@@ -169,8 +169,10 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
   return impl;
 }
 
+// Loaded plugins stay loaded until the process exits: a plugin may have
+// detached a thread that still runs its code after an abort.
 std::mutex g_loaded_mu;
-std::map<std::string, std::weak_ptr<Backend>> g_loaded;  // by canonical path
+std::map<std::string, std::shared_ptr<Backend>> g_loaded;  // by canonical path
 
 }  // namespace
 
@@ -269,8 +271,7 @@ std::shared_ptr<Backend> PluginRegistry::load_file(const std::string& path) cons
     throw InvalidUsage("plugin file '" + path + "' is not named libdtrain_<name>.so");
   std::lock_guard<std::mutex> lk(g_loaded_mu);
   auto it = g_loaded.find(canon.string());
-  if (it != g_loaded.end())
-    if (auto b = it->second.lock()) return b;
+  if (it != g_loaded.end()) return it->second;
   auto b = std::make_shared<Backend>(open_plugin(canon));
   g_loaded[canon.string()] = b;
   detail::logger().debug("loaded backend '{}' {} from {}", b->name(), b->info().version, b->info().path);

@@ -247,6 +247,7 @@ struct TcpStoreServer::Impl {
   std::unordered_map<std::string, Bytes> data;
   std::unordered_map<std::string, std::unordered_set<uint64_t>> waiters;
   std::vector<uint64_t> runnable;
+  bool accept_failing = false;
 
   void bind_and_listen();
   void run();
@@ -362,10 +363,15 @@ void TcpStoreServer::Impl::accept_all() {
     int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK)
-        detail::logger().warn("TCP store {}: accept failed: {}", address, errno_text(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        // Out of descriptors: the listener stays readable, so back off instead of spinning.
+        if (!accept_failing) detail::logger().warn("TCP store {}: accept failed: {}", address, errno_text(errno));
+        accept_failing = true;
+        std::this_thread::sleep_for(milliseconds(10));
+      }
       return;
     }
+    accept_failing = false;
     set_nodelay(fd);
     auto c = std::make_unique<Conn>();
     c->id = next_id++;
@@ -410,9 +416,10 @@ void TcpStoreServer::Impl::process_frames(Conn& c) {
       if (!c.authed) {
         refuse(c, "missing job token");
       } else {
-        detail::logger().warn("TCP store {}: client {} sent a message of {} bytes (limit 1 GiB); closing it",
-                              address, c.peer, len);
-        reply(c, Writer().u8(uint8_t(Status::Error)).str("message too large (limit 1 GiB)").frame());
+        std::string why =
+            len == 0 ? "empty message" : "message of " + std::to_string(len) + " bytes is too large (limit 1 GiB)";
+        detail::logger().warn("TCP store {}: client {} sent a bad frame ({}); closing it", address, c.peer, why);
+        reply(c, Writer().u8(uint8_t(Status::Error)).str(why).frame());
         c.closing = true;
         flush(c);
       }
@@ -1000,7 +1007,8 @@ std::pair<std::string, uint16_t> parse_host_port(const std::string& endpoint) {
   }
   if (host.empty()) throw bad("empty host");
   if (port_text.empty()) throw bad("empty port");
-  if (port_text.size() > 5 || !std::all_of(port_text.begin(), port_text.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+  auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+  if (port_text.size() > 5 || !std::all_of(port_text.begin(), port_text.end(), digit))
     throw bad("port '" + port_text + "' is not a number");
   unsigned long port = std::stoul(port_text);
   if (port > 65535) throw bad("port " + port_text + " is above 65535");

@@ -259,8 +259,10 @@ typedef struct dt_backend_v1 {
 
   /* Work handles. test: DT_OK (done), DT_IN_PROGRESS, or the op's error.
    * wait: like test but blocks up to timeout_ms (< 0: no limit); returns
-   * DT_IN_PROGRESS if time ran out (the op itself is not failed by that).
-   * The op may make progress inside wait (it may run on the calling thread). */
+   * DT_IN_PROGRESS if time ran out. The plugin may run the op on the calling
+   * thread inside wait; it then may fail the op with DT_ERR_TIMEOUT once
+   * timeout_ms has passed (the core never passes more than the time left to
+   * the op's deadline, so nothing is failed early). */
   dt_status_t (*work_test)(dt_work_h work);
   dt_status_t (*work_wait)(dt_work_h work, int64_t timeout_ms);
   /* Message of a failed work; valid until work_release. */

@@ -73,59 +73,79 @@ class Work {
 };
 
 // Runs a communicator's ops one at a time, in submission order, on one worker
-// thread, so submission never blocks and ops overlap the caller's compute. A
-// caller that waits on the op at the head of an idle queue runs it inline
-// instead, which saves two thread hand-offs on the latency path.
+// thread, so submission never blocks and ops overlap the caller's compute.
+//
+// With inline = true, a caller that waits on the op at the head of an idle
+// queue runs it itself, which saves two thread hand-offs on the latency path;
+// the op's deadline is then capped at the end of that wait. Enable it only if
+// the transport's blocking calls honour the deadline passed to the op, since
+// an abort cannot reach a caller blocked inside the transport.
+//
+// abort() completes every queued and running op with DT_ERR_ABORTED at once.
+// If an op is still blocked in the transport when the executor is destroyed
+// after an abort, its thread is detached and finishes on its own (the op's
+// body must then hold, by shared_ptr, everything it touches).
 class SerialExecutor {
  public:
-  SerialExecutor() : thread_([this] { loop(); }) {}
+  using Clock = std::chrono::steady_clock;
+  using Body = std::function<void(Clock::time_point deadline)>;
+
+  explicit SerialExecutor(bool allow_inline = false) : s_(std::make_shared<State>()) {
+    s_->allow_inline = allow_inline;
+    thread_ = std::thread([s = s_] { loop(s); });
+  }
   ~SerialExecutor() {
+    bool detach;
     {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      cv_.notify_all();
+      std::lock_guard<std::mutex> lk(s_->mu);
+      s_->stop = true;
+      detach = s_->aborted && s_->busy;
+      s_->cv.notify_all();
     }
-    thread_.join();
+    if (detach) thread_.detach();
+    else thread_.join();
   }
 
-  std::shared_ptr<Work> submit(std::function<void()> fn) {
-    auto w = std::make_shared<Task>(this, std::move(fn));
-    std::lock_guard<std::mutex> lk(mu_);
-    if (aborted_) {
-      w->complete(DT_ERR_ABORTED, abort_reason_);
+  std::shared_ptr<Work> submit(Body fn, Clock::time_point deadline) {
+    auto w = std::make_shared<Task>(s_, std::move(fn), deadline);
+    std::lock_guard<std::mutex> lk(s_->mu);
+    if (s_->aborted) {
+      w->complete(DT_ERR_ABORTED, s_->abort_reason);
       return w;
     }
-    queue_.push_back(w);
-    cv_.notify_all();
+    s_->queue.push_back(w);
+    s_->cv.notify_all();
     return w;
   }
 
-  // Fails every queued op and every later submission. An op already running
-  // keeps running until its transport returns.
   void abort(const std::string& reason) {
     std::deque<std::shared_ptr<Task>> q;
+    std::shared_ptr<Task> running;
     {
-      std::lock_guard<std::mutex> lk(mu_);
-      aborted_ = true;
-      abort_reason_ = reason;
-      q.swap(queue_);
+      std::lock_guard<std::mutex> lk(s_->mu);
+      s_->aborted = true;
+      s_->abort_reason = reason;
+      q.swap(s_->queue);
+      running = s_->running;
     }
     for (auto& t : q) t->complete(DT_ERR_ABORTED, reason);
-    std::lock_guard<std::mutex> lk(running_mu_);
-    if (running_) running_->complete(DT_ERR_ABORTED, reason);
+    if (running) running->complete(DT_ERR_ABORTED, reason);
   }
 
  private:
+  struct State;
   class Task : public Work {
    public:
-    Task(SerialExecutor* ex, std::function<void()> fn) : ex_(ex), fn_(std::move(fn)) {}
+    Task(std::shared_ptr<State> s, Body fn, Clock::time_point deadline)
+        : deadline(deadline), s_(std::move(s)), fn_(std::move(fn)) {}
     dt_status_t wait(int64_t timeout_ms) override {
-      if (test() == DT_IN_PROGRESS) ex_->try_run_inline(this);
+      if (s_->allow_inline && timeout_ms >= 0 && test() == DT_IN_PROGRESS)
+        try_run_inline(s_, this, Clock::now() + std::chrono::milliseconds(timeout_ms));
       return Work::wait(timeout_ms);
     }
     void run() {
       try {
-        fn_();
+        fn_(deadline);
         complete(DT_OK);
       } catch (const Error& e) {
         complete(e.status(), e.what());
@@ -136,67 +156,68 @@ class SerialExecutor {
       }
       fn_ = nullptr;
     }
+    Clock::time_point deadline;
 
    private:
-    SerialExecutor* ex_;
-    std::function<void()> fn_;
+    std::shared_ptr<State> s_;
+    Body fn_;
   };
 
-  void try_run_inline(Task* t) {
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::shared_ptr<Task>> queue;
+    std::shared_ptr<Task> running;
+    bool busy = false;
+    bool stop = false;
+    bool aborted = false;
+    bool allow_inline = false;
+    std::string abort_reason;
+  };
+
+  static void try_run_inline(const std::shared_ptr<State>& s, Task* t, Clock::time_point cap) {
     std::shared_ptr<Task> mine;
     {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (busy_ || queue_.empty() || queue_.front().get() != t) return;
-      mine = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
+      std::lock_guard<std::mutex> lk(s->mu);
+      if (s->busy || s->queue.empty() || s->queue.front().get() != t) return;
+      mine = std::move(s->queue.front());
+      s->queue.pop_front();
+      s->busy = true;
+      s->running = mine;
     }
-    execute(mine);
+    if (cap < mine->deadline) mine->deadline = cap;
+    execute(s, mine);
   }
 
-  void execute(const std::shared_ptr<Task>& t) {
-    {
-      std::lock_guard<std::mutex> lk(running_mu_);
-      running_ = t;
-    }
+  static void execute(const std::shared_ptr<State>& s, const std::shared_ptr<Task>& t) {
     t->run();
-    {
-      std::lock_guard<std::mutex> lk(running_mu_);
-      running_.reset();
-    }
-    std::lock_guard<std::mutex> lk(mu_);
-    busy_ = false;
-    cv_.notify_all();
+    std::lock_guard<std::mutex> lk(s->mu);
+    s->running.reset();
+    s->busy = false;
+    s->cv.notify_all();
   }
 
-  void loop() {
+  static void loop(std::shared_ptr<State> s) {
     for (;;) {
       std::shared_ptr<Task> t;
       {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || (!busy_ && !queue_.empty()); });
-        if (stop_) {
-          for (auto& q : queue_) q->complete(DT_ERR_ABORTED, "communicator destroyed");
-          queue_.clear();
+        std::unique_lock<std::mutex> lk(s->mu);
+        s->cv.wait(lk, [&] { return s->stop || (!s->busy && !s->queue.empty()); });
+        if (s->stop) {
+          for (auto& q : s->queue) q->complete(DT_ERR_ABORTED, "communicator destroyed");
+          s->queue.clear();
           return;
         }
-        t = std::move(queue_.front());
-        queue_.pop_front();
-        busy_ = true;
+        t = std::move(s->queue.front());
+        s->queue.pop_front();
+        s->busy = true;
+        s->running = t;
       }
-      execute(t);
+      execute(s, t);
     }
   }
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Task>> queue_;
-  bool busy_ = false;
-  bool stop_ = false;
-  bool aborted_ = false;
-  std::string abort_reason_;
-  std::mutex running_mu_;
-  std::shared_ptr<Task> running_;
+  std::shared_ptr<State> s_;
   std::thread thread_;
 };
 

@@ -1,0 +1,164 @@
+#include <chrono>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "dtrain/communicator.h"
+#include "dtrain/error.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/store.h"
+
+using namespace dtrain;
+using namespace std::chrono;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+namespace {
+
+// Runs fn(rank, comm) on `world` threads, each with its own communicator.
+template <typename F>
+void run_ranks(const std::string& backend, int world, milliseconds timeout, F fn) {
+  auto be = PluginRegistry().load(backend);
+  auto store = std::make_shared<MemoryStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommOptions o;
+        o.rank = r;
+        o.world_size = world;
+        o.local_world_size = world;
+        o.store = store;
+        o.timeout = timeout;
+        auto comm = be->create_communicator(o);
+        fn(r, *comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
+  const auto timeout = milliseconds(1500);
+  std::atomic<int> done{0};
+  run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
+    std::vector<float> v(1024, 1.0f);
+    comm.allreduce(Buffer::of(v.data(), v.size()))->wait();  // everyone arrives once
+    if (r == 2) {
+      // Rank 2 withholds the second collective until the others gave up.
+      while (done.load() < 2) std::this_thread::sleep_for(milliseconds(10));
+      return;
+    }
+    auto t0 = steady_clock::now();
+    try {
+      comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, CallOptions{timeout})->wait();
+      ADD_FAILURE() << "rank " << r << ": allreduce completed without rank 2";
+    } catch (const TimeoutError& e) {
+      auto took = duration_cast<milliseconds>(steady_clock::now() - t0);
+      EXPECT_GE(took.count(), timeout.count() - 50);
+      EXPECT_LE(took.count(), timeout.count() + 1000) << e.what();
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("allreduce #2"), HasSubstr("waiting for rank 2"),
+                                  HasSubstr("has not reached collective #2")));
+    }
+    EXPECT_TRUE(comm.is_poisoned());
+    try {
+      comm.allreduce(Buffer::of(v.data(), v.size()));
+      ADD_FAILURE() << "a poisoned communicator accepted work";
+    } catch (const InvalidUsage& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("aborted"), HasSubstr("refuses new work"), HasSubstr("rank 2")));
+    }
+    done++;
+  });
+}
+
+TEST_P(CommunicatorTest, WaitTimeoutShortensTheDeadline) {
+  run_ranks(GetParam(), 2, seconds(60), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(2000));
+      return;
+    }
+    std::vector<int32_t> v(8, 1);
+    auto w = comm.allreduce(Buffer::of(v.data(), v.size()));
+    auto t0 = steady_clock::now();
+    EXPECT_THROW(w->wait(milliseconds(300)), TimeoutError);
+    EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - t0).count(), 1300);
+    EXPECT_TRUE(w->is_completed());
+    EXPECT_TRUE(w->exception() != nullptr);
+  });
+}
+
+TEST_P(CommunicatorTest, RecvFromSilentPeerNamesThePeer) {
+  run_ranks(GetParam(), 2, seconds(60), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(1500));
+      return;
+    }
+    std::vector<double> v(4);
+    try {
+      comm.recv(Buffer::of(v.data(), v.size()), 1, 3, CallOptions{milliseconds(500)})->wait();
+      ADD_FAILURE() << "recv completed without a sender";
+    } catch (const TimeoutError& e) {
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("recv"), HasSubstr("waiting for rank 1")));
+    }
+  });
+}
+
+TEST_P(CommunicatorTest, BadArgumentsAreRefusedBeforeTheBackend) {
+  run_ranks(GetParam(), 1, seconds(10), [&](int, Communicator& comm) {
+    std::vector<float> a(4), b(5);
+    EXPECT_THROW(comm.allreduce(Buffer::of(a.data(), 4), Buffer::of(b.data(), 5), ReduceOp::Sum), InvalidUsage);
+    EXPECT_THROW(comm.allgather(Buffer::of(a.data(), 4), Buffer::of(b.data(), 5)), InvalidUsage);
+    EXPECT_THROW(comm.broadcast(Buffer::of(a.data(), 4), 3), InvalidUsage);
+    EXPECT_THROW(comm.allreduce(Buffer(nullptr, 4, DType::F32)), InvalidUsage);
+    std::vector<int32_t> c(4);
+    EXPECT_THROW(comm.allreduce(Buffer::of(a.data(), 4), Buffer::of(c.data(), 4), ReduceOp::Sum), InvalidUsage);
+    try {
+      comm.allreduce(Buffer(a.data(), 4, DType::F32, Device::cuda(0)));
+      ADD_FAILURE() << "cuda buffer accepted by a CPU backend";
+    } catch (const NotSupported& e) {
+      EXPECT_THAT(e.what(), HasSubstr("does not support cuda:0 buffers"));
+    }
+    EXPECT_FALSE(comm.is_poisoned()) << "refused calls must not poison";
+  });
+}
+
+TEST_P(CommunicatorTest, DroppedWorkStillCompletes) {
+  run_ranks(GetParam(), 2, seconds(30), [&](int, Communicator& comm) {
+    std::vector<float> v(1 << 16, 1.0f);
+    comm.allreduce(Buffer::of(v.data(), v.size()));  // Work dropped at once
+    std::vector<float> w(4, 2.0f);
+    comm.allreduce(Buffer::of(w.data(), w.size()))->wait();
+    EXPECT_EQ(v[12345], 2.0f);
+    EXPECT_EQ(w[0], 4.0f);
+  });
+}
+
+TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
+  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(800));
+      return;
+    }
+    std::vector<float> v(16);
+    auto w = comm.allreduce(Buffer::of(v.data(), v.size()));
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      comm.abort("test says stop");
+    });
+    EXPECT_THROW(w->wait(), AbortedError);
+    aborter.join();
+    EXPECT_THAT(comm.poison_reason(), HasSubstr("test says stop"));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo"),
+                         [](const auto& info) { return info.param; });
