@@ -94,6 +94,15 @@ dt_status_t bridge_wait(void* ctx, const char* const* keys, uint32_t n, int64_t 
   }
 }
 
+dt_status_t bridge_remove(void* ctx, const char* key) {
+  try {
+    bridge_store(ctx).remove(key);
+    return DT_OK;
+  } catch (const std::exception& e) {
+    return status_of(e);
+  }
+}
+
 // Same creation order on every rank gives the same instance number, so a
 // communicator re-created under one name never reads its predecessor's keys.
 std::string instance_name(const CommOptions& o) {
@@ -140,6 +149,7 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   state->bridge.table.free_value = bridge_free;
   state->bridge.table.add = bridge_add;
   state->bridge.table.wait = bridge_wait;
+  state->bridge.table.remove = bridge_remove;
   state->publish_heartbeat(true);
 
   dt_comm_init_v1_t init{};

@@ -140,7 +140,9 @@ typedef struct dt_store_v1 {
   dt_status_t (*add)(void* ctx, const char* key, int64_t delta, int64_t* result);
   /* Blocks until all keys exist or timeout_ms passes (DT_ERR_TIMEOUT). */
   dt_status_t (*wait)(void* ctx, const char* const* keys, uint32_t nkeys, int64_t timeout_ms);
-  void* reserved[4];
+  /* Deletes a key (absent keys are not an error). */
+  dt_status_t (*remove)(void* ctx, const char* key);
+  void* reserved[3];
 } dt_store_v1_t;
 
 /* What the core hands the entry point: process-wide services. Valid until the

@@ -235,6 +235,7 @@ class Store {
     for (auto& s : keys) k.push_back(s.c_str());
     check(s_->wait(s_->ctx, k.data(), static_cast<uint32_t>(k.size()), timeout_ms), "wait", keys.empty() ? "" : keys[0]);
   }
+  void remove(const std::string& key) const { check(s_->remove(s_->ctx, key.c_str()), "remove", key); }
   bool valid() const { return s_ != nullptr; }
 
  private:
