@@ -348,43 +348,33 @@ std::shared_ptr<sdk::Work> GlooCommunicator::barrier(const Opts& o) {
   });
 }
 
-std::shared_ptr<sdk::Work> GlooCommunicator::send(const Buf& buf, int32_t peer, const Opts& o) {
+std::shared_ptr<sdk::Work> GlooCommunicator::post(const Buf& buf, int32_t peer, const Opts& o, bool is_send) {
   check_cpu(buf);
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
-  auto deadline = deadline_of(o);
   auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
+  std::string what = std::string(is_send ? "send to" : "recv from") + " rank " + std::to_string(peer);
   try {
     // Zero-byte transfers still need a real buffer address in Gloo.
     static char dummy;
     auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
-    ub->send(peer, slot);
-    auto w = std::make_shared<P2pWork>(std::move(ub), true, peer, deadline);
+    if (is_send) ub->send(peer, slot);
+    else ub->recv(peer, slot);
+    auto w = std::make_shared<P2pWork>(std::move(ub), is_send, peer, deadline_of(o));
     p2p_->add(w);
     return w;
   } catch (const sdk::Error&) {
     throw;
   } catch (const std::exception& e) {
-    rethrow_gloo(e, "send to rank " + std::to_string(peer));
+    rethrow_gloo(e, what);
   }
 }
 
+std::shared_ptr<sdk::Work> GlooCommunicator::send(const Buf& buf, int32_t peer, const Opts& o) {
+  return post(buf, peer, o, true);
+}
+
 std::shared_ptr<sdk::Work> GlooCommunicator::recv(const Buf& buf, int32_t peer, const Opts& o) {
-  check_cpu(buf);
-  if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
-  auto deadline = deadline_of(o);
-  auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
-  try {
-    static char dummy;
-    auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
-    ub->recv(peer, slot);
-    auto w = std::make_shared<P2pWork>(std::move(ub), false, peer, deadline);
-    p2p_->add(w);
-    return w;
-  } catch (const sdk::Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    rethrow_gloo(e, "recv from rank " + std::to_string(peer));
-  }
+  return post(buf, peer, o, false);
 }
 
 }  // namespace dtrain::gloo_backend

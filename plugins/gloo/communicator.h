@@ -72,6 +72,7 @@ class GlooCommunicator : public sdk::Communicator {
   template <typename F>
   std::shared_ptr<sdk::Work> enqueue(const Opts& o, F&& body);
   Clock::time_point deadline_of(const Opts& o) const;
+  std::shared_ptr<sdk::Work> post(const Buf& buf, int32_t peer, const Opts& o, bool is_send);
 
   int64_t timeout_ms_;
   std::shared_ptr<Mesh> mesh_;

@@ -59,6 +59,16 @@ CommState::~CommState() {
   }
 }
 
+void CommState::settle(const std::shared_ptr<WorkState>& w, dt_status_t st) {
+  if (st == DT_OK) {
+    w->finish(nullptr);
+  } else if (st == DT_ERR_TIMEOUT) {
+    expire(w);
+  } else {
+    fail(w, st, t->work_error(w->handle));
+  }
+}
+
 void CommState::track(const std::shared_ptr<WorkState>& w) {
   std::lock_guard<std::mutex> lk(mu);
   w->inflight_it = inflight.insert(inflight.end(), w);

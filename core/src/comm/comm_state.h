@@ -80,6 +80,8 @@ struct CommState : std::enable_shared_from_this<CommState> {
   void expire(const std::shared_ptr<WorkState>& w);
   // Fails a work with the backend's error and poisons the communicator.
   void fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message);
+  // Records a finished plugin status (not DT_IN_PROGRESS) on a work.
+  void settle(const std::shared_ptr<WorkState>& w, dt_status_t st);
   void track(const std::shared_ptr<WorkState>& w);
   void untrack(WorkState* w);
   std::string diagnose(const WorkState& w);

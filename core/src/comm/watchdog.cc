@@ -79,13 +79,8 @@ void Watchdog::run() {
       }
       for (auto& w : due) {
         dt_status_t st = c->t->work_test(w->handle);
-        if (st == DT_OK) {
-          w->finish(nullptr);
-        } else if (st == DT_IN_PROGRESS || st == DT_ERR_TIMEOUT) {
-          c->expire(w);
-        } else {
-          c->fail(w, st, c->t->work_error(w->handle));
-        }
+        if (st == DT_IN_PROGRESS) c->expire(w);
+        else c->settle(w, st);
       }
     }
     // Dropped works: keep them (and their plugin handles) until finished.
@@ -96,10 +91,8 @@ void Watchdog::run() {
       if (st == DT_IN_PROGRESS && !w->comm->poisoned.load()) {
         if (w->deadline() <= now) w->comm->expire(w);
         else keep.push_back(std::move(w));
-      } else if (st == DT_OK) {
-        w->finish(nullptr);
       } else if (st != DT_IN_PROGRESS) {
-        w->comm->fail(w, st, w->comm->t->work_error(w->handle));
+        w->comm->settle(w, st);
       }
     }
     if (!keep.empty()) {

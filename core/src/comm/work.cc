@@ -20,13 +20,7 @@ bool Work::is_completed() {
   if (s.finished()) return true;
   dt_status_t st = s.comm->t->work_test(s.handle);
   if (st == DT_IN_PROGRESS) return false;
-  if (st == DT_OK) {
-    s.finish(nullptr);
-  } else if (st == DT_ERR_TIMEOUT) {
-    s.comm->expire(state_);
-  } else {
-    s.comm->fail(state_, st, s.comm->t->work_error(s.handle));
-  }
+  s.comm->settle(state_, st);
   return true;
 }
 
@@ -51,13 +45,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
           AbortedError(s.what + " aborted: " + s.comm->reason())));
       continue;
     }
-    if (st == DT_OK) {
-      s.finish(nullptr);
-    } else if (st == DT_ERR_TIMEOUT) {
-      s.comm->expire(state_);
-    } else {
-      s.comm->fail(state_, st, s.comm->t->work_error(s.handle));
-    }
+    s.comm->settle(state_, st);
   }
   std::lock_guard<std::mutex> lk(s.mu);
   if (s.error) std::rethrow_exception(s.error);
