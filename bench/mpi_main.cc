@@ -1,0 +1,111 @@
+// dtrain-bench-mpi: the Open MPI reference of `dtrain-bench collectives`.
+// Started by dtrain-bench under mpirun; times MPI's own collective with the
+// sizes and iteration counts dtrain used, the same way (warm-up, barrier, a
+// timed loop per trial, slowest rank, median trial), and prints one line per size:
+//   DTRAIN_BENCH_MPI bytes=<B> count=<n> iters=<i> time_us=<t>
+//
+//   mpirun -np 2 dtrain-bench-mpi --op allreduce --dtype f32 --warmup 5 --trials 3 --case 1024:256:1000 ...
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Case {
+  size_t bytes = 0, count = 0;
+  int iters = 0;
+};
+
+[[noreturn]] void die(int rank, const std::string& msg) {
+  if (rank == 0) std::fprintf(stderr, "dtrain-bench-mpi: %s\n", msg.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+MPI_Datatype mpi_type(const std::string& t, size_t* size) {
+  if (t == "f32") return *size = 4, MPI_FLOAT;
+  if (t == "f64") return *size = 8, MPI_DOUBLE;
+  if (t == "i32") return *size = 4, MPI_INT32_T;
+  if (t == "i64") return *size = 8, MPI_INT64_T;
+  if (t == "i8") return *size = 1, MPI_INT8_T;
+  if (t == "u8") return *size = 1, MPI_UINT8_T;
+  return *size = 0, MPI_DATATYPE_NULL;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+
+  std::string op = "allreduce", dtype = "f32";
+  int warmup = 5, trials = 1;
+  std::vector<Case> cases;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) die(rank, "option " + a + " needs a value");
+    std::string v = argv[++i];
+    if (a == "--op") op = v;
+    else if (a == "--dtype") dtype = v;
+    else if (a == "--warmup") warmup = std::atoi(v.c_str());
+    else if (a == "--trials") trials = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--case") {
+      Case c;
+      unsigned long long b = 0, n = 0;
+      if (std::sscanf(v.c_str(), "%llu:%llu:%d", &b, &n, &c.iters) != 3 || c.iters < 1)
+        die(rank, "--case wants bytes:count:iters, got " + v);
+      c.bytes = b;
+      c.count = n;
+      cases.push_back(c);
+    } else {
+      die(rank, "unknown option " + a);
+    }
+  }
+  size_t esz = 0;
+  MPI_Datatype type = mpi_type(dtype, &esz);
+  if (type == MPI_DATATYPE_NULL) die(rank, "dtype " + dtype + " has no MPI sum here");
+  if (op != "allreduce" && op != "broadcast" && op != "allgather") die(rank, "unknown --op " + op);
+
+  size_t max_bytes = 0;
+  for (auto& c : cases) max_bytes = std::max(max_bytes, c.bytes);
+  std::vector<char> a(max_bytes + 64, 0), b(op == "allgather" ? max_bytes / world + 64 : 64, 0);
+
+  for (auto& c : cases) {
+    int n = static_cast<int>(c.count);
+    auto once = [&] {
+      if (op == "allreduce") MPI_Allreduce(MPI_IN_PLACE, a.data(), n, type, MPI_SUM, MPI_COMM_WORLD);
+      else if (op == "broadcast") MPI_Bcast(a.data(), n, type, 0, MPI_COMM_WORLD);
+      else MPI_Allgather(b.data(), n, type, a.data(), n, type, MPI_COMM_WORLD);
+    };
+    std::memset(a.data(), 0, c.bytes);
+    for (int w = 0; w < warmup; ++w) once();
+    std::vector<double> worst_of_trial;
+    for (int t = 0; t < trials; ++t) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      for (int k = 0; k < c.iters; ++k) once();
+      double mine = (MPI_Wtime() - t0) / c.iters, worst = 0;
+      MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      worst_of_trial.push_back(worst);
+    }
+    std::sort(worst_of_trial.begin(), worst_of_trial.end());
+    size_t nt = worst_of_trial.size();
+    double med = nt % 2 ? worst_of_trial[nt / 2] : (worst_of_trial[nt / 2 - 1] + worst_of_trial[nt / 2]) / 2;
+    if (rank == 0) {
+      std::printf("DTRAIN_BENCH_MPI bytes=%zu count=%zu iters=%d time_us=%.4f\n", c.bytes, c.count, c.iters,
+                  med * 1e6);
+      std::fflush(stdout);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,258 @@
+#include "process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "dtrain/error.h"
+
+extern char** environ;
+
+namespace dtrain::bench {
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+void on_signal(int) { g_interrupted = 1; }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int s = WTERMSIG(status);
+    const char* n = strsignal(s);
+    return "was killed by signal " + std::to_string(s) + (n ? std::string(" (") + n + ")" : "");
+  }
+  return "ended with status " + std::to_string(status);
+}
+
+bool failed(int status) { return !WIFEXITED(status) || WEXITSTATUS(status) != 0; }
+
+void kill_and_reap(std::vector<Child>& kids) {
+  for (auto& k : kids)
+    if (k.pid > 0) ::kill(k.pid, SIGKILL);
+  for (auto& k : kids) {
+    if (k.pid <= 0) continue;
+    int st = 0;
+    while (::waitpid(k.pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    k.pid = -1;
+  }
+}
+
+// A rank failed: give the others a moment to fail too, so that the report can
+// name the root cause (a rank killed by a signal) rather than a peer that only
+// saw its connection drop, then kill the rest.
+std::string first_failure(std::vector<Child>& kids, const std::string& name, int status) {
+  std::vector<std::pair<std::string, int>> failures{{name, status}};
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) {
+    bool any = false;
+    for (auto& k : kids) {
+      if (k.pid <= 0) continue;
+      any = true;
+      int st = 0;
+      if (::waitpid(k.pid, &st, WNOHANG) == k.pid) {
+        k.pid = -1;
+        if (failed(st)) failures.push_back({k.name, st});
+      }
+    }
+    if (!any) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill_and_reap(kids);
+  std::stable_sort(failures.begin(), failures.end(),
+                   [](const auto& a, const auto& b) { return WIFSIGNALED(a.second) && !WIFSIGNALED(b.second); });
+  std::string why;
+  for (auto& [n, st] : failures) why += (why.empty() ? "" : "; then ") + n + " " + describe_status(st);
+  return why;
+}
+
+}  // namespace
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw IoError(std::string("cannot read /proc/self/exe: ") + std::strerror(errno));
+  buf[n] = 0;
+  return buf;
+}
+
+std::string dir_of(const std::string& path) {
+  auto p = path.rfind('/');
+  return p == std::string::npos ? "." : path.substr(0, p);
+}
+
+std::string find_in_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    if (end == std::string::npos) end = p.size();
+    std::string dir = p.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string cand = dir + "/" + name;
+    struct stat st{};
+    if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0) return cand;
+    start = end + 1;
+  }
+  return "";
+}
+
+pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+            int stdout_fd) {
+  // Everything the child needs is built before fork(): between fork and exec
+  // only async-signal-safe calls are allowed (the parent has threads).
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+  }
+  for (auto& kv : extra_env) {
+    auto eq = kv.find('=');
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+  for (auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+    if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
+    ::execve(path.c_str(), args.data(), envp.data());
+    const char msg[] = "dtrain-bench: execve failed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  return pid;
+}
+
+void install_interrupt_handlers() {
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool interrupted() { return g_interrupted != 0; }
+
+std::string wait_all(std::vector<Child>& kids, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  size_t alive = 0;
+  for (auto& k : kids) alive += k.pid > 0;
+  while (alive > 0) {
+    for (auto& k : kids) {
+      if (k.pid <= 0) continue;
+      int st = 0;
+      pid_t r = ::waitpid(k.pid, &st, WNOHANG);
+      if (r == 0) continue;
+      if (r < 0 && errno == EINTR) continue;
+      k.pid = -1;
+      --alive;
+      if (r > 0 && failed(st)) return first_failure(kids, k.name, st);
+    }
+    if (alive == 0) break;
+    if (interrupted()) {
+      kill_and_reap(kids);
+      return "interrupted; stopped every rank";
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::string names;
+      for (auto& k : kids)
+        if (k.pid > 0) names += (names.empty() ? "" : ", ") + k.name;
+      kill_and_reap(kids);
+      return "the time limit of " + std::to_string(limit.count()) + " s passed with " + names +
+             " still running; killed them";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "";
+}
+
+Captured run_capture(const std::string& path, const std::vector<std::string>& argv,
+                     const std::vector<std::string>& extra_env, std::chrono::seconds limit) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError(std::string("pipe failed: ") + std::strerror(errno));
+  pid_t pid;
+  try {
+    pid = spawn(path, argv, extra_env, fds[1]);
+  } catch (...) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw;
+  }
+  ::close(fds[1]);
+  Captured c;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  bool eof = false, term_sent = false;
+  std::chrono::steady_clock::time_point kill_at{};
+  int status = 0;
+  bool reaped = false;
+  while (!reaped) {
+    if (!eof) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0) {
+        char buf[4096];
+        ssize_t n = ::read(fds[0], buf, sizeof(buf));
+        if (n > 0) c.out.append(buf, static_cast<size_t>(n));
+        else if (n == 0 || (errno != EINTR && errno != EAGAIN)) eof = true;
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      reaped = true;
+      break;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (!term_sent && (interrupted() || now > deadline)) {
+      c.failure = interrupted() ? "interrupted"
+                                : "the time limit of " + std::to_string(limit.count()) + " s passed";
+      ::kill(pid, SIGTERM);  // mpirun forwards it to its ranks and cleans up
+      term_sent = true;
+      kill_at = now + std::chrono::seconds(5);
+    } else if (term_sent && now > kill_at) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      reaped = true;
+    }
+  }
+  // Drain what is left in the pipe.
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    char buf[4096];
+    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    c.out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  if (c.failure.empty() && failed(status)) c.failure = describe_status(status);
+  return c;
+}
+
+}  // namespace dtrain::bench
