@@ -244,6 +244,13 @@ void check_rank(const CommState& s, int r, const char* what, const char* op) {
                        std::to_string(s.size) + "-rank communicator");
 }
 
+void check_p2p(const CommState& s, const Buffer& b, int peer, int tag, const char* op) {
+  check_buffer(s, b, "", op);
+  check_rank(s, peer, "peer", op);
+  if (peer == s.rank) throw InvalidUsage(std::string(op) + ": peer " + std::to_string(peer) + " is this rank itself");
+  if (tag < 0) throw InvalidUsage(std::string(op) + ": tag must be >= 0");
+}
+
 template <typename Submit>
 std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& d, const Buffer* b, const char* op,
                              int peer, CallOptions o, Submit&& call) {
@@ -386,10 +393,7 @@ std::shared_ptr<Work> Communicator::barrier(CallOptions o) {
 
 std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, buf, "", "send");
-  check_rank(s, peer, "peer", "send");
-  if (peer == s.rank) throw InvalidUsage("send: a rank cannot send to itself");
-  if (tag < 0) throw InvalidUsage("send: tag must be >= 0");
+  check_p2p(s, buf, peer, tag, "send");
   auto a = to_abi(buf);
   return submit(state_, kSend, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
     opts.tag = tag;
@@ -399,10 +403,7 @@ std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, C
 
 std::shared_ptr<Work> Communicator::recv(const Buffer& buf, int peer, int tag, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, buf, "", "recv");
-  check_rank(s, peer, "peer", "recv");
-  if (peer == s.rank) throw InvalidUsage("recv: a rank cannot receive from itself");
-  if (tag < 0) throw InvalidUsage("recv: tag must be >= 0");
+  check_p2p(s, buf, peer, tag, "recv");
   auto a = to_abi(buf);
   return submit(state_, kRecv, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
     opts.tag = tag;
