@@ -29,6 +29,9 @@ struct RoleInfo {
   std::string job_token;
   std::string job_id;
   int restart_count = 0;
+  // No launcher serves the store (Slurm, mpirun, torchrun): rank 0 serves it
+  // on store_endpoint's port and the others connect to it.
+  bool self_hosted_store = false;
   std::string source;  // which maker produced it: "dtrain env", "paddle env", "toml", ...
   std::string describe() const;  // one line for logs
 };
@@ -48,10 +51,20 @@ class RoleMaker {
 //   (host:port), DTRAIN_JOB_TOKEN, DTRAIN_JOB_ID, DTRAIN_RESTART_COUNT,
 //   DTRAIN_SERVER_INDEX, DTRAIN_WORKER_ENDPOINTS, DTRAIN_SERVER_ENDPOINTS,
 //   DTRAIN_CURRENT_ENDPOINT
-// and, when no DTRAIN_RANK is set, Paddle's names:
-//   PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,
-//   PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE (TRAINER|PSERVER),
-//   PADDLE_PSERVERS_IP_PORT_LIST (a server's index is its endpoint's place in it).
+// and, when no DTRAIN_RANK is set, the first of these that is present:
+//   Paddle: PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,
+//     PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE (TRAINER|PSERVER),
+//     PADDLE_PSERVERS_IP_PORT_LIST (a server's index is its endpoint's place in it);
+//   torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+//     MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT;
+//   Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
+//   Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_NNODES,
+//     SLURM_NTASKS_PER_NODE.
+// Under torchrun, mpirun and Slurm no launcher serves a store, so the role says
+// self_hosted_store and names the endpoint rank 0 serves: DTRAIN_STORE if set,
+// else MASTER_ADDR:MASTER_PORT (MASTER_PORT+1 under a real torchrun, whose own
+// store holds MASTER_PORT), else on a single machine 127.0.0.1 and a port
+// derived from the scheduler's job id; several machines need MASTER_ADDR.
 class EnvRoleMaker : public RoleMaker {
  public:
   EnvRoleMaker();  // the process environment

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <charconv>
 #include <climits>
+#include <cstdint>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 
@@ -368,6 +370,119 @@ RoleInfo resolve_paddle(const EnvReader& e) {
   return build(r, role, EnvNamer(names), "paddle env");
 }
 
+bool has_torchrun_rank(const EnvReader& e) { return e.has("RANK") && e.has("WORLD_SIZE"); }
+bool has_ompi_rank(const EnvReader& e) { return e.has("OMPI_COMM_WORLD_RANK"); }
+bool has_slurm_rank(const EnvReader& e) { return e.has("SLURM_PROCID") && e.has("SLURM_NTASKS"); }
+
+uint16_t port_from_id(const std::string& id) {
+  uint32_t h = 2166136261u;
+  for (unsigned char c : id) h = (h ^ c) * 16777619u;
+  return static_cast<uint16_t>(20000 + h % 10000);
+}
+
+// The store endpoint rank 0 serves when no launcher does.
+std::string self_hosted_endpoint(const EnvReader& e, int nnodes, const std::string& scheduler,
+                                 const std::string& job_id, int port_offset = 0) {
+  if (auto s = e.get("DTRAIN_STORE")) return *s;
+  auto addr = e.get("MASTER_ADDR");
+  auto port = e.get_int("MASTER_PORT");
+  if (addr && port) return *addr + ":" + std::to_string(*port + port_offset);
+  if (nnodes > 1)
+    throw InvalidUsage("a " + scheduler + " job on " + std::to_string(nnodes) +
+                       " machines needs MASTER_ADDR and MASTER_PORT (or DTRAIN_STORE=host:port) to find the store "
+                       "that rank 0 serves");
+  return "127.0.0.1:" + std::to_string(port ? *port + port_offset : port_from_id(scheduler + job_id));
+}
+
+RoleInfo resolve_scheduler(const EnvReader& e, RawRole r, std::map<std::string, std::string> names,
+                           const std::string& scheduler, const std::string& job_id, int port_offset = 0) {
+  RoleInfo probe = build(r, Role::Worker, EnvNamer(names), scheduler + " env");
+  r.store = self_hosted_endpoint(e, probe.nnodes, scheduler, job_id, port_offset);
+  if (r.job_id.empty()) r.job_id = scheduler + "-" + job_id;
+  RoleInfo info = build(r, Role::Worker, EnvNamer(names), scheduler + " env");
+  info.self_hosted_store = !e.has("DTRAIN_STORE");
+  return info;
+}
+
+RoleInfo resolve_torchrun(const EnvReader& e) {
+  RawRole r;
+  read_common(e, r);
+  r.rank = e.get_int("RANK");
+  r.world_size = e.get_int("WORLD_SIZE");
+  if (!r.local_rank) r.local_rank = e.get_int("LOCAL_RANK");
+  if (!r.local_world_size) r.local_world_size = e.get_int("LOCAL_WORLD_SIZE");
+  if (!r.node_rank) r.node_rank = e.get_int("GROUP_RANK");
+  if (!r.restart_count) r.restart_count = e.get_int("TORCHELASTIC_RESTART_COUNT");
+  if (!r.nnodes && r.world_size && r.local_world_size && *r.local_world_size > 0)
+    r.nnodes = std::max(1, *r.world_size / *r.local_world_size);
+  std::map<std::string, std::string> names = kCommonNames;
+  names.insert({{"rank", "RANK"}, {"world_size", "WORLD_SIZE"}});
+  names["local_rank"] = "LOCAL_RANK";
+  names["local_world_size"] = "LOCAL_WORLD_SIZE";
+  names["node_rank"] = "GROUP_RANK";
+  // A real torchrun already serves its own store on MASTER_PORT.
+  int offset = e.has("TORCHELASTIC_RUN_ID") ? 1 : 0;
+  return resolve_scheduler(e, r, names, "torchrun", e.get("TORCHELASTIC_RUN_ID").value_or("local"), offset);
+}
+
+RoleInfo resolve_ompi(const EnvReader& e) {
+  RawRole r;
+  read_common(e, r);
+  r.rank = e.get_int("OMPI_COMM_WORLD_RANK");
+  r.world_size = e.get_int("OMPI_COMM_WORLD_SIZE");
+  if (!r.local_rank) r.local_rank = e.get_int("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (!r.local_world_size) r.local_world_size = e.get_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (!r.nnodes && r.world_size && r.local_world_size && *r.local_world_size > 0)
+    r.nnodes = std::max(1, (*r.world_size + *r.local_world_size - 1) / *r.local_world_size);
+  if (!r.node_rank && r.rank && r.local_world_size && *r.local_world_size > 0)
+    r.node_rank = *r.rank / *r.local_world_size;
+  std::map<std::string, std::string> names = kCommonNames;
+  names.insert({{"rank", "OMPI_COMM_WORLD_RANK"}, {"world_size", "OMPI_COMM_WORLD_SIZE"}});
+  names["local_rank"] = "OMPI_COMM_WORLD_LOCAL_RANK";
+  names["local_world_size"] = "OMPI_COMM_WORLD_LOCAL_SIZE";
+  std::string id = e.get("OMPI_MCA_ess_base_jobid").value_or(e.get("PMIX_NAMESPACE").value_or("mpirun"));
+  return resolve_scheduler(e, r, names, "mpirun", id);
+}
+
+// "2(x3),1" -> tasks per node list; the entry for a node index.
+std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
+  std::stringstream ss(spec);
+  std::string item;
+  int index = 0;
+  while (std::getline(ss, item, ',')) {
+    int count = std::atoi(item.c_str());
+    int repeat = 1;
+    auto x = item.find("(x");
+    if (x != std::string::npos) repeat = std::atoi(item.c_str() + x + 2);
+    if (node < index + repeat) return count;
+    index += repeat;
+  }
+  return std::nullopt;
+}
+
+RoleInfo resolve_slurm(const EnvReader& e) {
+  RawRole r;
+  read_common(e, r);
+  r.rank = e.get_int("SLURM_PROCID");
+  r.world_size = e.get_int("SLURM_NTASKS");
+  if (!r.local_rank) r.local_rank = e.get_int("SLURM_LOCALID");
+  if (!r.node_rank) r.node_rank = e.get_int("SLURM_NODEID");
+  if (!r.nnodes) r.nnodes = e.get_int("SLURM_NNODES");
+  if (!r.local_world_size) {
+    auto spec = e.get("SLURM_TASKS_PER_NODE");
+    if (!spec) spec = e.get("SLURM_NTASKS_PER_NODE");
+    if (spec) r.local_world_size = slurm_tasks_on_node(*spec, r.node_rank.value_or(0));
+  }
+  std::map<std::string, std::string> names = kCommonNames;
+  names.insert({{"rank", "SLURM_PROCID"}, {"world_size", "SLURM_NTASKS"}});
+  names["local_rank"] = "SLURM_LOCALID";
+  names["node_rank"] = "SLURM_NODEID";
+  names["nnodes"] = "SLURM_NNODES";
+  names["local_world_size"] = "SLURM_NTASKS_PER_NODE";
+  std::string id = e.get("SLURM_JOB_ID").value_or("") + "." + e.get("SLURM_STEP_ID").value_or("");
+  return resolve_scheduler(e, r, names, "slurm", id);
+}
+
 }  // namespace
 
 const char* to_string(Role r) { return r == Role::Server ? "server" : "worker"; }
@@ -407,13 +522,17 @@ EnvRoleMaker::EnvRoleMaker(std::map<std::string, std::string> env) : env_(std::m
 
 bool EnvRoleMaker::applies() const {
   EnvReader e(env_);
-  return has_dtrain_rank(e) || has_paddle_rank(e);
+  return has_dtrain_rank(e) || has_paddle_rank(e) || has_torchrun_rank(e) || has_ompi_rank(e) ||
+         has_slurm_rank(e);
 }
 
 RoleInfo EnvRoleMaker::resolve() const {
   EnvReader e(env_);
   if (has_dtrain_rank(e)) return resolve_dtrain(e);
   if (has_paddle_rank(e)) return resolve_paddle(e);
+  if (has_torchrun_rank(e)) return resolve_torchrun(e);
+  if (has_ompi_rank(e)) return resolve_ompi(e);
+  if (has_slurm_rank(e)) return resolve_slurm(e);
   RawRole r;
   read_common(e, r);
   r.rank = 0;

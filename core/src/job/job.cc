@@ -1,0 +1,83 @@
+#include "dtrain/job.h"
+
+#include "dtrain/communicator.h"
+#include "dtrain/error.h"
+#include "dtrain/log.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/store.h"
+
+namespace dtrain {
+
+void add_job_keys(ConfigSchema& schema) {
+  schema.add("job.backend", ConfigType::String, "\"gloo\"", "transport plugin (dtrain --backend overrides)")
+      .add("job.program", ConfigType::String, "", "program the launcher starts for `dtrain JOB.toml`")
+      .add("job.args", ConfigType::StringList, "[]", "extra arguments after the job file")
+      .add("job.nproc_per_node", ConfigType::Int, "1", "processes per machine")
+      .add("job.job_id", ConfigType::String, "", "job id (default: a fresh one)")
+      .add("communicator.timeout_s", ConfigType::Float, "300", "default deadline of every collective")
+      .add("plugins.path", ConfigType::StringList, "[]", "extra folders searched for plugins")
+      .add_open_table("role");
+  for (const std::string& name : PluginRegistry().available()) schema.add_open_table(name);
+}
+
+RoleInfo resolve_role(const Config* config) {
+  EnvRoleMaker env;
+  if (env.applies() || !config || !config->has("role")) return env.resolve();
+  return TomlRoleMaker(*config).resolve();
+}
+
+JobOptions JobOptions::from_config(const Config& config) {
+  JobOptions o;
+  o.backend = config.get_string("job.backend", "gloo");
+  o.config_toml = config.table_as_flat_toml(o.backend);
+  if (config.has("plugins.path")) o.plugin_dirs = config.get_string_list("plugins.path");
+  double secs = config.get_float("communicator.timeout_s", 300.0);
+  if (secs <= 0) {
+    ConfigLocation loc = config.location_of("communicator.timeout_s");
+    throw ConfigError(loc.file, loc.line, loc.column, "communicator.timeout_s",
+                      "communicator.timeout_s must be positive");
+  }
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(secs * 1000));
+  return o;
+}
+
+Job join_job(const JobOptions& options, const RoleInfo& role) {
+  if (options.backend.empty()) throw InvalidUsage("join_job: no backend named (set [job] backend)");
+  Job job;
+  job.role = role;
+  PluginRegistry registry(options.plugin_dirs);
+  job.backend = registry.load(options.backend);
+
+  if (role.world_size > 1 || !role.store_endpoint.empty()) {
+    if (role.store_endpoint.empty())
+      throw InvalidUsage("rank " + std::to_string(role.rank) + " of " + std::to_string(role.world_size) +
+                         " has no store endpoint (DTRAIN_STORE); start the job with `dtrain`");
+    auto [host, port] = parse_host_port(role.store_endpoint);
+    std::string token = role.job_token;
+    if (role.self_hosted_store) {
+      // Without a launcher there is no secret channel to hand out a token.
+      if (token.empty()) token = "dtrain-self-hosted:" + role.job_id;
+      if (role.rank == 0 && role.role == Role::Worker) {
+        job.store_server = std::make_shared<TcpStoreServer>(role.nnodes > 1 ? "0.0.0.0" : host, port, token);
+        log_info("serving the job store on " + role.store_endpoint + " (" + role.source + ")");
+      }
+    }
+    job.store = std::make_shared<TcpStore>(host, port, token, options.timeout);
+  }
+
+  CommOptions co;
+  co.rank = role.rank;
+  co.world_size = role.world_size;
+  co.local_rank = role.local_rank;
+  co.local_world_size = role.local_world_size;
+  co.role = role.role;
+  co.store = job.store;
+  co.config_toml = options.config_toml;
+  co.timeout = options.timeout;
+  co.name = options.name;
+  co.job_id = role.job_id;
+  job.comm = job.backend->create_communicator(co);
+  return job;
+}
+
+}  // namespace dtrain
