@@ -101,6 +101,8 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     attr.hostname = host;
   } else if (!iface.empty()) {
     attr.iface = iface;
+  } else if (const char* ip = std::getenv("DTRAIN_HOST_IP")) {
+    attr.hostname = ip;  // this machine's address as the launcher knows it (--ips)
   } else {
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);

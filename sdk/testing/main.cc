@@ -15,6 +15,7 @@
 #include "conformance.h"
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
+#include "dtrain/job.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/role_maker.h"
 #include "dtrain/store.h"
@@ -93,23 +94,16 @@ int main(int argc, char** argv) {
       }
       for (auto& t : threads) t.join();
     } else {
-      EnvRoleMaker env;
-      RoleInfo role = env.resolve();
+      JobOptions jo;
+      jo.backend = backend;
+      jo.config_toml = base.config_toml;
+      jo.plugin_dirs = plugin_dirs;
+      jo.timeout = base.timeout;
+      jo.name = base.name;
+      RoleInfo role = resolve_role();
       world = role.world_size;
-      CommOptions co = base;
-      co.rank = role.rank;
-      co.world_size = role.world_size;
-      co.local_rank = role.local_rank;
-      co.local_world_size = role.local_world_size;
-      co.job_id = role.job_id;
-      if (role.world_size > 1) {
-        if (role.store_endpoint.empty())
-          throw InvalidUsage("no --world-size and no store in the environment (DTRAIN_STORE); run under `dtrain` "
-                             "or give --world-size N");
-        auto [host, port] = parse_host_port(role.store_endpoint);
-        co.store = std::make_shared<TcpStore>(host, port, role.job_token);
-      }
-      auto comm = be->create_communicator(co);
+      Job job = join_job(jo, role);
+      auto& comm = job.comm;
       results.push_back(conformance::run(*comm, o));
       comm->barrier()->wait();
     }

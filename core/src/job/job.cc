@@ -62,7 +62,9 @@ Job join_job(const JobOptions& options, const RoleInfo& role) {
         log_info("serving the job store on " + role.store_endpoint + " (" + role.source + ")");
       }
     }
-    job.store = std::make_shared<TcpStore>(host, port, token, options.timeout);
+    // Each attempt of a restarted job rendezvous in its own key space.
+    job.store = std::make_shared<PrefixStore>("run" + std::to_string(role.restart_count),
+                                              std::make_shared<TcpStore>(host, port, token, options.timeout));
   }
 
   CommOptions co;

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dtrain::launch {
+
+// What one `dtrain` invocation runs on this machine.
+struct LaunchOptions {
+  std::vector<std::string> command;  // program and its arguments
+  int nproc_per_node = 1;            // workers on this machine (collective mode)
+  std::vector<std::string> devices;  // --gpus/--devices: one worker per entry
+  // Machines: --ips (this machine is the entry that is one of its addresses),
+  // or --master host:port with --nnodes/--rank; neither means one machine.
+  std::vector<std::string> ips;
+  std::string master;
+  int nnodes = 1;
+  int node_rank = -1;
+  int start_port = 0;  // the store's port; 0: any free port (one machine only)
+  std::string log_dir = "log";
+  // Parameter-server mode: servers and workers on this machine, or explicit
+  // endpoint lists over all machines (the entries that are local run here).
+  int server_num = 0;
+  int worker_num = 0;
+  std::vector<std::string> servers;
+  std::vector<std::string> workers;
+  std::string backend;
+  int max_restarts = 0;
+  std::string log_level;
+  std::string job_id;
+  double grace_s = 5.0;         // SIGTERM -> SIGKILL
+  double join_timeout_s = 300;  // waiting for the other machines
+};
+
+// Runs the job to completion on this machine, coordinating with the `dtrain`
+// of every other machine through the job store (served by node 0's dtrain).
+// Returns the process exit code for `dtrain`: 0 when every process of every
+// machine succeeded, else non-zero after printing one root-cause report.
+//
+// Blocks; installs handlers for SIGINT, SIGTERM, SIGHUP (forwarded to the job)
+// and SIGCHLD. Must run on the main thread.
+int run_job(const LaunchOptions& options);
+
+}  // namespace dtrain::launch
