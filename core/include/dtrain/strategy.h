@@ -1,0 +1,161 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dtrain/buffer.h"
+#include "dtrain/config.h"
+
+namespace dtrain {
+
+class Communicator;
+class Work;
+
+// How a step's gradients are synchronised, from the job file's [strategy]
+// table. Keys follow Paddle's DistributedStrategy names:
+//
+//   [strategy]
+//   fuse_all_reduce_ops = true     group gradients into buckets (false: one all-reduce per tensor)
+//   fuse_grad_size_in_MB = 32      bucket capacity
+//   fp16_allreduce = false         gradients travel as 16-bit floats
+//   fp16_allreduce_dtype = "f16"   "f16" or "bf16" (dtrain extension)
+//   [strategy.gradient_merge]  k_steps = 1   avg = true        accumulate k steps, sync once
+//   [strategy.localsgd]        k_steps = 1   begin_step = 1    no gradient sync; average the
+//                                                               parameters every k steps
+//   a_sync = false, [strategy.a_sync_configs] k_steps = 0      parameter-server modes: declared,
+//                                                               setting them is an error for now
+//
+// Framework-neutral: it sees gradients and parameters only as Buffers.
+struct StrategyOptions {
+  bool fuse_all_reduce_ops = true;
+  double fuse_grad_size_in_MB = 32.0;
+  bool fp16_allreduce = false;
+  DType wire_dtype = DType::F16;  // used when fp16_allreduce
+  int gradient_merge_k_steps = 1;
+  bool gradient_merge_avg = true;
+  int localsgd_k_steps = 1;       // > 1 enables local SGD
+  int localsgd_begin_step = 1;
+
+  bool localsgd() const { return localsgd_k_steps > 1; }
+  size_t bucket_bytes() const;
+  // Reads and checks the [strategy] table; ConfigError names the key and its
+  // file/line for a bad value (k_steps < 1, unknown dtype, a_sync = true, ...).
+  static StrategyOptions from_config(const Config& config);
+  std::string describe() const;
+};
+
+// Declares every [strategy] key above in a schema.
+void add_strategy_keys(ConfigSchema& schema);
+
+// The per-step policy of a strategy. Steps count micro-batches from 0.
+class Strategy {
+ public:
+  explicit Strategy(StrategyOptions options = {}) : options_(options) {}
+  const StrategyOptions& options() const { return options_; }
+  // Whether the gradients of micro-step `step` are all-reduced (the last of
+  // each gradient-merge group; never under local SGD).
+  bool sync_gradients_at(int64_t step) const;
+  // Whether the optimizer steps after micro-step `step`.
+  bool optimizer_step_at(int64_t step) const;
+  // Factor the merged gradients are scaled by before the optimizer step.
+  double gradient_scale() const;
+  // Whether the parameters are averaged after optimizer step `step` (local SGD).
+  bool average_parameters_at(int64_t step) const;
+
+ private:
+  StrategyOptions options_;
+};
+
+// Counters of the communication a GradientBuckets or collective helper did.
+struct SyncStats {
+  double wait_seconds = 0;  // time the caller blocked waiting for all-reduces
+  int64_t allreduces = 0;
+  int64_t bytes_on_wire = 0;  // per rank, payload bytes handed to the backend
+};
+
+// Gradient bucketing (c10d Reducer-style) over plain f32 buffers.
+//
+// The tensors are given once, by element count, in registration order (the
+// order of the model's parameters). Buckets are filled in reverse order, the
+// order backward produces gradients, up to bucket_bytes each (one tensor per
+// bucket when fuse_all_reduce_ops is false). Every rank must build the same
+// layout (same counts), which the caller should check first.
+//
+// Per step: begin(); mark_ready(i, grad) once per tensor as its gradient is
+// final, from any thread; finish(). A bucket is all-reduced (average over
+// ranks) as soon as all its tensors are ready and every earlier bucket has been
+// launched, so every rank submits buckets in the same order while backward
+// still runs. finish() launches what is left (tensors never marked count as
+// zero gradients and are skipped on write-back), waits, and writes the
+// averaged values back into the buffers given to mark_ready, which must stay
+// valid until then. With fp16_allreduce the bucket is pre-divided by the world
+// size, converted to f16/bf16, summed on the wire and converted back.
+class GradientBuckets {
+ public:
+  GradientBuckets(std::shared_ptr<Communicator> comm, std::vector<size_t> counts, const StrategyOptions& options);
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
+
+  void begin();
+  void mark_ready(size_t index, const Buffer& grad);
+  void finish();
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Tensor indices of bucket b, in the order they sit in it.
+  const std::vector<size_t>& bucket_members(size_t b) const { return buckets_[b].members; }
+  const SyncStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> members;
+    std::vector<size_t> offsets;  // element offset of each member in data
+    size_t count = 0;
+    std::vector<float> data;
+    std::vector<uint16_t> wire;  // 16-bit copy when compressing
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+  void launch_ready_locked();
+  void launch_locked(Bucket& b);
+
+  std::shared_ptr<Communicator> comm_;
+  StrategyOptions options_;
+  std::vector<size_t> counts_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;     // tensor -> bucket
+  std::vector<size_t> slot_of_;       // tensor -> member index in its bucket
+  std::vector<Buffer> targets_;       // where results go back
+  size_t next_launch_ = 0;
+  bool active_ = false;
+  std::mutex mu_;
+  SyncStats stats_;
+};
+
+// Averages buffers (f32) across ranks in place, packed into buckets of
+// bucket_bytes (local SGD's parameter averaging, BatchNorm statistics).
+void average_buffers(Communicator& comm, const std::vector<Buffer>& buffers, size_t bucket_bytes,
+                     SyncStats* stats = nullptr);
+// Broadcasts buffers (any dtype each) from root, packed per dtype into buckets.
+void broadcast_buffers(Communicator& comm, const std::vector<Buffer>& buffers, int root, size_t bucket_bytes);
+
+// Checks that every rank has the same tensor layout before parameters are
+// broadcast: `names` and `shapes` describe the tensors in order. On a
+// mismatch every rank throws InvalidUsage naming the first differing tensor
+// (index, name and shape on this rank and on rank 0), instead of hanging in a
+// mismatched collective later.
+void check_same_layout(Communicator& comm, const std::vector<std::string>& names,
+                       const std::vector<std::vector<int64_t>>& shapes);
+
+// 16-bit float conversions (round to nearest even).
+uint16_t float_to_f16(float f);
+float f16_to_float(uint16_t h);
+uint16_t float_to_bf16(float f);
+float bf16_to_float(uint16_t b);
+
+}  // namespace dtrain

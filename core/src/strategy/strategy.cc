@@ -1,0 +1,96 @@
+#include "dtrain/strategy.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "dtrain/error.h"
+
+namespace dtrain {
+
+namespace {
+
+[[noreturn]] void bad_value(const Config& config, const std::string& key, const std::string& message) {
+  ConfigLocation loc = config.location_of(key);
+  throw ConfigError(loc.file, loc.line, loc.column, key, message);
+}
+
+}  // namespace
+
+void add_strategy_keys(ConfigSchema& s) {
+  s.add("strategy.fuse_all_reduce_ops", ConfigType::Bool, "true",
+        "group gradients into buckets that are all-reduced as soon as they are ready");
+  s.add("strategy.fuse_grad_size_in_MB", ConfigType::Float, "32", "bucket capacity in MiB");
+  s.add("strategy.fp16_allreduce", ConfigType::Bool, "false", "send gradients as 16-bit floats");
+  s.add("strategy.fp16_allreduce_dtype", ConfigType::String, "\"f16\"", "\"f16\" or \"bf16\"");
+  s.add("strategy.gradient_merge.k_steps", ConfigType::Int, "1", "accumulate k micro-steps, then sync");
+  s.add("strategy.gradient_merge.avg", ConfigType::Bool, "true", "average (not sum) the merged gradients");
+  s.add("strategy.localsgd.k_steps", ConfigType::Int, "1", "average parameters every k steps (> 1 enables)");
+  s.add("strategy.localsgd.begin_step", ConfigType::Int, "1", "steps of plain synchronous SGD first");
+  s.add("strategy.a_sync", ConfigType::Bool, "false", "parameter-server asynchronous mode (not available yet)");
+  s.add("strategy.a_sync_configs.k_steps", ConfigType::Int, "0", "parameter-server GEO mode (not available yet)");
+}
+
+size_t StrategyOptions::bucket_bytes() const {
+  double b = fuse_grad_size_in_MB * 1024.0 * 1024.0;
+  return b < 1 ? 1 : static_cast<size_t>(b);
+}
+
+StrategyOptions StrategyOptions::from_config(const Config& c) {
+  StrategyOptions o;
+  o.fuse_all_reduce_ops = c.get_bool("strategy.fuse_all_reduce_ops", o.fuse_all_reduce_ops);
+  o.fuse_grad_size_in_MB = c.get_float("strategy.fuse_grad_size_in_MB", o.fuse_grad_size_in_MB);
+  if (!(o.fuse_grad_size_in_MB > 0)) bad_value(c, "strategy.fuse_grad_size_in_MB", "must be > 0");
+  o.fp16_allreduce = c.get_bool("strategy.fp16_allreduce", o.fp16_allreduce);
+  std::string wd = c.get_string("strategy.fp16_allreduce_dtype", "f16");
+  if (wd == "f16" || wd == "fp16" || wd == "float16") o.wire_dtype = DType::F16;
+  else if (wd == "bf16" || wd == "bfloat16") o.wire_dtype = DType::BF16;
+  else bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
+  int64_t k = c.get_int("strategy.gradient_merge.k_steps", 1);
+  if (k < 1) bad_value(c, "strategy.gradient_merge.k_steps", "must be >= 1, got " + std::to_string(k));
+  o.gradient_merge_k_steps = static_cast<int>(k);
+  o.gradient_merge_avg = c.get_bool("strategy.gradient_merge.avg", true);
+  k = c.get_int("strategy.localsgd.k_steps", 1);
+  if (k < 1) bad_value(c, "strategy.localsgd.k_steps", "must be >= 1, got " + std::to_string(k));
+  o.localsgd_k_steps = static_cast<int>(k);
+  k = c.get_int("strategy.localsgd.begin_step", 1);
+  if (k < 0) bad_value(c, "strategy.localsgd.begin_step", "must be >= 0");
+  o.localsgd_begin_step = static_cast<int>(k);
+  if (o.localsgd() && o.gradient_merge_k_steps > 1)
+    bad_value(c, "strategy.localsgd.k_steps", "local SGD and gradient_merge cannot be combined; set one of them to 1");
+  if (c.get_bool("strategy.a_sync", false))
+    bad_value(c, "strategy.a_sync",
+              "parameter-server mode is not available yet; remove it (or set false) for collective training");
+  if (c.get_int("strategy.a_sync_configs.k_steps", 0) != 0)
+    bad_value(c, "strategy.a_sync_configs.k_steps",
+              "parameter-server GEO mode is not available yet; remove the key for collective training");
+  return o;
+}
+
+std::string StrategyOptions::describe() const {
+  std::ostringstream os;
+  os << "fuse_all_reduce_ops=" << (fuse_all_reduce_ops ? "true" : "false")
+     << " fuse_grad_size_in_MB=" << fuse_grad_size_in_MB
+     << " fp16_allreduce=" << (fp16_allreduce ? dtype_name(wire_dtype) : "false")
+     << " gradient_merge.k_steps=" << gradient_merge_k_steps << " localsgd.k_steps=" << localsgd_k_steps;
+  return os.str();
+}
+
+bool Strategy::sync_gradients_at(int64_t step) const {
+  if (options_.localsgd() && step >= options_.localsgd_begin_step) return false;
+  return optimizer_step_at(step);
+}
+
+bool Strategy::optimizer_step_at(int64_t step) const {
+  return (step + 1) % options_.gradient_merge_k_steps == 0;
+}
+
+double Strategy::gradient_scale() const {
+  return options_.gradient_merge_avg ? 1.0 / options_.gradient_merge_k_steps : 1.0;
+}
+
+bool Strategy::average_parameters_at(int64_t step) const {
+  if (!options_.localsgd() || step < options_.localsgd_begin_step) return false;
+  return (step + 1) % options_.localsgd_k_steps == 0;
+}
+
+}  // namespace dtrain
