@@ -1,0 +1,30 @@
+#include "communicator.h"
+
+namespace {
+
+const dt_config_key_v1_t kKeys[] = {
+    {"tls", "string", "\"\"",
+     "UCX transports (UCX_TLS syntax, e.g. \"sm,cma\" or \"tcp\"); empty: UCX's default (UCX_TLS or all)"},
+    {"net_devices", "string", "\"\"",
+     "network devices (UCX_NET_DEVICES syntax); empty: \"lo\" when every rank is on one host, else all "
+     "(UCX_NET_DEVICES in the environment wins over the default)"},
+    {"algorithm", "string", "\"auto\"",
+     "all-reduce algorithm: auto (recursive_doubling up to small_message_bytes, ring above), recursive_doubling, "
+     "ring"},
+    {"small_message_bytes", "int", "32768", "auto: messages up to this size use recursive doubling"},
+    {"chunk_bytes", "int", "131072", "ring pipeline chunk: each chunk is reduced as soon as it lands"},
+    {"pipeline_depth", "int", "4", "ring chunks in flight per step"},
+    {"spin_us", "int", "200", "busy-poll this long before yielding, then sleeping on the worker's event fd"},
+    {"grace_us", "int", "1000",
+     "a collective nobody waits for is run by the communicator's background thread after this long"},
+};
+
+constexpr uint64_t kCaps = DT_CAP_ALLREDUCE | DT_CAP_BROADCAST | DT_CAP_ALLGATHER | DT_CAP_REDUCE_SCATTER |
+                           DT_CAP_REDUCE | DT_CAP_ALLTOALL | DT_CAP_BARRIER | DT_CAP_SENDRECV | DT_CAP_CPU_BUFFERS |
+                           DT_CAP_REDUCED_PRECISION;
+
+}  // namespace
+
+DTRAIN_EXPORT_BACKEND_V1(dtrain::ucx_backend::UcxCommunicator, "ucx", "0.1.0 (UCX 1.13)",
+                         "CPU collectives over UCX: shared memory and CMA on one host, TCP or RDMA across hosts",
+                         kCaps, kKeys)
