@@ -160,5 +160,5 @@ TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo"),
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo", "ucx"),
                          [](const auto& info) { return info.param; });
