@@ -1,0 +1,321 @@
+#include "common/data.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#include <zlib.h>
+
+#include "dtrain/error.h"
+
+namespace fs = std::filesystem;
+
+namespace dtrain::apps {
+
+namespace {
+
+std::vector<uint8_t> read_maybe_gzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (!f) throw IoError("cannot open data file '" + path + "': " + std::strerror(errno));
+  std::vector<uint8_t> out;
+  std::vector<uint8_t> chunk(1 << 20);
+  while (true) {
+    int n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()));
+    if (n < 0) {
+      int err = 0;
+      std::string msg = gzerror(f, &err);
+      gzclose(f);
+      throw IoError("cannot read data file '" + path + "': " + msg);
+    }
+    if (n == 0) break;
+    out.insert(out.end(), chunk.begin(), chunk.begin() + n);
+  }
+  gzclose(f);
+  return out;
+}
+
+uint32_t be32(const std::vector<uint8_t>& b, size_t off) {
+  return (uint32_t(b[off]) << 24) | (uint32_t(b[off + 1]) << 16) | (uint32_t(b[off + 2]) << 8) | b[off + 3];
+}
+
+std::string find_idx(const std::string& dir, const std::string& stem) {
+  for (const char* ext : {".gz", ""}) {
+    fs::path p = fs::path(dir) / (stem + ext);
+    if (fs::exists(p)) return p.string();
+  }
+  throw IoError("missing data file '" + (fs::path(dir) / (stem + ".gz")).string() +
+                "' (nor without .gz); install dataset-fashion-mnist or set data.dir");
+}
+
+class InMemoryDataset : public Dataset {
+ public:
+  InMemoryDataset(int c, int h, int w, int classes, std::vector<uint8_t> pixels, std::vector<int64_t> labels)
+      : c_(c), h_(h), w_(w), classes_(classes), pixels_(std::move(pixels)), labels_(std::move(labels)) {}
+  size_t size() const override { return labels_.size(); }
+  int channels() const override { return c_; }
+  int num_classes() const override { return classes_; }
+  Image get(size_t i, int64_t* label) const override {
+    Image im{c_, h_, w_, {}};
+    size_t n = size_t(c_) * h_ * w_;
+    im.pixels.assign(pixels_.begin() + i * n, pixels_.begin() + (i + 1) * n);
+    *label = labels_[i];
+    return im;
+  }
+
+ private:
+  int c_, h_, w_, classes_;
+  std::vector<uint8_t> pixels_;
+  std::vector<int64_t> labels_;
+};
+
+class ListDataset : public Dataset {
+ public:
+  ListDataset(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<int> lines,
+              std::string list_file, int classes, int size, int channels)
+      : paths_(std::move(paths)), labels_(std::move(labels)), lines_(std::move(lines)),
+        list_file_(std::move(list_file)), classes_(classes), size_(size), channels_(channels) {}
+  size_t size() const override { return paths_.size(); }
+  int channels() const override { return channels_; }
+  int num_classes() const override { return classes_; }
+  Image get(size_t i, int64_t* label) const override {
+    cv::Mat m = cv::imread(paths_[i], channels_ == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+    if (m.empty())
+      throw IoError("cannot decode image '" + paths_[i] + "' (" + list_file_ + ":" + std::to_string(lines_[i]) +
+                    ")");
+    if (m.rows != size_ || m.cols != size_) {
+      cv::Mat r;
+      cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
+      m = r;
+    }
+    if (channels_ == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
+    Image im{channels_, size_, size_, std::vector<uint8_t>(size_t(channels_) * size_ * size_)};
+    for (int y = 0; y < size_; ++y) {
+      const uint8_t* row = m.ptr<uint8_t>(y);
+      for (int x = 0; x < size_; ++x)
+        for (int c = 0; c < channels_; ++c) im.pixels[(size_t(c) * size_ + y) * size_ + x] = row[x * channels_ + c];
+    }
+    *label = labels_[i];
+    return im;
+  }
+
+ private:
+  std::vector<std::string> paths_;
+  std::vector<int64_t> labels_;
+  std::vector<int> lines_;
+  std::string list_file_;
+  int classes_, size_, channels_;
+};
+
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, size_t limit) {
+  std::string prefix = train ? "train" : "t10k";
+  std::string ipath = find_idx(dir, prefix + "-images-idx3-ubyte");
+  std::string lpath = find_idx(dir, prefix + "-labels-idx1-ubyte");
+  auto images = read_maybe_gzip(ipath);
+  auto labels = read_maybe_gzip(lpath);
+  if (images.size() < 16 || be32(images, 0) != 0x803)
+    throw IoError("data file '" + ipath + "' is not an IDX image file (bad magic or truncated header)");
+  if (labels.size() < 8 || be32(labels, 0) != 0x801)
+    throw IoError("data file '" + lpath + "' is not an IDX label file (bad magic or truncated header)");
+  size_t n = be32(images, 4), h = be32(images, 8), w = be32(images, 12), nl = be32(labels, 4);
+  if (n != nl)
+    throw IoError("'" + ipath + "' has " + std::to_string(n) + " images but '" + lpath + "' has " +
+                  std::to_string(nl) + " labels");
+  if (images.size() < 16 + n * h * w) throw IoError("data file '" + ipath + "' is truncated");
+  if (labels.size() < 8 + n) throw IoError("data file '" + lpath + "' is truncated");
+  if (limit > 0 && limit < n) n = limit;
+  std::vector<uint8_t> pixels(images.begin() + 16, images.begin() + 16 + n * h * w);
+  std::vector<int64_t> lab(n);
+  for (size_t i = 0; i < n; ++i) {
+    lab[i] = labels[8 + i];
+    if (lab[i] >= 10)
+      throw IoError("data file '" + lpath + "': label " + std::to_string(lab[i]) + " of item " + std::to_string(i) +
+                    " is outside [0, 10)");
+  }
+  return std::make_shared<InMemoryDataset>(1, int(h), int(w), 10, std::move(pixels), std::move(lab));
+}
+
+std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const std::string& root, int num_classes,
+                                           int size, int channels, size_t limit) {
+  if (channels != 1 && channels != 3)
+    throw InvalidUsage("list dataset: channels must be 1 or 3, got " + std::to_string(channels));
+  std::ifstream in(list_file);
+  if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
+  std::vector<std::string> paths;
+  std::vector<int64_t> labels;
+  std::vector<int> lines;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    size_t b = line.find_first_not_of(" \t");
+    if (b == std::string::npos || line[b] == '#') continue;
+    std::string where = list_file + ":" + std::to_string(lineno);
+    size_t sep = line.find_last_of(" \t");
+    if (sep == std::string::npos || sep < b)
+      throw InvalidUsage(where + ": expected 'relative/path label', got '" + line + "'");
+    std::string rel = line.substr(b, sep - b);
+    rel.erase(rel.find_last_not_of(" \t") + 1);
+    std::string lab = line.substr(sep + 1);
+    int64_t label = 0;
+    try {
+      size_t used = 0;
+      label = std::stoll(lab, &used);
+      if (used != lab.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw InvalidUsage(where + ": label '" + lab + "' is not an integer");
+    }
+    if (label < 0 || label >= num_classes)
+      throw InvalidUsage(where + ": label " + std::to_string(label) + " is out of range [0, " +
+                         std::to_string(num_classes) + ") (data.num_classes = " + std::to_string(num_classes) + ")");
+    fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : fs::path(root) / rel;
+    if (!fs::exists(p)) throw IoError(where + ": image '" + p.string() + "' does not exist");
+    paths.push_back(p.string());
+    labels.push_back(label);
+    lines.push_back(lineno);
+    if (limit > 0 && paths.size() >= limit) break;
+  }
+  if (paths.empty()) throw InvalidUsage("list file '" + list_file + "' has no entries");
+  return std::make_shared<ListDataset>(std::move(paths), std::move(labels), std::move(lines), list_file,
+                                       num_classes, size, channels);
+}
+
+std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle) {
+  std::vector<size_t> all(n);
+  std::iota(all.begin(), all.end(), size_t{0});
+  if (shuffle) {
+    std::mt19937_64 gen(mix(seed ^ mix(static_cast<uint64_t>(epoch))));
+    for (size_t i = n; i > 1; --i) std::swap(all[i - 1], all[gen() % i]);
+  }
+  size_t total = (n + world - 1) / world * world;
+  for (size_t i = n; i < total; ++i) all.push_back(all[i - n]);
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(rank); i < total; i += static_cast<size_t>(world)) mine.push_back(all[i]);
+  return mine;
+}
+
+BatchLoader::BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> indices, int64_t batch_size,
+                         bool drop_last, AugmentOptions augment, bool train, uint64_t seed, int64_t epoch,
+                         int64_t first_batch, int prefetch)
+    : dataset_(std::move(dataset)), indices_(std::move(indices)), batch_size_(batch_size), augment_(augment),
+      train_(train), seed_(seed), epoch_(epoch), next_batch_(first_batch), prefetch_(std::max(1, prefetch)) {
+  int64_t n = static_cast<int64_t>(indices_.size());
+  num_batches_ = drop_last ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  thread_ = std::thread([this] { run(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Batch BatchLoader::make_batch(int64_t b) const {
+  int64_t start = b * batch_size_;
+  int64_t end = std::min<int64_t>(start + batch_size_, static_cast<int64_t>(indices_.size()));
+  int64_t count = end - start;
+  int64_t label = 0;
+  Image first = dataset_->get(indices_[start], &label);
+  const int c = first.channels, h = first.height, w = first.width;
+  Batch out;
+  out.index = b;
+  out.images = torch::empty({count, c, h, w}, torch::kFloat32);
+  out.labels = torch::empty({count}, torch::kInt64);
+  float* dst = out.images.data_ptr<float>();
+  int64_t* lab = out.labels.data_ptr<int64_t>();
+  const float scale = 1.0f / (255.0f * augment_.std), shift = augment_.mean / augment_.std;
+  const int pad = train_ ? augment_.crop_padding : 0;
+  for (int64_t k = 0; k < count; ++k) {
+    size_t idx = indices_[start + k];
+    Image im = k == 0 ? std::move(first) : dataset_->get(idx, &label);
+    if (im.channels != c || im.height != h || im.width != w)
+      throw InvalidUsage("images of one batch differ in shape (item " + std::to_string(idx) + ")");
+    lab[k] = label;
+    int dx = 0, dy = 0;
+    bool flip = false;
+    if (train_) {
+      uint64_t r = mix(seed_ ^ mix(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+      if (pad > 0) {
+        dx = static_cast<int>(r % (2 * pad + 1)) - pad;
+        dy = static_cast<int>((r >> 16) % (2 * pad + 1)) - pad;
+      }
+      flip = augment_.flip && ((r >> 40) & 1);
+    }
+    float* o = dst + k * c * h * w;
+    for (int ch = 0; ch < c; ++ch)
+      for (int y = 0; y < h; ++y) {
+        int sy = y + dy;
+        for (int x = 0; x < w; ++x) {
+          int sx = (flip ? w - 1 - x : x) + dx;
+          float v = (sy >= 0 && sy < h && sx >= 0 && sx < w) ? im.pixels[(size_t(ch) * h + sy) * w + sx] : 0.0f;
+          o[(size_t(ch) * h + y) * w + x] = v * scale - shift;
+        }
+      }
+  }
+  return out;
+}
+
+void BatchLoader::run() {
+  try {
+    while (true) {
+      int64_t b;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || queue_.size() < prefetch_; });
+        if (stop_ || next_batch_ >= num_batches_) break;
+        b = next_batch_++;
+      }
+      Batch batch = make_batch(b);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        queue_.push_back(std::move(batch));
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lk(mu_);
+    error_ = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool BatchLoader::next(Batch* out) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !queue_.empty() || done_; });
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!queue_.empty()) {
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    cv_.notify_all();
+    return true;
+  }
+  if (error_) std::rethrow_exception(error_);
+  return false;
+}
+
+}  // namespace dtrain::apps

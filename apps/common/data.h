@@ -1,0 +1,107 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace dtrain::apps {
+
+// One decoded image: channels x height x width, uint8, channel-major.
+struct Image {
+  int channels = 0, height = 0, width = 0;
+  std::vector<uint8_t> pixels;
+};
+
+// A labelled image set. get() must be safe to call from one background thread
+// while the owner does nothing else with the dataset.
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual size_t size() const = 0;
+  virtual int channels() const = 0;
+  virtual int num_classes() const = 0;
+  virtual Image get(size_t index, int64_t* label) const = 0;
+};
+
+// Fashion-MNIST (or MNIST) from its IDX files, gzip-compressed or not:
+// <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]. Errors name the file
+// (missing, truncated, bad magic, counts that disagree). limit > 0 keeps the
+// first `limit` images.
+std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, size_t limit = 0);
+
+// A PaddleClas list file: one "relative/path.jpg label" per line (blank lines
+// and lines starting with '#' skipped), paths relative to root. Images are
+// decoded with OpenCV when fetched and resized to size x size (channels 1 or 3).
+// Parsing errors name the list file and line; a label outside [0, num_classes)
+// names the line; a missing image names the path and the list line that
+// referred to it (checked while loading the list).
+std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const std::string& root, int num_classes,
+                                           int size, int channels, size_t limit = 0);
+
+// Each rank's share of an epoch, as PyTorch's DistributedSampler: the indices
+// are shuffled with a generator seeded by (seed, epoch), padded to a multiple
+// of world by repeating the first ones, and rank r takes every world-th from r.
+// Every rank gets the same count and the shards are disjoint (up to the padding).
+std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch,
+                                  bool shuffle);
+
+struct AugmentOptions {
+  int crop_padding = 0;  // random crop after zero padding on every side (0: none)
+  bool flip = false;     // random horizontal flip
+  float mean = 0.0f, std = 1.0f;
+};
+
+// A batch ready for the model.
+struct Batch {
+  torch::Tensor images;  // float32 [B, C, H, W], normalised
+  torch::Tensor labels;  // int64 [B]
+  int64_t index = 0;     // batch number within the epoch
+};
+
+// Produces the batches of one epoch on a background thread, `prefetch`
+// batches ahead. Augmentation randomness is a pure function of (seed, epoch,
+// sample index), so a resumed run sees exactly the batches it would have seen.
+class BatchLoader {
+ public:
+  BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> indices, int64_t batch_size, bool drop_last,
+              AugmentOptions augment, bool train, uint64_t seed, int64_t epoch, int64_t first_batch = 0,
+              int prefetch = 4);
+  ~BatchLoader();
+  int64_t num_batches() const { return num_batches_; }
+  // False once the epoch is exhausted. Rethrows a loading error.
+  bool next(Batch* out);
+  // Seconds the consumer spent waiting for data.
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  void run();
+  Batch make_batch(int64_t b) const;
+
+  std::shared_ptr<Dataset> dataset_;
+  std::vector<size_t> indices_;
+  int64_t batch_size_;
+  int64_t num_batches_;
+  AugmentOptions augment_;
+  bool train_;
+  uint64_t seed_;
+  int64_t epoch_;
+  int64_t next_batch_;
+  size_t prefetch_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr error_;
+  bool done_ = false, stop_ = false;
+  double wait_seconds_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace dtrain::apps

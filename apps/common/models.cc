@@ -1,0 +1,172 @@
+#include "common/models.h"
+
+#include <cmath>
+
+#include "dtrain/error.h"
+
+namespace nn = torch::nn;
+
+namespace dtrain::apps {
+
+namespace {
+
+nn::Conv2d conv(int in, int out, int k, int stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
+}
+
+struct BasicBlockImpl : nn::Module {
+  BasicBlockImpl(int in, int out, int stride)
+      : conv1(conv(in, out, 3, stride)), bn1(out), conv2(conv(out, out, 3, 1)), bn2(out) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    if (stride != 1 || in != out) {
+      down = nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out));
+      register_module("downsample", down);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(bn1(conv1(x)));
+    y = bn2(conv2(y));
+    return torch::relu(y + (down ? down->forward(x) : x));
+  }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Sequential down{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+struct BottleneckImpl : nn::Module {
+  BottleneckImpl(int in, int mid, int stride)
+      : conv1(conv(in, mid, 1, 1)), bn1(mid), conv2(conv(mid, mid, 3, stride)), bn2(mid),
+        conv3(conv(mid, mid * 4, 1, 1)), bn3(mid * 4) {
+    register_module("conv1", conv1);
+    register_module("bn1", bn1);
+    register_module("conv2", conv2);
+    register_module("bn2", bn2);
+    register_module("conv3", conv3);
+    register_module("bn3", bn3);
+    if (stride != 1 || in != mid * 4) {
+      down = nn::Sequential(conv(in, mid * 4, 1, stride), nn::BatchNorm2d(mid * 4));
+      register_module("downsample", down);
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(bn1(conv1(x)));
+    y = torch::relu(bn2(conv2(y)));
+    y = bn3(conv3(y));
+    return torch::relu(y + (down ? down->forward(x) : x));
+  }
+  nn::Conv2d conv1;
+  nn::BatchNorm2d bn1;
+  nn::Conv2d conv2;
+  nn::BatchNorm2d bn2;
+  nn::Conv2d conv3;
+  nn::BatchNorm2d bn3;
+  nn::Sequential down{nullptr};
+};
+TORCH_MODULE(Bottleneck);
+
+int scaled(int c, double width) { return std::max(1, static_cast<int>(std::lround(c * width))); }
+
+void init_weights(nn::Module& m) {
+  for (auto& mod : m.modules(/*include_self=*/false)) {
+    if (auto* c = mod->as<nn::Conv2d>()) {
+      nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
+    } else if (auto* b = mod->as<nn::BatchNorm2d>()) {
+      nn::init::ones_(b->weight);
+      nn::init::zeros_(b->bias);
+    }
+  }
+}
+
+struct CifarResNetImpl : nn::Module {
+  CifarResNetImpl(int depth, double width, int in_ch, int classes) {
+    int n = (depth - 2) / 6;
+    int c1 = scaled(16, width), c2 = scaled(32, width), c3 = scaled(64, width);
+    stem = register_module("stem", conv(in_ch, c1, 3, 1));
+    bn = register_module("bn", nn::BatchNorm2d(c1));
+    int in = c1, s = 1;
+    for (int out : {c1, c2, c3}) {
+      for (int i = 0; i < n; ++i) {
+        blocks->push_back(BasicBlock(in, out, i == 0 ? s : 1));
+        in = out;
+      }
+      s = 2;
+    }
+    register_module("blocks", blocks);
+    fc = register_module("fc", nn::Linear(in, classes));
+    init_weights(*this);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(bn(stem(x)));
+    x = blocks->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+  nn::Conv2d stem{nullptr};
+  nn::BatchNorm2d bn{nullptr};
+  nn::Sequential blocks;
+  nn::Linear fc{nullptr};
+};
+TORCH_MODULE(CifarResNet);
+
+struct ImageNetResNetImpl : nn::Module {
+  ImageNetResNetImpl(bool bottleneck, std::vector<int> layers, double width, int in_ch, int classes) {
+    int c = scaled(64, width);
+    stem = register_module("stem", nn::Conv2d(nn::Conv2dOptions(in_ch, c, 7).stride(2).padding(3).bias(false)));
+    bn = register_module("bn", nn::BatchNorm2d(c));
+    int in = c;
+    for (size_t stage = 0; stage < layers.size(); ++stage) {
+      int mid = scaled(64 << stage, width);
+      for (int i = 0; i < layers[stage]; ++i) {
+        int stride = (i == 0 && stage > 0) ? 2 : 1;
+        if (bottleneck) {
+          blocks->push_back(Bottleneck(in, mid, stride));
+          in = mid * 4;
+        } else {
+          blocks->push_back(BasicBlock(in, mid, stride));
+          in = mid;
+        }
+      }
+    }
+    register_module("blocks", blocks);
+    fc = register_module("fc", nn::Linear(in, classes));
+    init_weights(*this);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(bn(stem(x)));
+    x = torch::max_pool2d(x, 3, 2, 1);
+    x = blocks->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc(x);
+  }
+  nn::Conv2d stem{nullptr};
+  nn::BatchNorm2d bn{nullptr};
+  nn::Sequential blocks;
+  nn::Linear fc{nullptr};
+};
+TORCH_MODULE(ImageNetResNet);
+
+}  // namespace
+
+std::vector<std::string> known_models() { return {"resnet20", "resnet32", "resnet56", "resnet18", "resnet50"}; }
+
+torch::nn::AnyModule make_model(const std::string& name, double width, int in_channels, int num_classes) {
+  if (!(width > 0)) throw InvalidUsage("model.width must be > 0");
+  if (name == "resnet20") return nn::AnyModule(CifarResNet(20, width, in_channels, num_classes));
+  if (name == "resnet32") return nn::AnyModule(CifarResNet(32, width, in_channels, num_classes));
+  if (name == "resnet56") return nn::AnyModule(CifarResNet(56, width, in_channels, num_classes));
+  if (name == "resnet18")
+    return nn::AnyModule(ImageNetResNet(false, std::vector<int>{2, 2, 2, 2}, width, in_channels, num_classes));
+  if (name == "resnet50")
+    return nn::AnyModule(ImageNetResNet(true, std::vector<int>{3, 4, 6, 3}, width, in_channels, num_classes));
+  std::string known;
+  for (auto& k : known_models()) known += (known.empty() ? "" : ", ") + k;
+  throw InvalidUsage("unknown model '" + name + "'; known models: " + known);
+}
+
+}  // namespace dtrain::apps
