@@ -137,7 +137,7 @@ uint64_t Fabric::coll_tag(int src, uint64_t seq) {
 }
 
 Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices,
-               std::chrono::microseconds spin)
+               ErrorHandling errors, std::chrono::microseconds spin)
     : rank_(init.rank), size_(init.world_size), spin_(spin) {
   if (size_ > (1 << 22)) sdk::fail(DT_ERR_NOT_SUPPORTED, "ucx: at most 4194304 ranks");
   ucp_config_t* cfg = nullptr;
@@ -178,7 +178,10 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     ucp_address_t* addr = nullptr;
     size_t len = 0;
     check_ucs(ucp_worker_get_address(worker_, &addr, &len), "getting the worker address");
-    std::string mine(reinterpret_cast<const char*>(addr), len);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    std::string my_host = host;
+    std::string mine = my_host + '\n' + std::string(reinterpret_cast<const char*>(addr), len);
     ucp_worker_release_address(worker_, addr);
     init.store.set("ucx/addr/" + std::to_string(rank_), mine);
 
@@ -188,11 +191,18 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       peer_ids_[p] = p;
       if (p == rank_) continue;
       std::string theirs = init.store.get("ucx/addr/" + std::to_string(p), init.timeout_ms);
+      size_t nl = theirs.find('\n');
+      if (nl == std::string::npos) sdk::fail(DT_ERR_INTERNAL, "ucx: malformed address of rank " + std::to_string(p));
+      bool same_host = theirs.compare(0, nl, my_host) == 0;
+      // UCX 1.13 keeps shared memory and CMA only without peer-failure
+      // handling; peers on other hosts get it (their loss then fails the op
+      // at once instead of at the core's deadline).
+      bool peer_mode = errors == ErrorHandling::Peer || (errors == ErrorHandling::Auto && !same_host);
       ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data() + nl + 1);
+      ep.err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+      if (peer_mode) ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.err_handler.cb = ep_error;
       ep.err_handler.arg = &peer_ids_[p];
       check_ucs(ucp_ep_create(worker_, &ep, &eps_[p]), "connecting to rank " + std::to_string(p));
@@ -678,7 +688,11 @@ UcxCommunicator::UcxCommunicator(const sdk::CommInit& init) : timeout_ms_(init.t
   std::string tls = init.options.get_string("tls", "");
   std::string devs = init.options.get_string("net_devices", "");
   if (devs.empty()) devs = default_net_devices(init);
-  fabric_ = std::make_shared<Fabric>(init, tls, devs, s.spin);
+  std::string eh = init.options.get_string("error_handling", "auto");
+  ErrorHandling errors = eh == "peer" ? ErrorHandling::Peer : eh == "none" ? ErrorHandling::None : ErrorHandling::Auto;
+  if (eh != "auto" && eh != "peer" && eh != "none")
+    sdk::fail(DT_ERR_INVALID_USAGE, "ucx.error_handling = \"" + eh + "\" is not known; use \"auto\", \"peer\" or \"none\"");
+  fabric_ = std::make_shared<Fabric>(init, tls, devs, errors, s.spin);
   engine_ = std::make_shared<Engine>();
   engine_->fabric = fabric_;
   engine_->s = s;

@@ -17,6 +17,8 @@
 namespace dtrain::ucx_backend {
 
 enum class Algorithm { Auto, RecursiveDoubling, Ring };
+// Peer-failure handling of endpoints: auto = only to peers on other hosts.
+enum class ErrorHandling { Auto, Peer, None };
 
 struct Settings {
   Algorithm algorithm = Algorithm::Auto;
@@ -44,7 +46,7 @@ struct Request {
 // bounded by the deadline and woken by abort.
 class Fabric {
  public:
-  Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices,
+  Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices, ErrorHandling errors,
          std::chrono::microseconds spin);
   ~Fabric();
   Fabric(const Fabric&) = delete;

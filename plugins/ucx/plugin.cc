@@ -8,6 +8,9 @@ const dt_config_key_v1_t kKeys[] = {
     {"net_devices", "string", "\"\"",
      "network devices (UCX_NET_DEVICES syntax); empty: \"lo\" when every rank is on one host, else all "
      "(UCX_NET_DEVICES in the environment wins over the default)"},
+    {"error_handling", "string", "\"auto\"",
+     "UCX peer-failure handling: auto (only for peers on other hosts: on one host UCX 1.13 would otherwise fall "
+     "back from shared memory to TCP), peer, none"},
     {"algorithm", "string", "\"auto\"",
      "all-reduce algorithm: auto (recursive_doubling up to small_message_bytes, ring above), recursive_doubling, "
      "ring"},
