@@ -467,7 +467,7 @@ class JobRun {
         Failure f;
         f.time_ms = unix_ms();
         f.summary = fmt::format("dtrain on node {} ({}) received {}", node_, my_ip_, signal_name(g_signal));
-        f.text = f.summary + "; the job was stopped on every machine\n";
+        f.text = "root cause: " + f.summary + "; the job was stopped on every machine\n";
         for (auto& p : procs_) p->signal(g_signal);
         publish(f);
         stop_reason = "interrupted";
@@ -522,7 +522,7 @@ class JobRun {
               Failure f;
               f.time_ms = unix_ms() - 15000;
               f.summary = fmt::format("dtrain on node {} ({}) stopped responding", n, nodes_[n].ip);
-              f.text = f.summary + " (no heartbeat for 15 s): that machine or its dtrain died\n";
+              f.text = "root cause: " + f.summary + " (no heartbeat for 15 s): that machine or its dtrain died\n";
               publish(f);
               stopping = true;
               break;
@@ -533,7 +533,7 @@ class JobRun {
         Failure f;
         f.time_ms = unix_ms();
         f.summary = fmt::format("lost the job store at {}", store_endpoint_);
-        f.text = fmt::format("{}: {}\nthe store is served by the dtrain of node 0 ({}); that machine or its dtrain "
+        f.text = fmt::format("root cause: {}: {}\n  the store is served by the dtrain of node 0 ({}); that machine or its dtrain "
                              "has probably died\n",
                              f.summary, e.what(), o_.ips.empty() ? store_host_ : o_.ips[0]);
         local_failures_.push_back(f);

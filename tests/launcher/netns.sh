@@ -1,0 +1,74 @@
+# Two "machines": network namespaces joined by a veth pair. The same dtrain
+# command runs in each with --ips A,B; the 2x2-process conformance run passes;
+# then stopping the job on one machine stops it on the other with the report.
+source "$(dirname "$0")/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
+command -v ip >/dev/null || fail "ip is not installed (Debian: iproute2)"
+NA=dta$$ NB=dtb$$
+ip netns add $NA 2>err.ns.txt || { cat err.ns.txt; echo "SKIP: cannot create network namespaces here"; exit 77; }
+CLEANUP+=("ip netns del $NA" "ip netns del $NB")
+ip netns add $NB || fail "ip netns add"
+ip link add va$$ type veth peer name vb$$ || fail "veth"
+ip link set va$$ netns $NA && ip link set vb$$ netns $NB || fail "moving veth ends"
+sub=$((RANDOM % 200 + 20))
+A=10.$sub.7.1 B=10.$sub.7.2
+ip -n $NA addr add $A/24 dev va$$ && ip -n $NB addr add $B/24 dev vb$$ || fail "addresses"
+for ns in $NA $NB; do ip -n $ns link set lo up; done
+ip -n $NA link set va$$ up && ip -n $NB link set vb$$ up || fail "link up"
+port=$((20000 + RANDOM % 20000))
+run() {  # run NS LOGDIR ARGS...
+  local ns=$1 dir=$2
+  shift 2
+  ip netns exec "$ns" "$BIN/dtrain" --ips $A,$B --start_port $port --nproc_per_node 2 --log_dir "$dir" \
+    --job_id "$TAG" "$@"
+}
+
+# Pre-flight from machine B while machine A serves nothing: reported, not waited on.
+ip netns exec $NB "$BIN/dtrain" check --ips $A,$B --start_port $port --timeout 2 >out.check.txt 2>&1 && fail "check passed without machine A"
+grep -Eq "store $A:$port reachable +FAIL" out.check.txt || fail "check did not report the unreachable store"
+
+# 1. 2 machines x 2 processes, conformance.
+run $NA logA -- dtrain-conformance --backend gloo --large-count 100003 >outA.txt 2>errA.txt &
+pa=$!
+run $NB logB -- dtrain-conformance --backend gloo --large-count 100003 >outB.txt 2>errB.txt &
+pb=$!
+wait $pa || fail "machine A's dtrain failed"
+wait $pb || fail "machine B's dtrain failed"
+grep -q "4 ranks" outA.txt && grep -q "0 failed" outA.txt || fail "rank 0 did not pass with 4 ranks"
+for f in logA/workerlog.0 logA/workerlog.1 logB/workerlog.2 logB/workerlog.3; do
+  grep -Eq "passed, 0 failed" $f || fail "$f did not pass"
+done
+grep -q "$B" logA/endpoints.log || fail "machine A's endpoints.log does not list machine B's workers"
+
+# 2. SIGKILL a worker on machine B: both machines stop, both print the root cause.
+port=$((port + 1))
+run $NA logA2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA2.txt 2>errA2.txt &
+pa=$!
+run $NB logB2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB2.txt 2>errB2.txt &
+pb=$!
+wait_for logB2/workerlog.3 "first all-reduce done"
+victim=$(grep -o "pid [0-9]*" logB2/workerlog.3 | head -1 | awk '{print $2}')
+sleep 0.5
+kill -9 "$victim"
+wait $pa && fail "machine A's dtrain exited 0"
+wait $pb && fail "machine B's dtrain exited 0"
+for f in errA2.txt errB2.txt; do
+  grep -q "root cause: worker rank 3 was killed by SIGKILL" $f || fail "$f does not name rank 3 and SIGKILL"
+done
+
+# 3. SIGTERM to machine B's dtrain stops machine A's job too.
+port=$((port + 1))
+run $NA logA3 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA3.txt 2>errA3.txt &
+pa=$!
+run $NB logB3 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB3.txt 2>errB3.txt &
+pb=$!
+wait_for logB3/workerlog.3 "first all-reduce done"
+dpid=$(pgrep -f -- "dtrain --ips .*--log_dir logB3" | head -1)
+[ -n "$dpid" ] || fail "cannot find machine B's dtrain"
+kill -TERM "$dpid"
+wait $pa && fail "machine A's dtrain exited 0 after B was stopped"
+wait $pb
+grep -q "dtrain on node 1 ($B) received SIGTERM" errA3.txt || fail "machine A's report does not say B was stopped"
+expect_no_leftovers
+echo "PASS"
+grep -h "root cause" errA2.txt errA3.txt
