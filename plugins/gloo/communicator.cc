@@ -159,7 +159,10 @@ std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
           rethrow_gloo(e, "gloo");
         }
       },
-      deadline_of(o));
+      deadline_of(o),
+      // Gloo's waits end by themselves at the context timeout, which is the
+      // communicator's: an op with that deadline may run on the caller.
+      o.timeout_ms <= 0 || o.timeout_ms >= timeout_ms_);
 }
 
 Algorithm Mesh::pick(size_t bytes) const {

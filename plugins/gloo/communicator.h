@@ -79,7 +79,7 @@ class GlooCommunicator : public sdk::Communicator {
   std::atomic<bool> aborted_{false};
   std::unique_ptr<P2pCompleter> p2p_;
   // Gloo's waits ignore an abort, so ops never run on the waiting thread.
-  sdk::SerialExecutor executor_{false};  // last: destroyed first
+  sdk::SerialExecutor executor_{true};  // last: destroyed first
 };
 
 }  // namespace dtrain::gloo_backend

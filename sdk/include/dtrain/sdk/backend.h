@@ -75,11 +75,15 @@ class Work {
 // Runs a communicator's ops one at a time, in submission order, on one worker
 // thread, so submission never blocks and ops overlap the caller's compute.
 //
-// With inline = true, a caller that waits on the op at the head of an idle
-// queue runs it itself, which saves two thread hand-offs on the latency path;
-// the op's deadline is then capped at the end of that wait. Enable it only if
-// the transport's blocking calls honour the deadline passed to the op, since
-// an abort cannot reach a caller blocked inside the transport.
+// With allow_inline = true, ops submitted with inline_ok run on the caller's
+// thread when the caller waits for them at the head of an idle queue, which
+// saves two thread hand-offs per op on the latency path. Such an op does not
+// wake the worker at submission; the worker takes it when another op queues
+// behind it, when test() polls it, or when a wait is too short to run it
+// inline. inline_ok promises that the op's blocking transport calls end by
+// themselves near its deadline (an abort cannot reach a caller blocked inside
+// the transport), so a caller only runs it inline when it is prepared to wait
+// that long anyway.
 //
 // abort() completes every queued and running op with DT_ERR_ABORTED at once.
 // If an op is still blocked in the transport when the executor is destroyed
@@ -106,15 +110,16 @@ class SerialExecutor {
     else thread_.join();
   }
 
-  std::shared_ptr<Work> submit(Body fn, Clock::time_point deadline) {
-    auto w = std::make_shared<Task>(s_, std::move(fn), deadline);
+  std::shared_ptr<Work> submit(Body fn, Clock::time_point deadline, bool inline_ok = false) {
+    auto w = std::make_shared<Task>(s_, std::move(fn), deadline, inline_ok && s_->allow_inline);
     std::lock_guard<std::mutex> lk(s_->mu);
     if (s_->aborted) {
       w->complete(DT_ERR_ABORTED, s_->abort_reason);
       return w;
     }
+    bool lazy = w->inline_ok && s_->queue.empty() && !s_->busy;
     s_->queue.push_back(w);
-    s_->cv.notify_all();
+    if (!lazy) s_->cv.notify_all();
     return w;
   }
 
@@ -136,11 +141,19 @@ class SerialExecutor {
   struct State;
   class Task : public Work {
    public:
-    Task(std::shared_ptr<State> s, Body fn, Clock::time_point deadline)
-        : deadline(deadline), s_(std::move(s)), fn_(std::move(fn)) {}
+    Task(std::shared_ptr<State> s, Body fn, Clock::time_point deadline, bool inline_ok)
+        : deadline(deadline), inline_ok(inline_ok), s_(std::move(s)), fn_(std::move(fn)) {}
+    dt_status_t test() override {
+      dt_status_t st = Work::test();
+      if (st == DT_IN_PROGRESS && inline_ok) kick(s_);
+      return st;
+    }
     dt_status_t wait(int64_t timeout_ms) override {
-      if (s_->allow_inline && timeout_ms >= 0 && test() == DT_IN_PROGRESS)
-        try_run_inline(s_, this, Clock::now() + std::chrono::milliseconds(timeout_ms));
+      if (inline_ok && Work::test() == DT_IN_PROGRESS) {
+        bool long_enough = timeout_ms < 0 || Clock::now() + std::chrono::milliseconds(timeout_ms) +
+                                                     std::chrono::milliseconds(100) >= deadline;
+        if (!long_enough || !try_run_inline(s_, this)) kick(s_);
+      }
       return Work::wait(timeout_ms);
     }
     void run() {
@@ -157,6 +170,7 @@ class SerialExecutor {
       fn_ = nullptr;
     }
     Clock::time_point deadline;
+    const bool inline_ok;
 
    private:
     std::shared_ptr<State> s_;
@@ -175,18 +189,24 @@ class SerialExecutor {
     std::string abort_reason;
   };
 
-  static void try_run_inline(const std::shared_ptr<State>& s, Task* t, Clock::time_point cap) {
+  static bool try_run_inline(const std::shared_ptr<State>& s, Task* t) {
     std::shared_ptr<Task> mine;
     {
       std::lock_guard<std::mutex> lk(s->mu);
-      if (s->busy || s->queue.empty() || s->queue.front().get() != t) return;
+      if (s->busy || s->queue.empty() || s->queue.front().get() != t) return false;
       mine = std::move(s->queue.front());
       s->queue.pop_front();
       s->busy = true;
       s->running = mine;
     }
-    if (cap < mine->deadline) mine->deadline = cap;
     execute(s, mine);
+    return true;
+  }
+
+  // Wakes the worker for an op that was queued without waking it.
+  static void kick(const std::shared_ptr<State>& s) {
+    std::lock_guard<std::mutex> lk(s->mu);
+    if (!s->queue.empty()) s->cv.notify_all();
   }
 
   static void execute(const std::shared_ptr<State>& s, const std::shared_ptr<Task>& t) {
