@@ -20,9 +20,9 @@ int list_plugins(const std::vector<std::string>& extra_dirs) {
   PluginRegistry registry(extra_dirs);
   std::vector<std::string> errors;
   auto plugins = registry.list(&errors);
-  std::cout << fmt::format("{:<10} {:<9} {:<5} {}\n", "backend", "version", "abi", "capabilities");
+  std::cout << fmt::format("{:<10} {:<20} {:<5} {}\n", "backend", "version", "abi", "capabilities");
   for (const PluginInfo& p : plugins)
-    std::cout << fmt::format("{:<10} {:<9} {:<5} {}\n", p.name, p.version, fmt::format("{}.{}", p.abi_major, p.abi_minor),
+    std::cout << fmt::format("{:<10} {:<20} {:<5} {}\n", p.name, p.version, fmt::format("{}.{}", p.abi_major, p.abi_minor),
                              p.caps_string());
   for (const PluginInfo& p : plugins) std::cout << fmt::format("  {}: {} ({})\n", p.name, p.description, p.path);
   for (const std::string& e : errors) std::cout << "  not loadable: " << e << "\n";
