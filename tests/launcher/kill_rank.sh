@@ -20,3 +20,14 @@ grep -q "root cause: worker rank 2 was killed by SIGKILL" err.txt || fail "the r
 expect_no_leftovers
 echo "PASS: stopped ${elapsed_ms} ms after the kill, exit code $rc"
 grep -A3 "root cause" err.txt
+
+# SIGKILL to dtrain itself: its processes die with it.
+"$BIN/dtrain" --nproc_per_node 3 --log_dir log2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 \
+  --tag "$TAG" >out2.txt 2>err2.txt &
+dpid=$!
+wait_for log2/workerlog.2 "first all-reduce done"
+[ "$(pgrep -fc -- "$TAG")" -ge 3 ] || fail "the job's processes are not running"
+kill -9 $dpid
+wait $dpid 2>/dev/null
+expect_no_leftovers
+echo "PASS: no process outlived a SIGKILLed dtrain"
