@@ -64,7 +64,7 @@ void add_cls_keys(ConfigSchema& s) {
   s.add("log.every_steps", ConfigType::Int, "50", "progress line every N steps");
   s.add("log.tensorboard", ConfigType::String, "\"\"", "folder for TensorBoard event files");
   s.add("debug.dump_params", ConfigType::String, "\"\"", "write raw parameters at the end; {rank} is replaced");
-  s.add("debug.kill_at_step", ConfigType::Int, "0", "SIGKILL every worker after this micro-step (tests)");
+  s.add("debug.kill_at_step", ConfigType::Int, "0", "SIGKILL every worker after this micro-step, first attempt only (tests)");
 }
 
 Config load_cls_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -288,18 +288,20 @@ struct Trainer {
     ar.read("optimizer", o);
     model->load(m);
     opt->load(o);
-    torch::Tensor t;
-    ar.read("epoch", t);
-    epoch = t.item<int64_t>();
-    ar.read("batch_in_epoch", t);
-    batch_in_epoch = t.item<int64_t>();
-    ar.read("global_step", t);
-    global_step = t.item<int64_t>();
-    ar.read("rng", t);
+    auto read_int = [&](const char* key) {
+      torch::Tensor t;
+      ar.read(key, t);
+      return t.item<int64_t>();
+    };
+    epoch = read_int("epoch");
+    batch_in_epoch = read_int("batch_in_epoch");
+    global_step = read_int("global_step");
+    torch::Tensor rng;
+    ar.read("rng", rng);
     {
       auto gen = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lk(gen.mutex());
-      gen.set_state(t);
+      gen.set_state(rng);
     }
     if (batch_in_epoch >= steps_per_epoch) {
       ++epoch;
@@ -433,7 +435,7 @@ struct Trainer {
         bool at_boundary = global_step % k_merge == 0;
         if (ckpt_steps > 0 && at_boundary && global_step % ckpt_steps == 0 && batch_in_epoch < steps_per_epoch)
           save_checkpoint();
-        if (kill_at > 0 && global_step == kill_at) {
+        if (kill_at > 0 && global_step == kill_at && job.role.restart_count == 0) {
           log(fmt::format("debug.kill_at_step: killing this worker after step {}", global_step));
           std::raise(SIGKILL);
         }
@@ -475,6 +477,10 @@ int cls_main(int argc, char** argv) {
     t.setup();
     t.train();
     return 0;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-cls: error: %s\n", e.what_without_backtrace());
+    std::fflush(stderr);
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-cls: error: %s\n", e.what());
     std::fflush(stderr);

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Tests of dtrain-cls through the dtrain launcher.
+#   cls_test.sh ci      DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   short 2-worker run: loss falls, parameters bit-identical
+#   cls_test.sh resume  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   kill mid-epoch, resume: same losses as an uninterrupted run
+#   cls_test.sh errors  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   bad inputs give clear errors
+# Exit 77 (skipped) when the Fashion-MNIST package is not installed.
+set -euo pipefail
+mode=$1 dtrain=$2 cls=$3 job=$4 work=$5
+data=/usr/share/datasets/fashion-mnist
+[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A small, fast job: 512 images, 8 steps of 32 per worker per epoch.
+small=(-o model.width=0.5 -o data.limit_train=512 -o data.limit_eval=200 -o train.batch_size=32
+       -o train.warmup_epochs=0 -o train.lr=0.1 -o log.every_steps=4 -o eval.every_epochs=0
+       -o checkpoint.resume=false -o train.threads=1)
+
+# "epoch E/N step S/M loss L ..." -> "E S L"
+losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \([0-9.eE+-]*\) .*$/\1 \2 \3/p' "$1"; }
+
+case $mode in
+ci)
+  "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=5 \
+      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" > console.log 2>&1 \
+    || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
+  losses log/workerlog.0 > losses.txt
+  cat losses.txt
+  n=$(wc -l < losses.txt)
+  (( n >= 6 )) || fail "expected at least 6 progress lines, got $n"
+  first=$(head -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  last=$(tail -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.9 * a)}' || fail "loss did not fall: first $first, last $last"
+  echo "loss $first -> $last"
+  [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
+  cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+  grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
+  [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
+  grep -q "eval epoch 5: top1" log/workerlog.0 || fail "no final evaluation"
+  echo PASS
+  ;;
+resume)
+  common=("${small[@]}" -o train.epochs=3 -o log.every_steps=2 -o checkpoint.every_steps=4)
+  "$dtrain" --nproc_per_node 2 --log_dir log_a "$job" "${common[@]}" -o checkpoint.dir=ckpt_a > a.log 2>&1 \
+    || { cat a.log log_a/workerlog.* >&2; fail "the uninterrupted run failed"; }
+  # Killed after step 11 (epoch 2, step 3 of 8): the last checkpoint is step 8.
+  if "$dtrain" --nproc_per_node 2 --log_dir log_b "$job" "${common[@]}" -o checkpoint.dir=ckpt_b \
+       -o debug.kill_at_step=11 > b.log 2>&1; then
+    fail "the killed run exited 0"
+  fi
+  grep -q "killing this worker after step 11" log_b/workerlog.0 || { cat b.log >&2; fail "the run was not killed at step 11"; }
+  "$dtrain" --nproc_per_node 2 --log_dir log_c "$job" "${common[@]}" -o checkpoint.dir=ckpt_b \
+      -o checkpoint.resume=true > c.log 2>&1 || { cat c.log log_c/workerlog.* >&2; fail "the resumed run failed"; }
+  grep -q "resume: .*global step 8" log_c/workerlog.0 || { cat log_c/workerlog.0 >&2; fail "did not resume from step 8"; }
+  losses log_a/workerlog.0 > a.txt
+  losses log_c/workerlog.0 > c.txt
+  n=$(wc -l < c.txt)
+  (( n >= 6 )) || fail "the resumed run logged $n progress lines"
+  # Every step the resumed run logged must show the uninterrupted run's loss.
+  awk 'NR == FNR {a[$1 " " $2] = $3; next}
+       {k = $1 " " $2; if (!(k in a)) {print "step " k " missing in the uninterrupted run"; bad = 1; next}
+        d = a[k] - $3; if (d < 0) d = -d; printf "epoch %s step %s: %s vs %s\n", $1, $2, a[k], $3
+        if (d > 1e-5 * (a[k] < 0 ? -a[k] : a[k]) + 1e-6) bad = 1}
+       END {exit bad}' a.txt c.txt || fail "losses after resume differ from the uninterrupted run"
+  echo PASS
+  ;;
+errors)
+  expect() {  # expect NAME PATTERN ARGS... : dtrain-cls must fail and print PATTERN
+    local name=$1 pattern=$2
+    shift 2
+    if "$cls" "$job" "$@" > "$name.out" 2>&1; then cat "$name.out" >&2; fail "$name: exited 0"; fi
+    grep -qF -- "$pattern" "$name.out" || { cat "$name.out" >&2; fail "$name: no '$pattern' in the output"; }
+    echo "ok $name: $(grep -m1 error "$name.out")"
+  }
+  expect missing_data "missing data file '/nonexistent/fmnist/train-images-idx3-ubyte.gz'" -o data.dir=/nonexistent/fmnist
+  expect unknown_model "unknown model 'resnet19'; known models: resnet20, resnet32, resnet56, resnet18, resnet50" \
+      -o model.name=resnet19
+  expect unknown_key "unknown key 'train.epoch'" -o train.epoch=3
+  expect a_sync "parameter-server mode is not available yet" -o strategy.a_sync=true
+  # PaddleClas list files: 4 tiny PGM images.
+  mkdir -p imgs
+  for i in 0 1 2 3; do { printf 'P5\n8 8\n255\n'; head -c 64 /dev/urandom; } > imgs/$i.pgm; done
+  list=(-o data.dataset=list -o data.root=$PWD -o data.channels=1 -o data.image_size=8 -o data.num_classes=3
+        -o model.width=0.25 -o train.batch_size=2 -o train.epochs=1 -o checkpoint.dir=ckpt_list
+        -o checkpoint.resume=false -o log.every_steps=1)
+  printf '# a comment\nimgs/0.pgm 0\nimgs/1.pgm 1\n\nimgs/2.pgm 2\nimgs/3.pgm 1\n' > good.txt
+  printf 'imgs/0.pgm 0\nimgs/1.pgm 7\n' > badlabel.txt
+  printf 'imgs/0.pgm 0\nimgs/1.pgm 1\nimgs/nothere.png 2\n' > missing.txt
+  "$cls" "$job" "${list[@]}" -o data.train_list=good.txt -o data.val_list=good.txt > list_ok.out 2>&1 \
+    || { cat list_ok.out >&2; fail "training on a list file failed"; }
+  grep -q "eval epoch 1: top1" list_ok.out || fail "list run did not evaluate"
+  echo "ok list file training"
+  expect list_label "badlabel.txt:2: label 7 is out of range [0, 3)" "${list[@]}" -o data.train_list=badlabel.txt \
+      -o data.val_list=good.txt
+  expect list_missing_image "missing.txt:3: image '$PWD/imgs/nothere.png' does not exist" "${list[@]}" \
+      -o data.train_list=missing.txt -o data.val_list=good.txt
+  expect list_missing_file "cannot open list file 'nolist.txt'" "${list[@]}" -o data.train_list=nolist.txt \
+      -o data.val_list=good.txt
+  echo PASS
+  ;;
+*) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
