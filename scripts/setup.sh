@@ -11,6 +11,7 @@ pkgs=(
   libucx-dev ucx-utils
   libopenmpi-dev openmpi-bin
   zlib1g-dev iproute2 procps
+  libtorch-dev libopenblas0 dataset-fashion-mnist libopencv-imgcodecs-dev libopencv-imgproc-dev
 )
 
 missing=()
