@@ -105,6 +105,23 @@ void check_cpu(const dt_buffer_v1_t& b) {
 char* at(void* p, size_t off) { return static_cast<char*>(p) + off; }
 const char* at(const void* p, size_t off) { return static_cast<const char*>(p) + off; }
 
+void put_field(std::string& out, const std::string& v) {
+  uint32_t n = static_cast<uint32_t>(v.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out += v;
+}
+
+std::string get_field(const std::string& in, size_t& pos, int rank) {
+  uint32_t n = 0;
+  if (pos + sizeof(n) > in.size()) sdk::fail(DT_ERR_INTERNAL, "ucx: malformed address of rank " + std::to_string(rank));
+  std::memcpy(&n, in.data() + pos, sizeof(n));
+  pos += sizeof(n);
+  if (pos + n > in.size()) sdk::fail(DT_ERR_INTERNAL, "ucx: malformed address of rank " + std::to_string(rank));
+  std::string v = in.substr(pos, n);
+  pos += n;
+  return v;
+}
+
 // Requests of one algorithm step; anything still posted when the step is
 // left by an exception is cancelled and released.
 class Batch {
@@ -137,7 +154,7 @@ uint64_t Fabric::coll_tag(int src, uint64_t seq) {
 }
 
 Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices,
-               ErrorHandling errors, std::chrono::microseconds spin)
+               ErrorHandling errors, std::chrono::microseconds spin, size_t mailbox_bytes)
     : rank_(init.rank), size_(init.world_size), spin_(spin) {
   if (size_ > (1 << 22)) sdk::fail(DT_ERR_NOT_SUPPORTED, "ucx: at most 4194304 ranks");
   ucp_config_t* cfg = nullptr;
@@ -153,7 +170,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
   params.mt_workers_shared = 0;
   ucs_status_t st = ucp_init(&params, cfg, &context_);
   ucp_config_release(cfg);
@@ -181,9 +198,14 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     std::string my_host = host;
-    std::string mine = my_host + '\n' + std::string(reinterpret_cast<const char*>(addr), len);
+    std::string mine;
+    put_field(mine, my_host);
+    put_field(mine, std::string(reinterpret_cast<const char*>(addr), len));
     ucp_worker_release_address(worker_, addr);
+    put_field(mine, size_ > 1 && mailbox_bytes ? map_mailbox(mailbox_bytes) : std::string());
     init.store.set("ucx/addr/" + std::to_string(rank_), mine);
+    std::vector<std::string> peer_rkeys(size_);
+    bool all_local = true;
 
     peer_ids_.resize(size_);
     eps_.assign(size_, nullptr);
@@ -191,16 +213,18 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       peer_ids_[p] = p;
       if (p == rank_) continue;
       std::string theirs = init.store.get("ucx/addr/" + std::to_string(p), init.timeout_ms);
-      size_t nl = theirs.find('\n');
-      if (nl == std::string::npos) sdk::fail(DT_ERR_INTERNAL, "ucx: malformed address of rank " + std::to_string(p));
-      bool same_host = theirs.compare(0, nl, my_host) == 0;
+      size_t pos = 0;
+      std::string their_host = get_field(theirs, pos, p), their_addr = get_field(theirs, pos, p);
+      peer_rkeys[p] = get_field(theirs, pos, p);
+      bool same_host = their_host == my_host;
+      all_local = all_local && same_host;
       // UCX 1.13 keeps shared memory and CMA only without peer-failure
       // handling; peers on other hosts get it (their loss then fails the op
       // at once instead of at the core's deadline).
       bool peer_mode = errors == ErrorHandling::Peer || (errors == ErrorHandling::Auto && !same_host);
       ucp_ep_params_t ep{};
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data() + nl + 1);
+      ep.address = reinterpret_cast<const ucp_address_t*>(their_addr.data());
       ep.err_mode = peer_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       if (peer_mode) ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.err_handler.cb = ep_error;
@@ -217,6 +241,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       b.add(isend(p, coll_tag(rank_, kHelloSeq), nullptr, 0));
     }
     b.wait(deadline, "connecting");
+    if (size_ > 1 && mailbox_bytes) attach_mailboxes(init, all_local, peer_rkeys[(rank_ + size_ - 1) % size_]);
   } catch (...) {
     close_all();
     throw;
@@ -225,7 +250,66 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
 
 Fabric::~Fabric() { close_all(); }
 
+std::string Fabric::map_mailbox(size_t bytes) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.address = nullptr;
+  mp.length = bytes;
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  if (ucp_mem_map(context_, &mp, &mbox_memh_) != UCS_OK) {
+    mbox_memh_ = nullptr;
+    return {};
+  }
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+  void* packed = nullptr;
+  size_t len = 0;
+  if (ucp_mem_query(mbox_memh_, &attr) != UCS_OK || ucp_rkey_pack(context_, mbox_memh_, &packed, &len) != UCS_OK)
+    return {};
+  mbox_mine_ = static_cast<char*>(attr.address);
+  std::memset(mbox_mine_, 0, MailboxLayout::kSlots);
+  uint64_t raddr = reinterpret_cast<uint64_t>(attr.address);
+  std::string out(reinterpret_cast<const char*>(&raddr), sizeof(raddr));
+  out.append(static_cast<const char*>(packed), len);
+  ucp_rkey_buffer_release(packed);
+  return out;
+}
+
+void Fabric::attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::string& prev_rkey) {
+  int prev = (rank_ + size_ - 1) % size_;
+  bool ok = false;
+  if (all_local && mbox_mine_ && prev_rkey.size() > sizeof(uint64_t)) {
+    uint64_t raddr = 0;
+    std::memcpy(&raddr, prev_rkey.data(), sizeof(raddr));
+    void* local = nullptr;
+    if (ucp_ep_rkey_unpack(eps_[prev], prev_rkey.data() + sizeof(raddr), &prev_rkey_) == UCS_OK &&
+        ucp_rkey_ptr(prev_rkey_, raddr, &local) == UCS_OK) {
+      mbox_prev_ = static_cast<char*>(local);
+      ok = true;
+    }
+  }
+  // Every rank must take the same path: publish, then agree.
+  init.store.set("ucx/shm/" + std::to_string(rank_), ok ? "1" : "0");
+  bool all = true;
+  for (int p = 0; p < size_; ++p)
+    all = all && init.store.get("ucx/shm/" + std::to_string(p), init.timeout_ms) == "1";
+  if (!all) mbox_prev_ = nullptr;
+  if (!mbox_prev_) mbox_mine_ = nullptr;
+}
+
+void Fabric::backoff(Clock::time_point start, Clock::time_point deadline, int peer, const char* what) {
+  auto now = Clock::now();
+  if (aborted()) sdk::fail(DT_ERR_ABORTED, std::string("ucx: ") + what + " aborted");
+  if (now >= deadline) fail_timeout(peer, what);
+  auto spent = now - start;
+  if (spent < spin_) return;
+  if (spent < spin_ + std::chrono::milliseconds(1)) sched_yield();
+  else usleep(20);
+}
+
 void Fabric::close_all() {
+  if (prev_rkey_) ucp_rkey_destroy(prev_rkey_);
+  prev_rkey_ = nullptr;
   for (auto& ep : eps_) {
     if (!ep) continue;
     ucp_request_param_t prm{};
@@ -239,6 +323,8 @@ void Fabric::close_all() {
     }
     ep = nullptr;
   }
+  if (mbox_memh_) ucp_mem_unmap(context_, mbox_memh_);
+  mbox_memh_ = nullptr;
   if (worker_) ucp_worker_destroy(worker_);
   worker_ = nullptr;
   if (context_) ucp_cleanup(context_);
@@ -434,7 +520,58 @@ struct UcxCommunicator::Engine {
   std::vector<char> full;    // whole-buffer scratch
   std::vector<char> small;   // recursive doubling partner data
 
+  uint64_t produced = 0;  // chunks written to our mailbox, ever
+  uint64_t consumed = 0;  // chunks read from the previous rank's mailbox, ever
+
   Fabric& f() { return *fabric; }
+  bool shm_ok(size_t bytes) const { return s.shm && fabric->mailbox_prev() && bytes > s.small_bytes; }
+
+  static std::atomic<uint64_t>& counter(char* box, size_t off) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(box + off);
+  }
+
+  // One ring step over the mailboxes: streams [sptr, sptr + sbytes) to the
+  // next rank in chunks while handing each chunk of the previous rank's
+  // stream (rbytes in all) to take(k, data, bytes) as soon as it is there.
+  template <typename Take>
+  void shm_step(const char* sptr, size_t sbytes, size_t rbytes, size_t chunk_bytes, Take&& take,
+                Clock::time_point deadline, const char* what) {
+    char* mine = fabric->mailbox_mine();
+    char* prev = fabric->mailbox_prev();
+    size_t depth = static_cast<size_t>(s.depth);
+    size_t slot = s.chunk_bytes;
+    auto& my_head = counter(mine, MailboxLayout::kHead);
+    auto& my_tail = counter(mine, MailboxLayout::kTail);
+    auto& prev_head = counter(prev, MailboxLayout::kHead);
+    auto& prev_tail = counter(prev, MailboxLayout::kTail);
+    size_t nsend = (sbytes + chunk_bytes - 1) / chunk_bytes, nrecv = (rbytes + chunk_bytes - 1) / chunk_bytes;
+    size_t i = 0, j = 0;
+    auto start = Clock::now();
+    unsigned idle = 0;
+    while (i < nsend || j < nrecv) {
+      bool moved = false;
+      if (i < nsend && produced - my_tail.load(std::memory_order_acquire) < depth) {
+        size_t len = std::min(chunk_bytes, sbytes - i * chunk_bytes);
+        std::memcpy(mine + MailboxLayout::kSlots + (produced % depth) * slot, sptr + i * chunk_bytes, len);
+        my_head.store(++produced, std::memory_order_release);
+        ++i;
+        moved = true;
+      }
+      if (j < nrecv && prev_head.load(std::memory_order_acquire) > consumed) {
+        size_t len = std::min(chunk_bytes, rbytes - j * chunk_bytes);
+        take(j, prev + MailboxLayout::kSlots + (consumed % depth) * slot, len);
+        prev_tail.store(++consumed, std::memory_order_release);
+        ++j;
+        moved = true;
+      }
+      if (moved) {
+        idle = 0;
+        start = Clock::now();
+      } else if ((++idle & 63) == 0) {
+        fabric->backoff(start, deadline, j < nrecv ? mod(me() - 1) : mod(me() + 1), what);
+      }
+    }
+  }
   int n() const { return fabric->size(); }
   int me() const { return fabric->rank(); }
   static char* grow(std::vector<char>& v, size_t bytes) {
@@ -531,6 +668,14 @@ struct UcxCommunicator::Engine {
       size_t roff = block_off(count, rb), rlen = block_len(count, rb);
       char* out = (step == n() - 2 && final_dst) ? static_cast<char*>(final_dst) : at(dst, roff * esz);
       const char* mine = at(src, roff * esz);
+      if (shm_ok(count * esz)) {
+        shm_step(sptr, slen * esz, rlen * esz, chunk * esz,
+                 [&](size_t k, const char* data, size_t bytes) {
+                   fn(out + k * chunk * esz, mine + k * chunk * esz, data, bytes / esz);
+                 },
+                 deadline, "ring reduce-scatter");
+        continue;
+      }
       Batch sends(f());
       for (size_t o = 0; o < slen; o += chunk)
         sends.add(f().isend(next, Fabric::coll_tag(r, seq), sptr + o * esz, std::min(chunk, slen - o) * esz));
@@ -557,8 +702,16 @@ struct UcxCommunicator::Engine {
   // this rank's block.
   void ring_allgather(void* buf, size_t count, size_t esz, uint64_t seq, Clock::time_point deadline) {
     int r = me(), next = mod(r + 1), prev = mod(r - 1);
+    size_t chunk = std::max<size_t>(esz, s.chunk_bytes / esz * esz);
     for (int step = 0; step < n() - 1; ++step) {
       int sb = mod(r - step), rb = mod(r - step - 1);
+      if (shm_ok(count * esz)) {
+        char* dst = at(buf, block_off(count, rb) * esz);
+        shm_step(at(buf, block_off(count, sb) * esz), block_len(count, sb) * esz, block_len(count, rb) * esz, chunk,
+                 [&](size_t k, const char* data, size_t bytes) { std::memcpy(dst + k * chunk, data, bytes); },
+                 deadline, "ring all-gather");
+        continue;
+      }
       Batch b(f());
       b.add(f().irecv(prev, Fabric::coll_tag(prev, seq), at(buf, block_off(count, rb) * esz),
                       block_len(count, rb) * esz));
@@ -692,7 +845,9 @@ UcxCommunicator::UcxCommunicator(const sdk::CommInit& init) : timeout_ms_(init.t
   ErrorHandling errors = eh == "peer" ? ErrorHandling::Peer : eh == "none" ? ErrorHandling::None : ErrorHandling::Auto;
   if (eh != "auto" && eh != "peer" && eh != "none")
     sdk::fail(DT_ERR_INVALID_USAGE, "ucx.error_handling = \"" + eh + "\" is not known; use \"auto\", \"peer\" or \"none\"");
-  fabric_ = std::make_shared<Fabric>(init, tls, devs, errors, s.spin);
+  s.shm = init.options.get_bool("shared_memory", true);
+  fabric_ = std::make_shared<Fabric>(init, tls, devs, errors, s.spin,
+                                     s.shm ? MailboxLayout::bytes(s.chunk_bytes, s.depth) : 0);
   engine_ = std::make_shared<Engine>();
   engine_->fabric = fabric_;
   engine_->s = s;

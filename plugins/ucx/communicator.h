@@ -26,6 +26,19 @@ struct Settings {
   size_t chunk_bytes = 128 * 1024;  // ring pipeline chunk
   int depth = 4;                    // chunks in flight per ring step
   std::chrono::microseconds spin{200};
+  bool shm = true;  // shared-memory mailboxes for large messages on one host
+};
+
+// Layout of a shared-memory mailbox: two counters on their own cache lines,
+// then Settings::depth slots of Settings::chunk_bytes. The owner writes chunk
+// k into slot k % depth and publishes head = k + 1; the reader (the next rank)
+// reads it and publishes tail = k + 1. Counters only grow, across
+// collectives, since every rank runs the same sequence of chunks.
+struct MailboxLayout {
+  static constexpr size_t kHead = 0;
+  static constexpr size_t kTail = 128;
+  static constexpr size_t kSlots = 4096;
+  static size_t bytes(size_t chunk, int depth) { return kSlots + chunk * static_cast<size_t>(depth); }
 };
 
 // One posted UCX tag transfer. done() polls it; a request that failed keeps
@@ -46,8 +59,9 @@ struct Request {
 // bounded by the deadline and woken by abort.
 class Fabric {
  public:
+  // mailbox_bytes > 0 asks for the shared-memory ring mailboxes (see Mailbox).
   Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices, ErrorHandling errors,
-         std::chrono::microseconds spin);
+         std::chrono::microseconds spin, size_t mailbox_bytes);
   ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
@@ -75,12 +89,25 @@ class Fabric {
   // Throws DT_ERR_REMOTE naming the peer if r failed.
   void check(const Request& r, const char* what) const;
 
+  // Shared-memory ring mailboxes, when every rank is on this host and UCX
+  // maps them (ucp_mem_map ALLOCATE over sysv/posix, rkey exchanged through
+  // the store, ucp_rkey_ptr for direct access): this rank's own mailbox,
+  // written by this rank and read by the next one, and the previous rank's.
+  // Null when unavailable; the same answer on every rank.
+  char* mailbox_mine() const { return mbox_mine_; }
+  char* mailbox_prev() const { return mbox_prev_; }
+  // Waits politely in a shared-memory loop: spins, then yields, then sleeps;
+  // throws on abort or past the deadline (naming peer).
+  void backoff(Clock::time_point start, Clock::time_point deadline, int peer, const char* what);
+
   static uint64_t p2p_tag(int src, int32_t tag);
   static uint64_t coll_tag(int src, uint64_t seq);
 
  private:
   void block(Clock::time_point deadline);
   void close_all();
+  std::string map_mailbox(size_t bytes);  // packed (address, rkey), "" if UCX cannot
+  void attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::string& prev_rkey);
   [[noreturn]] void fail_timeout(int peer, const char* what) const;
 
   int rank_;
@@ -90,6 +117,10 @@ class Fabric {
   ucp_worker_h worker_ = nullptr;
   std::vector<ucp_ep_h> eps_;
   std::vector<int> peer_ids_;  // error-handler arguments
+  ucp_mem_h mbox_memh_ = nullptr;
+  ucp_rkey_h prev_rkey_ = nullptr;
+  char* mbox_mine_ = nullptr;
+  char* mbox_prev_ = nullptr;
   int efd_ = -1;    // the worker's event fd
   int epfd_ = -1;   // epoll over efd_ and wake_fd_
   int wake_fd_ = -1;

@@ -11,6 +11,9 @@ const dt_config_key_v1_t kKeys[] = {
     {"error_handling", "string", "\"auto\"",
      "UCX peer-failure handling: auto (only for peers on other hosts: on one host UCX 1.13 would otherwise fall "
      "back from shared memory to TCP), peer, none"},
+    {"shared_memory", "bool", "true",
+     "ring steps between ranks of one host go through shared-memory mailboxes mapped by UCX (ucp_rkey_ptr) "
+     "instead of tag messages (CMA rendezvous)"},
     {"algorithm", "string", "\"auto\"",
      "all-reduce algorithm: auto (recursive_doubling up to small_message_bytes, ring above), recursive_doubling, "
      "ring"},
