@@ -170,7 +170,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | (mailbox_bytes ? UCP_FEATURE_RMA : 0);
   params.mt_workers_shared = 0;
   ucs_status_t st = ucp_init(&params, cfg, &context_);
   ucp_config_release(cfg);
@@ -303,8 +303,7 @@ void Fabric::backoff(Clock::time_point start, Clock::time_point deadline, int pe
   if (now >= deadline) fail_timeout(peer, what);
   auto spent = now - start;
   if (spent < spin_) return;
-  if (spent < spin_ + std::chrono::milliseconds(1)) sched_yield();
-  else usleep(20);
+  usleep(20);
 }
 
 void Fabric::close_all() {
@@ -427,8 +426,9 @@ void Fabric::progress_until(const std::function<bool()>& done, Clock::time_point
     if (now >= deadline) fail_timeout(waiting_for ? waiting_for() : -1, what);
     auto spent = now - start;
     if (spent < spin_) continue;
-    if (spent < spin_ + std::chrono::milliseconds(1)) sched_yield();
-    else block(deadline);
+    // No sched_yield phase: on a loaded host it hands the core to another
+    // process for a whole time slice (measured: 16 KiB all-reduce 9 -> 415 us).
+    block(deadline);
   }
 }
 

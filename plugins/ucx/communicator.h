@@ -25,7 +25,7 @@ struct Settings {
   size_t small_bytes = 32 * 1024;   // auto: recursive doubling up to here, ring above
   size_t chunk_bytes = 128 * 1024;  // ring pipeline chunk
   int depth = 4;                    // chunks in flight per ring step
-  std::chrono::microseconds spin{200};
+  std::chrono::microseconds spin{2000};
   bool shm = true;  // shared-memory mailboxes for large messages on one host
 };
 
@@ -54,9 +54,9 @@ struct Request {
 // A communicator's UCX state: its own context and worker (multi-thread mode:
 // the caller's thread, the drainer and p2p waiters may all progress it),
 // one endpoint per peer, connected by worker addresses exchanged through the
-// core's store. Progress loops spin for Settings::spin, then yield, then
-// sleep on the worker's event fd (ucp_worker_arm) in short slices, always
-// bounded by the deadline and woken by abort.
+// core's store. Progress loops spin for Settings::spin, then sleep on the
+// worker's event fd (ucp_worker_arm) in short slices, always bounded by the
+// deadline and woken by abort.
 class Fabric {
  public:
   // mailbox_bytes > 0 asks for the shared-memory ring mailboxes (see Mailbox).
@@ -96,7 +96,7 @@ class Fabric {
   // Null when unavailable; the same answer on every rank.
   char* mailbox_mine() const { return mbox_mine_; }
   char* mailbox_prev() const { return mbox_prev_; }
-  // Waits politely in a shared-memory loop: spins, then yields, then sleeps;
+  // Waits politely in a shared-memory loop: spins, then sleeps in 20 us steps;
   // throws on abort or past the deadline (naming peer).
   void backoff(Clock::time_point start, Clock::time_point deadline, int peer, const char* what);
 
