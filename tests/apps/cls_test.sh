@@ -24,7 +24,7 @@ losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \(
 case $mode in
 ci)
   "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=5 \
-      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" > console.log 2>&1 \
+      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
     || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
   losses log/workerlog.0 > losses.txt
   cat losses.txt
@@ -39,6 +39,8 @@ ci)
   grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
   [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
   grep -q "eval epoch 5: top1" log/workerlog.0 || fail "no final evaluation"
+  grep -qa "train/loss" tb/events.out.tfevents.* && grep -qa "eval/top1" tb/events.out.tfevents.* \
+    || fail "no TensorBoard scalars in tb/"
   echo PASS
   ;;
 resume)
