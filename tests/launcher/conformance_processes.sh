@@ -1,6 +1,7 @@
-# dtrain --nproc_per_node 4 -- dtrain-conformance --backend gloo (ranks as processes).
+# dtrain --nproc_per_node 4 -- dtrain-conformance --backend $BACKEND (ranks as processes).
 source "$(dirname "$0")/lib.sh"
-"$BIN/dtrain" --nproc_per_node 4 -- dtrain-conformance --backend gloo >out.txt 2>err.txt || fail "dtrain exited $?"
+BACKEND=${2:-gloo}
+"$BIN/dtrain" --nproc_per_node 4 -- dtrain-conformance --backend $BACKEND >out.txt 2>err.txt || fail "dtrain exited $?"
 grep -q "0 failed" out.txt || fail "rank 0 did not report a clean run"
 for r in 0 1 2 3; do
   grep -Eq "^[0-9]+ passed, 0 failed" "log/workerlog.$r" || fail "rank $r did not pass"

@@ -2,8 +2,9 @@
 # within the collective timeout plus a few seconds, the report names the rank
 # and its signal, and no process of the job is left.
 source "$(dirname "$0")/lib.sh"
+BACKEND=${2:-gloo}
 TIMEOUT=20
-"$BIN/dtrain" --nproc_per_node 4 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 \
+"$BIN/dtrain" --nproc_per_node 4 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 \
   --timeout-s $TIMEOUT --tag "$TAG" >out.txt 2>err.txt &
 dpid=$!
 wait_for log/workerlog.2 "first all-reduce done"
@@ -22,7 +23,7 @@ echo "PASS: stopped ${elapsed_ms} ms after the kill, exit code $rc"
 grep -A3 "root cause" err.txt
 
 # SIGKILL to dtrain itself: its processes die with it.
-"$BIN/dtrain" --nproc_per_node 3 --log_dir log2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 \
+"$BIN/dtrain" --nproc_per_node 3 --log_dir log2 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 \
   --tag "$TAG" >out2.txt 2>err2.txt &
 dpid=$!
 wait_for log2/workerlog.2 "first all-reduce done"

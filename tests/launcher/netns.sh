@@ -2,6 +2,7 @@
 # command runs in each with --ips A,B; the 2x2-process conformance run passes;
 # then stopping the job on one machine stops it on the other with the report.
 source "$(dirname "$0")/lib.sh"
+BACKEND=${2:-gloo}
 [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
 command -v ip >/dev/null || fail "ip is not installed (Debian: iproute2)"
 NA=dta$$ NB=dtb$$
@@ -28,9 +29,9 @@ ip netns exec $NB "$BIN/dtrain" check --ips $A,$B --start_port $port --timeout 2
 grep -Eq "store $A:$port reachable +FAIL" out.check.txt || fail "check did not report the unreachable store"
 
 # 1. 2 machines x 2 processes, conformance.
-run $NA logA -- dtrain-conformance --backend gloo --large-count 100003 >outA.txt 2>errA.txt &
+run $NA logA -- dtrain-conformance --backend $BACKEND --large-count 100003 >outA.txt 2>errA.txt &
 pa=$!
-run $NB logB -- dtrain-conformance --backend gloo --large-count 100003 >outB.txt 2>errB.txt &
+run $NB logB -- dtrain-conformance --backend $BACKEND --large-count 100003 >outB.txt 2>errB.txt &
 pb=$!
 wait $pa || fail "machine A's dtrain failed"
 wait $pb || fail "machine B's dtrain failed"
@@ -42,9 +43,9 @@ grep -q "$B" logA/endpoints.log || fail "machine A's endpoints.log does not list
 
 # 2. SIGKILL a worker on machine B: both machines stop, both print the root cause.
 port=$((port + 1))
-run $NA logA2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA2.txt 2>errA2.txt &
+run $NA logA2 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA2.txt 2>errA2.txt &
 pa=$!
-run $NB logB2 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB2.txt 2>errB2.txt &
+run $NB logB2 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB2.txt 2>errB2.txt &
 pb=$!
 wait_for logB2/workerlog.3 "first all-reduce done"
 victim=$(grep -o "pid [0-9]*" logB2/workerlog.3 | head -1 | awk '{print $2}')
@@ -58,9 +59,9 @@ done
 
 # 3. SIGTERM to machine B's dtrain stops machine A's job too.
 port=$((port + 1))
-run $NA logA3 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA3.txt 2>errA3.txt &
+run $NA logA3 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA3.txt 2>errA3.txt &
 pa=$!
-run $NB logB3 -- dtrain-job-probe --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB3.txt 2>errB3.txt &
+run $NB logB3 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB3.txt 2>errB3.txt &
 pb=$!
 wait_for logB3/workerlog.3 "first all-reduce done"
 dpid=$(pgrep -f -- "dtrain --ips .*--log_dir logB3" | head -1)
