@@ -22,9 +22,9 @@ enum class ErrorHandling { Auto, Peer, None };
 
 struct Settings {
   Algorithm algorithm = Algorithm::Auto;
-  size_t small_bytes = 32 * 1024;   // auto: recursive doubling up to here, ring above
+  size_t small_bytes = 8 * 1024;    // auto: recursive doubling up to here, ring above
   size_t chunk_bytes = 128 * 1024;  // ring pipeline chunk
-  int depth = 4;                    // chunks in flight per ring step
+  int depth = 8;                    // chunks in flight per ring step
   std::chrono::microseconds spin{2000};
   bool shm = true;  // shared-memory mailboxes for large messages on one host
 };

@@ -17,9 +17,9 @@ const dt_config_key_v1_t kKeys[] = {
     {"algorithm", "string", "\"auto\"",
      "all-reduce algorithm: auto (recursive_doubling up to small_message_bytes, ring above), recursive_doubling, "
      "ring"},
-    {"small_message_bytes", "int", "32768", "auto: messages up to this size use recursive doubling"},
+    {"small_message_bytes", "int", "8192", "auto: messages up to this size use recursive doubling"},
     {"chunk_bytes", "int", "131072", "ring pipeline chunk: each chunk is reduced as soon as it lands"},
-    {"pipeline_depth", "int", "4", "ring chunks in flight per step"},
+    {"pipeline_depth", "int", "8", "ring chunks in flight per step"},
     {"spin_us", "int", "2000", "busy-poll this long before sleeping on the worker's event fd (or in 20 us steps on shared memory)"},
     {"grace_us", "int", "1000",
      "a collective nobody waits for is run by the communicator's background thread after this long"},
