@@ -1,5 +1,8 @@
 #include "communicator.h"
 
+#include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -7,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 namespace dtrain::ucx_backend {
 
@@ -19,6 +23,7 @@ constexpr uint64_t kHelloSeq = kSeqMask;  // the connection handshake
 char g_dummy;                              // address for zero-byte transfers
 
 std::string status_text(ucs_status_t st) { return ucs_status_string(st); }
+std::string host_identity();
 
 void check_ucs(ucs_status_t st, const std::string& what) {
   if (st != UCS_OK) sdk::fail(DT_ERR_SYSTEM, "ucx: " + what + " failed: " + status_text(st));
@@ -195,9 +200,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     ucp_address_t* addr = nullptr;
     size_t len = 0;
     check_ucs(ucp_worker_get_address(worker_, &addr, &len), "getting the worker address");
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    std::string my_host = host;
+    std::string my_host = host_identity();
     std::string mine;
     put_field(mine, my_host);
     put_field(mine, std::string(reinterpret_cast<const char*>(addr), len));
@@ -823,9 +826,50 @@ struct UcxCommunicator::Engine {
 
 namespace {
 
+// Across hosts: every interface that is up and not loopback, plus every RDMA
+// port (a loopback address would reach this host, not the peer's, e.g. between
+// network namespaces). "" leaves UCX's own default.
+std::string remote_devices() {
+  std::set<std::string> names;
+  ifaddrs* ifs = nullptr;
+  if (getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i; i = i->ifa_next)
+      if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6) &&
+          (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK))
+        names.insert(i->ifa_name);
+    freeifaddrs(ifs);
+  }
+  if (DIR* d = opendir("/sys/class/infiniband")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string ports = std::string("/sys/class/infiniband/") + e->d_name + "/ports";
+      if (DIR* pd = opendir(ports.c_str())) {
+        while (dirent* pe = readdir(pd))
+          if (pe->d_name[0] != '.') names.insert(std::string(e->d_name) + ":" + pe->d_name);
+        closedir(pd);
+      }
+    }
+    closedir(d);
+  }
+  std::string out;
+  for (auto& n : names) out += (out.empty() ? "" : ",") + n;
+  return out;
+}
+
 std::string default_net_devices(const sdk::CommInit& init) {
   if (std::getenv("UCX_NET_DEVICES")) return "";  // the user's environment decides
-  return init.local_world_size >= init.world_size ? "lo" : "";
+  return init.local_world_size >= init.world_size ? "lo" : remote_devices();
+}
+
+// What makes two ranks "on one host" for shared memory and CMA: the same
+// hostname and the same network namespace (namespaces stand in for hosts in
+// tests, and UCX must then go over the network as between real hosts).
+std::string host_identity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  char ns[128] = {};
+  ssize_t n = readlink("/proc/self/ns/net", ns, sizeof(ns) - 1);
+  return std::string(host) + "/" + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : std::string());
 }
 
 }  // namespace
