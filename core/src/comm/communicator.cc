@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <sstream>
 
 #include "comm/comm_state.h"
@@ -105,11 +104,10 @@ dt_status_t bridge_remove(void* ctx, const char* key) {
 
 // Same creation order on every rank gives the same instance number, so a
 // communicator re-created under one name never reads its predecessor's keys.
+// Each rank counts its own creations in the store itself, so the numbering
+// follows the store, whatever process or object holds it.
 std::string instance_name(const CommOptions& o) {
-  static std::mutex mu;
-  static std::map<std::tuple<const Store*, int, std::string>, int> counts;
-  std::lock_guard<std::mutex> lk(mu);
-  int n = counts[{o.store.get(), o.rank, o.name}]++;
+  int64_t n = o.store->add("dtrain/instances/" + o.name + "/" + std::to_string(o.rank), 1) - 1;
   return o.name + "." + std::to_string(n);
 }
 
