@@ -244,7 +244,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       b.add(isend(p, coll_tag(rank_, kHelloSeq), nullptr, 0));
     }
     b.wait(deadline, "connecting");
-    if (size_ > 1 && mailbox_bytes) attach_mailboxes(init, all_local, peer_rkeys[(rank_ + size_ - 1) % size_]);
+    if (size_ > 1 && mailbox_bytes) attach_mailboxes(init, all_local, peer_rkeys);
   } catch (...) {
     close_all();
     throw;
@@ -270,7 +270,7 @@ std::string Fabric::map_mailbox(size_t bytes) {
   if (ucp_mem_query(mbox_memh_, &attr) != UCS_OK || ucp_rkey_pack(context_, mbox_memh_, &packed, &len) != UCS_OK)
     return {};
   mbox_mine_ = static_cast<char*>(attr.address);
-  std::memset(mbox_mine_, 0, MailboxLayout::kSlots);
+  std::memset(mbox_mine_, 0, MailboxLayout::kRing);
   uint64_t raddr = reinterpret_cast<uint64_t>(attr.address);
   std::string out(reinterpret_cast<const char*>(&raddr), sizeof(raddr));
   out.append(static_cast<const char*>(packed), len);
@@ -278,26 +278,33 @@ std::string Fabric::map_mailbox(size_t bytes) {
   return out;
 }
 
-void Fabric::attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::string& prev_rkey) {
-  int prev = (rank_ + size_ - 1) % size_;
-  bool ok = false;
-  if (all_local && mbox_mine_ && prev_rkey.size() > sizeof(uint64_t)) {
-    uint64_t raddr = 0;
-    std::memcpy(&raddr, prev_rkey.data(), sizeof(raddr));
-    void* local = nullptr;
-    if (ucp_ep_rkey_unpack(eps_[prev], prev_rkey.data() + sizeof(raddr), &prev_rkey_) == UCS_OK &&
-        ucp_rkey_ptr(prev_rkey_, raddr, &local) == UCS_OK) {
-      mbox_prev_ = static_cast<char*>(local);
-      ok = true;
+void Fabric::attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::vector<std::string>& rkeys) {
+  bool ok = all_local && mbox_mine_;
+  rkeys_.assign(size_, nullptr);
+  mbox_of_.assign(size_, nullptr);
+  for (int p = 0; p < size_ && ok; ++p) {
+    if (p == rank_) {
+      mbox_of_[p] = mbox_mine_;
+      continue;
     }
+    ok = rkeys[p].size() > sizeof(uint64_t);
+    if (!ok) break;
+    uint64_t raddr = 0;
+    std::memcpy(&raddr, rkeys[p].data(), sizeof(raddr));
+    void* local = nullptr;
+    ok = ucp_ep_rkey_unpack(eps_[p], rkeys[p].data() + sizeof(raddr), &rkeys_[p]) == UCS_OK &&
+         ucp_rkey_ptr(rkeys_[p], raddr, &local) == UCS_OK;
+    mbox_of_[p] = static_cast<char*>(local);
   }
   // Every rank must take the same path: publish, then agree.
   init.store.set("ucx/shm/" + std::to_string(rank_), ok ? "1" : "0");
   bool all = true;
   for (int p = 0; p < size_; ++p)
     all = all && init.store.get("ucx/shm/" + std::to_string(p), init.timeout_ms) == "1";
-  if (!all) mbox_prev_ = nullptr;
-  if (!mbox_prev_) mbox_mine_ = nullptr;
+  if (!all) {
+    mbox_of_.clear();
+    mbox_mine_ = nullptr;
+  }
 }
 
 void Fabric::backoff(Clock::time_point start, Clock::time_point deadline, int peer, const char* what) {
@@ -310,8 +317,10 @@ void Fabric::backoff(Clock::time_point start, Clock::time_point deadline, int pe
 }
 
 void Fabric::close_all() {
-  if (prev_rkey_) ucp_rkey_destroy(prev_rkey_);
-  prev_rkey_ = nullptr;
+  for (auto& k : rkeys_)
+    if (k) ucp_rkey_destroy(k);
+  rkeys_.clear();
+  mbox_of_.clear();
   for (auto& ep : eps_) {
     if (!ep) continue;
     ucp_request_param_t prm{};
@@ -555,14 +564,14 @@ struct UcxCommunicator::Engine {
       bool moved = false;
       if (i < nsend && produced - my_tail.load(std::memory_order_acquire) < depth) {
         size_t len = std::min(chunk_bytes, sbytes - i * chunk_bytes);
-        std::memcpy(mine + MailboxLayout::kSlots + (produced % depth) * slot, sptr + i * chunk_bytes, len);
+        std::memcpy(mine + MailboxLayout::kRing + (produced % depth) * slot, sptr + i * chunk_bytes, len);
         my_head.store(++produced, std::memory_order_release);
         ++i;
         moved = true;
       }
       if (j < nrecv && prev_head.load(std::memory_order_acquire) > consumed) {
         size_t len = std::min(chunk_bytes, rbytes - j * chunk_bytes);
-        take(j, prev + MailboxLayout::kSlots + (consumed % depth) * slot, len);
+        take(j, prev + MailboxLayout::kRing + (consumed % depth) * slot, len);
         prev_tail.store(++consumed, std::memory_order_release);
         ++j;
         moved = true;
@@ -606,12 +615,51 @@ struct UcxCommunicator::Engine {
     if (count == 0) return;
     if (n() == 1 || !use_ring(count, esz)) {
       if (src != dst) std::memcpy(dst, src, count * esz);
-      if (n() > 1) recursive_doubling(dst, count, dtype, op, seq, deadline);
+      if (n() > 1) small_allreduce(dst, count, dtype, op, seq, deadline);
     } else {
       ring_reduce_scatter(src, dst, nullptr, count, dtype, op, seq, deadline);
       ring_allgather(dst, count, esz, seq, deadline);
     }
     if (op == DT_OP_AVG) sdk::scale_avg(dtype, dst, count, n());
+  }
+
+  // In-place all-reduce of a small buffer: flat through the mailboxes when
+  // every rank is on this host, else recursive doubling over tag messages.
+  void small_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
+                       Clock::time_point deadline) {
+    size_t bytes = count * sdk::dtype_size(dtype);
+    if (s.shm && fabric->mailbox_mine() && n() <= MailboxLayout::kMaxFlatRanks && bytes <= s.small_bytes)
+      flat_allreduce(buf, count, dtype, op, deadline);
+    else
+      recursive_doubling(buf, count, dtype, op, seq, deadline);
+  }
+
+  // Every rank publishes its data in its mailbox, then reduces all ranks'
+  // data in rank order (the same result everywhere) and acknowledges.
+  uint64_t small_ops = 0;
+  void flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline) {
+    size_t bytes = count * sdk::dtype_size(dtype);
+    ReduceFn fn = reduce_fn(dtype, op);
+    uint64_t k = small_ops++;
+    size_t at_k = MailboxLayout::small_at(s.chunk_bytes, s.depth, s.small_bytes, static_cast<int>(k % 2));
+    char* mine = fabric->mailbox_mine();
+    auto start = Clock::now();
+    auto wait_for = [&](std::atomic<uint64_t>& c, uint64_t v, int peer) {
+      for (unsigned i = 1; c.load(std::memory_order_acquire) < v; ++i)
+        if ((i & 63) == 0) fabric->backoff(start, deadline, peer, "allreduce");
+    };
+    // Buffer k % 2 was last used by op k - 2: every reader must be done with it.
+    if (k >= 2)
+      for (int p = 0; p < n(); ++p)
+        if (p != me()) wait_for(counter(mine, MailboxLayout::kAck + 64 * p), k - 1, p);
+    std::memcpy(mine + at_k, buf, bytes);
+    counter(mine, MailboxLayout::kSeq).store(k + 1, std::memory_order_release);
+    for (int p = 0; p < n(); ++p)
+      if (p != me()) wait_for(counter(fabric->mailbox_of(p), MailboxLayout::kSeq), k + 1, p);
+    fn(buf, fabric->mailbox_of(0) + at_k, fabric->mailbox_of(1) + at_k, count);
+    for (int p = 2; p < n(); ++p) fn(buf, buf, fabric->mailbox_of(p) + at_k, count);
+    for (int p = 0; p < n(); ++p)
+      if (p != me()) counter(fabric->mailbox_of(p), MailboxLayout::kAck + 64 * me()).store(k + 1, std::memory_order_release);
   }
 
   void recursive_doubling(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
@@ -755,7 +803,7 @@ struct UcxCommunicator::Engine {
     if (n() == 1 || !use_ring(total, esz)) {
       char* tmp = grow(full, total * esz);
       std::memcpy(tmp, send, total * esz);
-      if (n() > 1) recursive_doubling(tmp, total, dtype, op, seq, deadline);
+      if (n() > 1) small_allreduce(tmp, total, dtype, op, seq, deadline);
       std::memcpy(recv, tmp + me() * count * esz, count * esz);
     } else {
       char* acc = grow(full, total * esz);
@@ -771,7 +819,7 @@ struct UcxCommunicator::Engine {
     if (n() == 1 || !use_ring(count, esz)) {
       char* tmp = grow(full, bytes);
       std::memcpy(tmp, send, bytes);
-      if (n() > 1) recursive_doubling(tmp, count, dtype, op, seq, deadline);
+      if (n() > 1) small_allreduce(tmp, count, dtype, op, seq, deadline);
       if (is_root) std::memcpy(recv, tmp, bytes);
     } else {
       void* acc = is_root ? recv : grow(full, bytes);
@@ -891,7 +939,7 @@ UcxCommunicator::UcxCommunicator(const sdk::CommInit& init) : timeout_ms_(init.t
     sdk::fail(DT_ERR_INVALID_USAGE, "ucx.error_handling = \"" + eh + "\" is not known; use \"auto\", \"peer\" or \"none\"");
   s.shm = init.options.get_bool("shared_memory", true);
   fabric_ = std::make_shared<Fabric>(init, tls, devs, errors, s.spin,
-                                     s.shm ? MailboxLayout::bytes(s.chunk_bytes, s.depth) : 0);
+                                     s.shm ? MailboxLayout::bytes(s.chunk_bytes, s.depth, s.small_bytes) : 0);
   engine_ = std::make_shared<Engine>();
   engine_->fabric = fabric_;
   engine_->s = s;

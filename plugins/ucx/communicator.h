@@ -29,16 +29,27 @@ struct Settings {
   bool shm = true;  // shared-memory mailboxes for large messages on one host
 };
 
-// Layout of a shared-memory mailbox: two counters on their own cache lines,
-// then Settings::depth slots of Settings::chunk_bytes. The owner writes chunk
-// k into slot k % depth and publishes head = k + 1; the reader (the next rank)
-// reads it and publishes tail = k + 1. Counters only grow, across
-// collectives, since every rank runs the same sequence of chunks.
+// Layout of a shared-memory mailbox. Ring part: two counters on their own
+// cache lines, then Settings::depth slots of Settings::chunk_bytes; the owner
+// writes chunk k into slot k % depth and publishes head = k + 1, the reader
+// (the next rank) reads it and publishes tail = k + 1. Small part (flat
+// all-reduce of up to kMaxFlatRanks ranks): the owner publishes its data for
+// small op k in buffer k % 2 and sets seq = k + 1; every reader p then sets
+// ack[p] = k + 1 here. Counters only grow, across collectives, since every
+// rank runs the same sequence of ops.
 struct MailboxLayout {
+  static constexpr int kMaxFlatRanks = 16;
   static constexpr size_t kHead = 0;
   static constexpr size_t kTail = 128;
-  static constexpr size_t kSlots = 4096;
-  static size_t bytes(size_t chunk, int depth) { return kSlots + chunk * static_cast<size_t>(depth); }
+  static constexpr size_t kSeq = 256;
+  static constexpr size_t kAck = 384;  // + 64 * reader rank
+  static constexpr size_t kRing = 4096;
+  static size_t small_at(size_t chunk, int depth, size_t small, int k) {
+    return kRing + chunk * static_cast<size_t>(depth) + static_cast<size_t>(k % 2) * small;
+  }
+  static size_t bytes(size_t chunk, int depth, size_t small) {
+    return kRing + chunk * static_cast<size_t>(depth) + 2 * small;
+  }
 };
 
 // One posted UCX tag transfer. done() polls it; a request that failed keeps
@@ -95,7 +106,8 @@ class Fabric {
   // written by this rank and read by the next one, and the previous rank's.
   // Null when unavailable; the same answer on every rank.
   char* mailbox_mine() const { return mbox_mine_; }
-  char* mailbox_prev() const { return mbox_prev_; }
+  char* mailbox_prev() const { return mailbox_of((rank_ + size_ - 1) % size_); }
+  char* mailbox_of(int rank) const { return mbox_of_.empty() ? nullptr : mbox_of_[rank]; }
   // Waits politely in a shared-memory loop: spins, then sleeps in 20 us steps;
   // throws on abort or past the deadline (naming peer).
   void backoff(Clock::time_point start, Clock::time_point deadline, int peer, const char* what);
@@ -107,7 +119,7 @@ class Fabric {
   void block(Clock::time_point deadline);
   void close_all();
   std::string map_mailbox(size_t bytes);  // packed (address, rkey), "" if UCX cannot
-  void attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::string& prev_rkey);
+  void attach_mailboxes(const sdk::CommInit& init, bool all_local, const std::vector<std::string>& rkeys);
   [[noreturn]] void fail_timeout(int peer, const char* what) const;
 
   int rank_;
@@ -118,9 +130,9 @@ class Fabric {
   std::vector<ucp_ep_h> eps_;
   std::vector<int> peer_ids_;  // error-handler arguments
   ucp_mem_h mbox_memh_ = nullptr;
-  ucp_rkey_h prev_rkey_ = nullptr;
+  std::vector<ucp_rkey_h> rkeys_;
   char* mbox_mine_ = nullptr;
-  char* mbox_prev_ = nullptr;
+  std::vector<char*> mbox_of_;  // every rank's mailbox, mapped here
   int efd_ = -1;    // the worker's event fd
   int epfd_ = -1;   // epoll over efd_ and wake_fd_
   int wake_fd_ = -1;
