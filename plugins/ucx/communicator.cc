@@ -428,13 +428,14 @@ void Fabric::block(Clock::time_point deadline) {
 void Fabric::progress_until(const std::function<bool()>& done, Clock::time_point deadline, const char* what,
                             const std::function<int()>& waiting_for) {
   if (done()) return;
-  auto start = Clock::now();
+  Clock::time_point start{};  // read lazily: most waits end within a few polls
   for (unsigned iter = 1;; ++iter) {
     bool moved = progress();
     if (done()) return;
     if (moved || (iter & 15) != 0) continue;
     if (aborted()) sdk::fail(DT_ERR_ABORTED, std::string("ucx: ") + what + " aborted");
     auto now = Clock::now();
+    if (start == Clock::time_point{}) start = now;
     if (now >= deadline) fail_timeout(waiting_for ? waiting_for() : -1, what);
     auto spent = now - start;
     if (spent < spin_) continue;
@@ -643,10 +644,13 @@ struct UcxCommunicator::Engine {
     uint64_t k = small_ops++;
     size_t at_k = MailboxLayout::small_at(s.chunk_bytes, s.depth, s.small_bytes, static_cast<int>(k % 2));
     char* mine = fabric->mailbox_mine();
-    auto start = Clock::now();
+    Clock::time_point start{};
     auto wait_for = [&](std::atomic<uint64_t>& c, uint64_t v, int peer) {
-      for (unsigned i = 1; c.load(std::memory_order_acquire) < v; ++i)
-        if ((i & 63) == 0) fabric->backoff(start, deadline, peer, "allreduce");
+      for (unsigned i = 1; c.load(std::memory_order_acquire) < v; ++i) {
+        if ((i & 63) != 0) continue;
+        if (start == Clock::time_point{}) start = Clock::now();
+        fabric->backoff(start, deadline, peer, "allreduce");
+      }
     };
     // Buffer k % 2 was last used by op k - 2: every reader must be done with it.
     if (k >= 2)
@@ -998,11 +1002,12 @@ template <typename F>
 std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "ucx: communicator aborted");
   uint64_t seq = coll_seq_++;
+  auto now = Clock::now();
   return queue_->submit(
       [e = engine_, seq, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
         body(*e, seq, deadline);
       },
-      deadline_of(o));
+      now + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_), now);
 }
 
 std::shared_ptr<sdk::Work> UcxCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {

@@ -2,28 +2,39 @@
 
 namespace dtrain::ucx_backend {
 
-CollectiveWork::CollectiveWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline)
-    : deadline(deadline), submitted(Clock::now()), queue_(std::move(queue)), body_(std::move(body)) {}
+CollectiveWork::CollectiveWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline,
+                               Clock::time_point now)
+    : deadline(deadline), submitted(now), queue_(std::move(queue)), body_(std::move(body)) {}
+
+dt_status_t CollectiveWork::test() {
+  return done_.load(std::memory_order_acquire) ? Work::test() : DT_IN_PROGRESS;
+}
+
+void CollectiveWork::finish(dt_status_t status, const std::string& message) {
+  complete(status, message);
+  done_.store(true, std::memory_order_release);
+}
 
 dt_status_t CollectiveWork::wait(int64_t timeout_ms) {
-  if (test() != DT_IN_PROGRESS) return test();
-  auto cap = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
-  queue_->run_until(this, cap);
+  if (!done_.load(std::memory_order_acquire)) {
+    auto cap = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+    queue_->run_until(this, cap);
+  }
   return test();
 }
 
 void CollectiveWork::run(Clock::time_point cap) {
   try {
     body_(std::min(deadline, cap));
-    complete(DT_OK);
+    finish(DT_OK, "");
   } catch (const sdk::Error& e) {
-    complete(e.status(), e.what());
+    finish(e.status(), e.what());
   } catch (const std::bad_alloc&) {
-    complete(DT_ERR_SYSTEM, "ucx: out of memory");
+    finish(DT_ERR_SYSTEM, "ucx: out of memory");
   } catch (const std::exception& e) {
-    complete(DT_ERR_INTERNAL, e.what());
+    finish(DT_ERR_INTERNAL, e.what());
   } catch (...) {
-    complete(DT_ERR_INTERNAL, "ucx: unknown exception");
+    finish(DT_ERR_INTERNAL, "ucx: unknown exception");
   }
   body_ = nullptr;
 }
@@ -50,14 +61,15 @@ void OpQueue::stop() {
     std::lock_guard<std::mutex> lk(mu_);
     q.swap(queue_);
   }
-  for (auto& w : q) w->complete(DT_ERR_ABORTED, "ucx: communicator destroyed");
+  for (auto& w : q) w->finish(DT_ERR_ABORTED, "ucx: communicator destroyed");
 }
 
-std::shared_ptr<CollectiveWork> OpQueue::submit(CollectiveWork::Body body, Clock::time_point deadline) {
-  auto w = std::make_shared<CollectiveWork>(shared_from_this(), std::move(body), deadline);
+std::shared_ptr<CollectiveWork> OpQueue::submit(CollectiveWork::Body body, Clock::time_point deadline,
+                                                Clock::time_point now) {
+  auto w = std::make_shared<CollectiveWork>(shared_from_this(), std::move(body), deadline, now);
   std::lock_guard<std::mutex> lk(mu_);
   if (aborted_ || stop_) {
-    w->complete(DT_ERR_ABORTED, aborted_ ? reason_ : "ucx: communicator destroyed");
+    w->finish(DT_ERR_ABORTED, aborted_ ? reason_ : "ucx: communicator destroyed");
     return w;
   }
   queue_.push_back(w);
@@ -99,7 +111,6 @@ void OpQueue::run_until(CollectiveWork* target, Clock::time_point cap) {
     }
     w->run(cap);
     release(w);
-    if (Clock::now() >= cap) return;
   }
 }
 
@@ -115,8 +126,8 @@ void OpQueue::abort(const std::string& reason) {
     q.swap(queue_);
     running = running_;
   }
-  for (auto& w : q) w->complete(DT_ERR_ABORTED, reason);
-  if (running) running->complete(DT_ERR_ABORTED, reason);
+  for (auto& w : q) w->finish(DT_ERR_ABORTED, reason);
+  if (running) running->finish(DT_ERR_ABORTED, reason);
 }
 
 void OpQueue::quiesce() {

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -24,12 +25,16 @@ class OpQueue;
 class CollectiveWork : public sdk::Work {
  public:
   using Body = std::function<void(Clock::time_point deadline)>;
-  CollectiveWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline);
+  CollectiveWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point now);
+  // Lock-free until the op is done (the latency path polls it).
+  dt_status_t test() override;
   // Runs this op (and the ones queued before it) on the calling thread, for at
   // most timeout_ms; an op cut short by that bound fails with DT_ERR_TIMEOUT.
   dt_status_t wait(int64_t timeout_ms) override;
   // Runs the body once with a deadline capped at cap, then completes.
   void run(Clock::time_point cap);
+  // complete() plus the lock-free done flag; every completion goes here.
+  void finish(dt_status_t status, const std::string& message);
 
   const Clock::time_point deadline;
   const Clock::time_point submitted;
@@ -37,6 +42,7 @@ class CollectiveWork : public sdk::Work {
  private:
   std::shared_ptr<OpQueue> queue_;
   Body body_;
+  std::atomic<bool> done_{false};
 };
 
 // The in-order queue of one communicator's collectives. Exactly one thread
@@ -59,7 +65,8 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   void start();  // starts the drainer thread
   void stop();   // joins it; queued ops are failed with DT_ERR_ABORTED
 
-  std::shared_ptr<CollectiveWork> submit(CollectiveWork::Body body, Clock::time_point deadline);
+  std::shared_ptr<CollectiveWork> submit(CollectiveWork::Body body, Clock::time_point deadline,
+                                         Clock::time_point now);
   // Runs queued ops in order until target completes or cap passes.
   void run_until(CollectiveWork* target, Clock::time_point cap);
   // Fails every queued op and the running one with DT_ERR_ABORTED.
