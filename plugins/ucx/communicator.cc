@@ -209,6 +209,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     init.store.set("ucx/addr/" + std::to_string(rank_), mine);
     std::vector<std::string> peer_rkeys(size_);
     bool all_local = true;
+    int local_peers = 0;
 
     peer_ids_.resize(size_);
     eps_.assign(size_, nullptr);
@@ -221,6 +222,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       peer_rkeys[p] = get_field(theirs, pos, p);
       bool same_host = their_host == my_host;
       all_local = all_local && same_host;
+      local_peers += same_host ? 1 : 0;
       // UCX 1.13 keeps shared memory and CMA only without peer-failure
       // handling; peers on other hosts get it (their loss then fails the op
       // at once instead of at the core's deadline).
@@ -245,6 +247,12 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     }
     b.wait(deadline, "connecting");
     if (size_ > 1 && mailbox_bytes) attach_mailboxes(init, all_local, peer_rkeys);
+    sdk::Log::debug("ucx: rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " connected: " +
+                    std::to_string(local_peers) + " peer(s) on this host, " +
+                    std::to_string(size_ - 1 - local_peers) + " on other hosts; transports \"" +
+                    (tls.empty() ? std::string("default") : tls) + "\", devices \"" +
+                    (net_devices.empty() ? std::string("default") : net_devices) + "\"; shared-memory mailboxes " +
+                    (mbox_mine_ ? "on" : "off"));
   } catch (...) {
     close_all();
     throw;
