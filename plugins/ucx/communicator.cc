@@ -159,7 +159,8 @@ uint64_t Fabric::coll_tag(int src, uint64_t seq) {
 }
 
 Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices,
-               ErrorHandling errors, std::chrono::microseconds spin, size_t mailbox_bytes)
+               ErrorHandling errors, std::chrono::microseconds spin, size_t mailbox_bytes,
+               const std::string& fingerprint)
     : rank_(init.rank), size_(init.world_size), spin_(spin) {
   if (size_ > (1 << 22)) sdk::fail(DT_ERR_NOT_SUPPORTED, "ucx: at most 4194304 ranks");
   ucp_config_t* cfg = nullptr;
@@ -206,6 +207,7 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     put_field(mine, std::string(reinterpret_cast<const char*>(addr), len));
     ucp_worker_release_address(worker_, addr);
     put_field(mine, size_ > 1 && mailbox_bytes ? map_mailbox(mailbox_bytes) : std::string());
+    put_field(mine, fingerprint);
     init.store.set("ucx/addr/" + std::to_string(rank_), mine);
     std::vector<std::string> peer_rkeys(size_);
     bool all_local = true;
@@ -220,6 +222,12 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
       size_t pos = 0;
       std::string their_host = get_field(theirs, pos, p), their_addr = get_field(theirs, pos, p);
       peer_rkeys[p] = get_field(theirs, pos, p);
+      std::string their_print = get_field(theirs, pos, p);
+      // Every rank must pick the same algorithm and mailbox layout for every op.
+      if (their_print != fingerprint)
+        sdk::fail(DT_ERR_INVALID_USAGE, "ucx: rank " + std::to_string(p) + " runs with options {" + their_print +
+                                            "} but rank " + std::to_string(rank_) + " with {" + fingerprint +
+                                            "}; give every rank the same [ucx] table");
       bool same_host = their_host == my_host;
       all_local = all_local && same_host;
       local_peers += same_host ? 1 : 0;
@@ -950,8 +958,13 @@ UcxCommunicator::UcxCommunicator(const sdk::CommInit& init) : timeout_ms_(init.t
   if (eh != "auto" && eh != "peer" && eh != "none")
     sdk::fail(DT_ERR_INVALID_USAGE, "ucx.error_handling = \"" + eh + "\" is not known; use \"auto\", \"peer\" or \"none\"");
   s.shm = init.options.get_bool("shared_memory", true);
+  std::string fingerprint = "algorithm=" + init.options.get_string("algorithm", "auto") +
+                            " small_message_bytes=" + std::to_string(s.small_bytes) +
+                            " chunk_bytes=" + std::to_string(s.chunk_bytes) + " pipeline_depth=" +
+                            std::to_string(s.depth) + " shared_memory=" + (s.shm ? "true" : "false");
   fabric_ = std::make_shared<Fabric>(init, tls, devs, errors, s.spin,
-                                     s.shm ? MailboxLayout::bytes(s.chunk_bytes, s.depth, s.small_bytes) : 0);
+                                     s.shm ? MailboxLayout::bytes(s.chunk_bytes, s.depth, s.small_bytes) : 0,
+                                     fingerprint);
   engine_ = std::make_shared<Engine>();
   engine_->fabric = fabric_;
   engine_->s = s;

@@ -70,9 +70,11 @@ struct Request {
 // deadline and woken by abort.
 class Fabric {
  public:
-  // mailbox_bytes > 0 asks for the shared-memory ring mailboxes (see Mailbox).
+  // mailbox_bytes > 0 asks for the shared-memory mailboxes (see
+  // MailboxLayout). fingerprint: the options every rank must share; a peer
+  // with other ones fails the creation with DT_ERR_INVALID_USAGE.
   Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices, ErrorHandling errors,
-         std::chrono::microseconds spin, size_t mailbox_bytes);
+         std::chrono::microseconds spin, size_t mailbox_bytes, const std::string& fingerprint);
   ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
