@@ -23,17 +23,26 @@ WorkState::~WorkState() {
   if (handle) comm->t->work_release(handle);
 }
 
-bool WorkState::finished() {
-  std::lock_guard<std::mutex> lk(mu);
-  return done;
+std::string WorkState::what() const {
+  std::string s = op_name;
+  if (collective) s += " #" + std::to_string(seq);
+  if (dtype >= 0 || op_detail) {
+    s += " (";
+    if (dtype >= 0) s += std::string(dtype_name(static_cast<DType>(dtype))) + " x " + std::to_string(count);
+    if (op_detail) s += std::string(dtype >= 0 ? ", " : "") + op_detail;
+    s += ")";
+  }
+  return s;
 }
+
+bool WorkState::finished() { return done.load(std::memory_order_acquire); }
 
 bool WorkState::finish(std::exception_ptr err) {
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (done) return false;
-    done = true;
+    if (done.load(std::memory_order_relaxed)) return false;
     error = std::move(err);
+    done.store(true, std::memory_order_release);
   }
   comm->untrack(this);
   return true;
@@ -101,7 +110,7 @@ void CommState::poison(const std::string& why) {
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
   t->comm_abort(handle, why.c_str());
   for (auto& w : victims)
-    w->finish(std::make_exception_ptr(AbortedError(w->what + " aborted: " + why)));
+    w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
 }
 
 void CommState::expire(const std::shared_ptr<WorkState>& w) {
@@ -125,11 +134,11 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
     return;
   }
   std::string why = poisoned.load() ? reason()
-                                    : "rank " + std::to_string(rank) + ": " + w->what + " failed in backend '" +
+                                    : "rank " + std::to_string(rank) + ": " + w->what() + " failed in backend '" +
                                           backend->name() + "': " + message;
   if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
-  auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what + " aborted: " + why))
-                             : make_backend_error(backend->name(), st, w->what + " failed: " + message);
+  auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
+                             : make_backend_error(backend->name(), st, w->what() + " failed: " + message);
   if (w->finish(err)) poison(why);
 }
 
@@ -193,7 +202,7 @@ std::string CommState::peer_status(const WorkState& w) {
 std::string CommState::diagnose(const WorkState& w) {
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
   std::ostringstream os;
-  os << "rank " << rank << " of " << size << ": " << w.what << " on backend '" << backend->name()
+  os << "rank " << rank << " of " << size << ": " << w.what() << " on backend '" << backend->name()
      << "' timed out after " << waited << " ms; ";
   std::string peers = peer_status(w);
   os << (peers == "every rank reached it" ? "every rank reached it, so the transport stalled" : peers);

@@ -25,7 +25,12 @@ struct CommState;
 struct WorkState {
   std::shared_ptr<CommState> comm;
   dt_work_h handle = nullptr;
-  std::string what;      // "allreduce #42 (f32 x 1024, sum)"
+  // What the op is, kept as parts: the text is built only for messages.
+  const char* op_name = "";       // "allreduce"
+  const char* op_detail = nullptr;  // "sum", or null
+  int32_t dtype = -1;             // of its buffer, -1 if none
+  size_t count = 0;
+  bool collective = true;
   uint64_t seq = 0;      // collective sequence number (0 for p2p)
   int peer = -1;         // p2p peer
   Clock::time_point submitted;
@@ -34,10 +39,12 @@ struct WorkState {
   bool tracked = false;  // guarded by comm->mu
 
   std::mutex mu;
-  bool done = false;
+  std::atomic<bool> done{false};  // set after error, under mu; read without it
   std::exception_ptr error;
 
   ~WorkState();
+  // "allreduce #42 (f32 x 1024, sum)"
+  std::string what() const;
   bool finished();
   // Returns true if this call finished the work.
   bool finish(std::exception_ptr err);

@@ -195,19 +195,6 @@ struct OpDesc {
   bool collective;
 };
 
-std::string describe(const OpDesc& d, uint64_t seq, const Buffer* b, const char* op) {
-  std::ostringstream os;
-  os << d.name;
-  if (d.collective) os << " #" << seq;
-  if (b || op) {
-    os << " (";
-    if (b) os << dtype_name(b->dtype) << " x " << b->count;
-    if (op) os << (b ? ", " : "") << op;
-    os << ")";
-  }
-  return os.str();
-}
-
 void check_buffer(const CommState& s, const Buffer& b, const char* role, const char* op) {
   int t = static_cast<int>(b.dtype);
   if (t < 0 || t >= kNumDTypes)
@@ -262,7 +249,13 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   w->comm = s;
   w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
   w->peer = peer;
-  w->what = describe(d, w->seq, b, op);
+  w->op_name = d.name;
+  w->op_detail = op;
+  w->collective = d.collective;
+  if (b) {
+    w->dtype = static_cast<int32_t>(b->dtype);
+    w->count = b->count;
+  }
   w->submitted = Clock::now();
   auto timeout = o.timeout.count() > 0 ? o.timeout : s->timeout;
   w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
@@ -273,7 +266,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   dt_status_t st = call(opts, &h);
   if (st != DT_OK || !h) {
     const char* e = s->t->comm_last_error(s->handle);
-    std::string msg = std::string(w->what) + " was refused: " + (e && *e ? e : "no reason given");
+    std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
     std::rethrow_exception(detail::make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
   }
   w->handle = h;

@@ -35,19 +35,23 @@ void Work::wait(std::chrono::milliseconds timeout) {
     }
     detail::Watchdog::instance().wake();
   }
+  bool first = timeout.count() <= 0;
   while (!s.finished()) {
     // The plugin may run the op inline in this call, bounded by the time left
-    // to the deadline; comm_abort (from the watchdog) wakes it earlier.
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - Clock::now()).count();
+    // to the deadline; comm_abort (from the watchdog) wakes it earlier. The
+    // first call skips the clock read: the watchdog holds the exact deadline.
+    auto now = first ? s.submitted : Clock::now();
+    first = false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - now).count();
     dt_status_t st = s.comm->t->work_wait(s.handle, std::max<int64_t>(left, 10));
     if (st == DT_IN_PROGRESS) {
       if (s.comm->poisoned.load()) s.finish(std::make_exception_ptr(
-          AbortedError(s.what + " aborted: " + s.comm->reason())));
+          AbortedError(s.what() + " aborted: " + s.comm->reason())));
       continue;
     }
     s.comm->settle(state_, st);
   }
-  std::lock_guard<std::mutex> lk(s.mu);
+  // error was written before done was set, and is never written again.
   if (s.error) std::rethrow_exception(s.error);
 }
 
@@ -57,9 +61,9 @@ std::exception_ptr Work::exception() {
 }
 
 void Work::abort() {
-  state_->comm->poison("rank " + std::to_string(state_->comm->rank) + ": " + state_->what +
+  state_->comm->poison("rank " + std::to_string(state_->comm->rank) + ": " + state_->what() +
                        " aborted by the application");
-  state_->finish(std::make_exception_ptr(AbortedError(state_->what + " aborted by the application")));
+  state_->finish(std::make_exception_ptr(AbortedError(state_->what() + " aborted by the application")));
 }
 
 }  // namespace dtrain
