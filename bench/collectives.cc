@@ -605,7 +605,7 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
              "", "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "(us)");
   for (auto& r : rows) {
     double bytes = static_cast<double>(r.c.bytes);
-    std::string algo = allreduce ? gloo_allreduce_algorithm(p.gloo, r.c.count * dtype_size(p.dtype)) : "-";
+    std::string algo = allreduce && o.backend == "gloo" ? gloo_allreduce_algorithm(p.gloo, r.c.count * dtype_size(p.dtype)) : "-";
     std::string dlat = "-";
     if (r.c.bytes <= kSmallBytes && r.dtrain && r.gloo) dlat = fmt::format("{:+.1f}", (*r.dtrain - *r.gloo) * 1e6);
     fmt::print("  {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
