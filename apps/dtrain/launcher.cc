@@ -168,7 +168,7 @@ class JobRun {
                 << std::flush;
       if (!sync_nodes(fmt::format("a{}/ready", attempt + 1))) break;
     }
-    finish(code);
+    finish();
     return code;
   }
 
@@ -258,8 +258,8 @@ class JobRun {
   void layout_processes() {
     if (ps_mode()) {
       if (!o_.servers.empty() || !o_.workers.empty()) {
-        add_listed(SlotRole::Server, o_.servers, "--servers");
-        add_listed(SlotRole::Worker, o_.workers, "--workers");
+        add_listed(SlotRole::Server, o_.servers);
+        add_listed(SlotRole::Worker, o_.workers);
       } else {
         for (int i = 0; i < o_.server_num; ++i) add_local(SlotRole::Server, "");
         for (int i = 0; i < std::max(o_.worker_num, 1); ++i) add_local(SlotRole::Worker, "");
@@ -281,7 +281,7 @@ class JobRun {
     slots_.push_back(s);
   }
 
-  void add_listed(SlotRole role, const std::vector<std::string>& list, const char* flag) {
+  void add_listed(SlotRole role, const std::vector<std::string>& list) {
     for (size_t i = 0; i < list.size(); ++i) {
       std::string host = host_of(list[i]);
       if (local_iface_of(host).empty()) continue;
@@ -293,7 +293,6 @@ class JobRun {
       s.endpoint = list[i];
       slots_.push_back(s);
     }
-    (void)flag;
     listed_ = true;
   }
 
@@ -606,12 +605,14 @@ class JobRun {
       }
       return out;
     };
-    // Reports from other machines may still be on their way.
-    auto first = collect();
-    if (nnodes_ > 1 && !interrupted) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-    auto later = collect();
-    all.insert(all.end(), later.size() >= first.size() ? later.begin() : first.begin(),
-               later.size() >= first.size() ? later.end() : first.end());
+    auto reports = collect();
+    if (nnodes_ > 1 && !interrupted) {
+      // Reports from other machines may still be on their way.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+      auto again = collect();
+      if (again.size() >= reports.size()) reports = std::move(again);
+    }
+    all.insert(all.end(), reports.begin(), reports.end());
     if (all.empty()) return;
     // The earliest failure is the root cause; a death by signal wins a tie
     // (its peers' errors follow it within milliseconds).
@@ -647,8 +648,7 @@ class JobRun {
     }
   }
 
-  void finish(int code) {
-    (void)code;
+  void finish() {
     try {
       store_->set(fmt::format("exit/{}", node_), "1");
       if (node_ == 0 && nnodes_ > 1) {

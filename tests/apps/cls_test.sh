@@ -3,6 +3,7 @@
 #   cls_test.sh ci      DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   short 2-worker run: loss falls, parameters bit-identical
 #   cls_test.sh resume  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   kill mid-epoch, resume: same losses as an uninterrupted run
 #   cls_test.sh errors  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   bad inputs give clear errors
+#   cls_test.sh ucx     DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   the same steps on gloo and ucx give the same parameters
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 cls=$3 job=$4 work=$5
@@ -100,6 +101,25 @@ errors)
       -o data.train_list=missing.txt -o data.val_list=good.txt
   expect list_missing_file "cannot open list file 'nolist.txt'" "${list[@]}" -o data.train_list=nolist.txt \
       -o data.val_list=good.txt
+  echo PASS
+  ;;
+ucx)
+  # The same 2-worker steps over both backends; parameters must agree to
+  # within float reduction-order noise (2 ranks: they are in fact bit-equal).
+  for be in gloo ucx; do
+    "$dtrain" --backend $be --nproc_per_node 2 --log_dir log_$be "$job" "${small[@]}" -o train.epochs=2 \
+        -o checkpoint.dir=ckpt_$be -o "debug.dump_params=params_$be.{rank}.bin" > $be.log 2>&1 \
+      || { cat $be.log log_$be/workerlog.* >&2; fail "the $be run failed"; }
+  done
+  grep -q "backend ucx" log_ucx/workerlog.0 || fail "the ucx run did not use the ucx backend"
+  cmp params_ucx.0.bin params_ucx.1.bin || fail "the ucx workers' parameters differ"
+  [[ $(stat -c %s params_gloo.0.bin) == $(stat -c %s params_ucx.0.bin) ]] || fail "parameter dumps differ in size"
+  paste <(od -An -v -f -w4 params_gloo.0.bin) <(od -An -v -f -w4 params_ucx.0.bin) |
+    awk '{d = $1 - $2; if (d < 0) d = -d; m = ($1 < 0 ? -$1 : $1); if (d > m) m = d
+          if (d > 1e-4 * m + 1e-6) {bad++; if (bad < 5) print "element " NR ": gloo " $1 ", ucx " $2}
+          if (d > worst) worst = d}
+         END {printf "%d parameters, largest difference %g\n", NR, worst; exit bad > 0}' \
+    || fail "gloo and ucx parameters differ beyond reduction-order noise"
   echo PASS
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;
