@@ -4,13 +4,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -387,7 +387,9 @@ class JobRun {
   }
 
   void print_table() {
-    mkdir(o_.log_dir.c_str(), 0755);
+    std::error_code ec;
+    std::filesystem::create_directories(o_.log_dir, ec);
+    if (ec) throw IoError("cannot create the log folder " + o_.log_dir + ": " + ec.message());
     std::ostringstream t;
     t << "----------------------- dtrain: distributed job -----------------------\n";
     auto row = [&](const std::string& k, const std::string& v) { t << fmt::format("  {:<16} {}\n", k, v); };
