@@ -8,10 +8,10 @@ rc=$?
 [ $rc -ne 0 ] || fail "the failing job exited 0"
 grep -q "root cause: worker rank 1 exited with code 3" err.txt || fail "the report does not name rank 1, code 3"
 
-"$BIN/dtrain" --nproc_per_node 2 --max_restarts 1 --log_dir log2 -- dtrain-job-probe --fail-first-attempt-rank 1 \
+"$BIN/dtrain" --nproc_per_node 2 --max_restarts 1 --log_dir logs/log2 -- dtrain-job-probe --fail-first-attempt-rank 1 \
   --iterations 20 --tag "$TAG" >out2.txt 2>err2.txt || fail "the job with --max_restarts 1 failed"
 grep -q "restarting the job" out2.txt || fail "no restart announced"
-grep -q "restart_count 1" log2/workerlog.1 || fail "the program did not see DTRAIN_RESTART_COUNT=1"
-grep -q "20 iterations ok" log2/workerlog.1 || fail "the restarted attempt did not finish"
+grep -q "restart_count 1" logs/log2/workerlog.1 || fail "the program did not see DTRAIN_RESTART_COUNT=1"
+grep -q "20 iterations ok" logs/log2/workerlog.1 || fail "the restarted attempt did not finish"
 expect_no_leftovers
 echo "PASS"
