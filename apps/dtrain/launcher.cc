@@ -555,7 +555,8 @@ class JobRun {
   Failure describe_failure(const Slot& s, const Process& p, int attempt) {
     Failure f;
     f.time_ms = p.exit_time_ms();
-    f.signal = p.term_signal();
+    // SIGPIPE is what a peer's death does to a process writing to it: not a cause.
+    f.signal = p.term_signal() == SIGPIPE ? 0 : p.term_signal();
     std::string how = p.term_signal() ? "was killed by " + signal_name(p.term_signal())
                                       : "exited with code " + std::to_string(p.exit_code());
     f.summary = fmt::format("{} {} (node {}, {}, pid {})", s.name(), how, node_, my_ip_, p.pid());
@@ -616,8 +617,8 @@ class JobRun {
     }
     all.insert(all.end(), reports.begin(), reports.end());
     if (all.empty()) return;
-    // The earliest failure is the root cause; a death by signal wins a tie
-    // (its peers' errors follow it within milliseconds).
+    // The earliest failure is the root cause; a death by a signal (other than
+    // SIGPIPE) wins a tie: its peers' errors follow it within milliseconds.
     std::stable_sort(all.begin(), all.end(), [](const Failure& x, const Failure& y) {
       int64_t tx = x.time_ms - (x.signal ? 50 : 0), ty = y.time_ms - (y.signal ? 50 : 0);
       return tx < ty;
