@@ -8,6 +8,7 @@
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
+#include "rank_threads.h"
 
 using namespace dtrain;
 using namespace std::chrono;
@@ -16,31 +17,10 @@ using ::testing::HasSubstr;
 
 namespace {
 
-// Runs fn(rank, comm) on `world` threads, each with its own communicator.
 template <typename F>
 void run_ranks(const std::string& backend, int world, milliseconds timeout, F fn) {
-  auto be = PluginRegistry().load(backend);
-  auto store = std::make_shared<MemoryStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.world_size = world;
-        o.local_world_size = world;
-        o.store = store;
-        o.timeout = timeout;
-        auto comm = be->create_communicator(o);
-        fn(r, *comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  dtrain::test::run_rank_threads(backend, world, timeout,
+                                 [&](int r, const std::shared_ptr<Communicator>& comm) { fn(r, *comm); });
 }
 
 class CommunicatorTest : public ::testing::TestWithParam<std::string> {};

@@ -11,42 +11,16 @@
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
 #include "dtrain/strategy.h"
+#include "rank_threads.h"
 
 using namespace dtrain;
 using ::testing::HasSubstr;
 
 namespace {
 
-std::atomic<int> g_runs{0};
-
 template <typename F>
 void run_ranks(int world, F fn) {
-  auto be = PluginRegistry().load("gloo");
-  auto store = std::make_shared<MemoryStore>();
-  // A fresh name per run: the core numbers communicator instances per (store
-  // address, rank, name), and a new store may reuse a freed one's address.
-  const std::string name = "strategy_test." + std::to_string(g_runs++);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        CommOptions o;
-        o.rank = r;
-        o.world_size = world;
-        o.local_world_size = world;
-        o.store = store;
-        o.timeout = std::chrono::seconds(30);
-        o.name = name;
-        std::shared_ptr<Communicator> comm = be->create_communicator(o);
-        fn(r, comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  dtrain::test::run_rank_threads("gloo", world, std::chrono::seconds(30), fn);
 }
 
 Config strategy_config(const std::string& text) {
