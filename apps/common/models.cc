@@ -83,73 +83,69 @@ void init_weights(nn::Module& m) {
   }
 }
 
-struct CifarResNetImpl : nn::Module {
-  CifarResNetImpl(int depth, double width, int in_ch, int classes) {
-    int n = (depth - 2) / 6;
-    int c1 = scaled(16, width), c2 = scaled(32, width), c3 = scaled(64, width);
-    stem = register_module("stem", conv(in_ch, c1, 3, 1));
-    bn = register_module("bn", nn::BatchNorm2d(c1));
-    int in = c1, s = 1;
-    for (int out : {c1, c2, c3}) {
-      for (int i = 0; i < n; ++i) {
-        blocks->push_back(BasicBlock(in, out, i == 0 ? s : 1));
-        in = out;
-      }
-      s = 2;
-    }
-    register_module("blocks", blocks);
-    fc = register_module("fc", nn::Linear(in, classes));
+// stem conv + BN + ReLU (+ 3x3 max-pool for ImageNet-style inputs), residual
+// blocks, global average pool, classifier.
+struct ResNetImpl : nn::Module {
+  ResNetImpl(nn::Conv2d stem_conv, int stem_channels, bool stem_pool, nn::Sequential body, int out_channels,
+             int classes)
+      : stem_pool(stem_pool) {
+    stem = register_module("stem", stem_conv);
+    bn = register_module("bn", nn::BatchNorm2d(stem_channels));
+    blocks = register_module("blocks", body);
+    fc = register_module("fc", nn::Linear(out_channels, classes));
     init_weights(*this);
   }
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(bn(stem(x)));
+    if (stem_pool) x = torch::max_pool2d(x, 3, 2, 1);
     x = blocks->forward(x);
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }
+  bool stem_pool;
   nn::Conv2d stem{nullptr};
   nn::BatchNorm2d bn{nullptr};
-  nn::Sequential blocks;
+  nn::Sequential blocks{nullptr};
   nn::Linear fc{nullptr};
 };
-TORCH_MODULE(CifarResNet);
+TORCH_MODULE(ResNet);
 
-struct ImageNetResNetImpl : nn::Module {
-  ImageNetResNetImpl(bool bottleneck, std::vector<int> layers, double width, int in_ch, int classes) {
-    int c = scaled(64, width);
-    stem = register_module("stem", nn::Conv2d(nn::Conv2dOptions(in_ch, c, 7).stride(2).padding(3).bias(false)));
-    bn = register_module("bn", nn::BatchNorm2d(c));
-    int in = c;
-    for (size_t stage = 0; stage < layers.size(); ++stage) {
-      int mid = scaled(64 << stage, width);
-      for (int i = 0; i < layers[stage]; ++i) {
-        int stride = (i == 0 && stage > 0) ? 2 : 1;
-        if (bottleneck) {
-          blocks->push_back(Bottleneck(in, mid, stride));
-          in = mid * 4;
-        } else {
-          blocks->push_back(BasicBlock(in, mid, stride));
-          in = mid;
-        }
+ResNet cifar_resnet(int depth, double width, int in_ch, int classes) {
+  int n = (depth - 2) / 6;
+  int c1 = scaled(16, width), c2 = scaled(32, width), c3 = scaled(64, width);
+  auto stem = conv(in_ch, c1, 3, 1);
+  nn::Sequential blocks;
+  int in = c1, s = 1;
+  for (int out : {c1, c2, c3}) {
+    for (int i = 0; i < n; ++i) {
+      blocks->push_back(BasicBlock(in, out, i == 0 ? s : 1));
+      in = out;
+    }
+    s = 2;
+  }
+  return ResNet(stem, c1, false, blocks, in, classes);
+}
+
+ResNet imagenet_resnet(bool bottleneck, const std::vector<int>& layers, double width, int in_ch, int classes) {
+  int c = scaled(64, width);
+  nn::Conv2d stem(nn::Conv2dOptions(in_ch, c, 7).stride(2).padding(3).bias(false));
+  nn::Sequential blocks;
+  int in = c;
+  for (size_t stage = 0; stage < layers.size(); ++stage) {
+    int mid = scaled(64 << stage, width);
+    for (int i = 0; i < layers[stage]; ++i) {
+      int stride = (i == 0 && stage > 0) ? 2 : 1;
+      if (bottleneck) {
+        blocks->push_back(Bottleneck(in, mid, stride));
+        in = mid * 4;
+      } else {
+        blocks->push_back(BasicBlock(in, mid, stride));
+        in = mid;
       }
     }
-    register_module("blocks", blocks);
-    fc = register_module("fc", nn::Linear(in, classes));
-    init_weights(*this);
   }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::relu(bn(stem(x)));
-    x = torch::max_pool2d(x, 3, 2, 1);
-    x = blocks->forward(x);
-    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return fc(x);
-  }
-  nn::Conv2d stem{nullptr};
-  nn::BatchNorm2d bn{nullptr};
-  nn::Sequential blocks;
-  nn::Linear fc{nullptr};
-};
-TORCH_MODULE(ImageNetResNet);
+  return ResNet(stem, c, true, blocks, in, classes);
+}
 
 }  // namespace
 
@@ -157,13 +153,13 @@ std::vector<std::string> known_models() { return {"resnet20", "resnet32", "resne
 
 torch::nn::AnyModule make_model(const std::string& name, double width, int in_channels, int num_classes) {
   if (!(width > 0)) throw InvalidUsage("model.width must be > 0");
-  if (name == "resnet20") return nn::AnyModule(CifarResNet(20, width, in_channels, num_classes));
-  if (name == "resnet32") return nn::AnyModule(CifarResNet(32, width, in_channels, num_classes));
-  if (name == "resnet56") return nn::AnyModule(CifarResNet(56, width, in_channels, num_classes));
+  if (name == "resnet20") return nn::AnyModule(cifar_resnet(20, width, in_channels, num_classes));
+  if (name == "resnet32") return nn::AnyModule(cifar_resnet(32, width, in_channels, num_classes));
+  if (name == "resnet56") return nn::AnyModule(cifar_resnet(56, width, in_channels, num_classes));
   if (name == "resnet18")
-    return nn::AnyModule(ImageNetResNet(false, std::vector<int>{2, 2, 2, 2}, width, in_channels, num_classes));
+    return nn::AnyModule(imagenet_resnet(false, {2, 2, 2, 2}, width, in_channels, num_classes));
   if (name == "resnet50")
-    return nn::AnyModule(ImageNetResNet(true, std::vector<int>{3, 4, 6, 3}, width, in_channels, num_classes));
+    return nn::AnyModule(imagenet_resnet(true, {3, 4, 6, 3}, width, in_channels, num_classes));
   std::string known;
   for (auto& k : known_models()) known += (known.empty() ? "" : ", ") + k;
   throw InvalidUsage("unknown model '" + name + "'; known models: " + known);
