@@ -130,21 +130,27 @@ struct NodeInfo {
 struct Failure {
   int64_t time_ms = 0;
   int signal = 0;
+  // The process's communicator aborted because it lost a peer (its error file
+  // says so): a consequence of another failure, never chosen over one.
+  bool consequence = false;
   std::string text;  // the report body
   std::string summary;
 
-  std::string encode() const { return fmt::format("{}\n{}\n{}\n{}", time_ms, signal, summary, text); }
+  std::string encode() const {
+    return fmt::format("{}\n{}\n{}\n{}\n{}", time_ms, signal, consequence ? 1 : 0, summary, text);
+  }
   static Failure decode(const std::string& s) {
     Failure f;
-    size_t a = s.find('\n'), b = s.find('\n', a + 1), c = s.find('\n', b + 1);
-    if (a == std::string::npos || b == std::string::npos || c == std::string::npos) {
+    std::istringstream is(s);
+    std::string t, sig, cons;
+    if (!std::getline(is, t) || !std::getline(is, sig) || !std::getline(is, cons) || !std::getline(is, f.summary)) {
       f.text = s;
       return f;
     }
-    f.time_ms = std::atoll(s.substr(0, a).c_str());
-    f.signal = std::atoi(s.substr(a + 1, b - a - 1).c_str());
-    f.summary = s.substr(b + 1, c - b - 1);
-    f.text = s.substr(c + 1);
+    f.time_ms = std::atoll(t.c_str());
+    f.signal = std::atoi(sig.c_str());
+    f.consequence = cons == "1";
+    f.text = s.substr(std::min(s.size(), static_cast<size_t>(is.tellg())));
     return f;
   }
 };
@@ -152,9 +158,16 @@ struct Failure {
 class JobRun {
  public:
   explicit JobRun(LaunchOptions o) : o_(std::move(o)) {}
+  ~JobRun() {
+    std::error_code ec;
+    if (!error_dir_.empty()) std::filesystem::remove_all(error_dir_, ec);
+  }
 
   int run() {
     install_signals();
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dtrain-errors.XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw IoError(std::string("cannot create a temporary folder: ") + std::strerror(errno));
+    error_dir_ = tmpl;
     layout_machines();
     open_store();
     layout_processes();
@@ -342,6 +355,9 @@ class JobRun {
     if (worker_eps_.empty()) throw InvalidUsage("the job has no worker process");
   }
 
+  // Where the core writes a process's first communicator abort (see DTRAIN_ERROR_FILE).
+  std::string error_file(const Slot& s) const { return error_dir_ + "/" + s.log_name(); }
+
   std::map<std::string, std::string> env_for(const Slot& s, int attempt) const {
     int local_same = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [&](const Slot& x) { return x.role == s.role; }));
     std::map<std::string, std::string> env = {
@@ -359,6 +375,7 @@ class JobRun {
         {"DTRAIN_CURRENT_ENDPOINT", s.endpoint},
         {"DTRAIN_HOST_IP", my_ip_},
         {"DTRAIN_LOG_DIR", o_.log_dir},
+        {"DTRAIN_ERROR_FILE", error_file(s)},
         {"PADDLE_TRAINERS_NUM", std::to_string(worker_eps_.size())},
         {"PADDLE_TRAINER_ENDPOINTS", join(worker_eps_)},
         {"PADDLE_CURRENT_ENDPOINT", s.endpoint},
@@ -428,6 +445,7 @@ class JobRun {
     for (const Slot& s : slots_) {
       auto p = std::make_unique<Process>();
       std::string log = o_.log_dir + "/" + s.log_name();
+      std::filesystem::remove(error_file(s));
       if (attempt == 0) std::ofstream(log, std::ios::trunc);
       else std::ofstream(log, std::ios::app) << fmt::format("\n===== dtrain: restart {} =====\n", attempt);
       p->start(o_.command, env_for(s, attempt), log);
@@ -476,16 +494,33 @@ class JobRun {
       }
 
       int workers_left = 0;
-      for (size_t i = 0; i < procs_.size(); ++i) {
-        Process& p = *procs_[i];
-        if (!p.poll_exit()) {
-          if (slots_[i].role == SlotRole::Worker) ++workers_left;
-          continue;
+      bool only_consequences = true;
+      auto collect_exits = [&]() {
+        workers_left = 0;
+        for (size_t i = 0; i < procs_.size(); ++i) {
+          Process& p = *procs_[i];
+          if (!p.poll_exit()) {
+            if (slots_[i].role == SlotRole::Worker) ++workers_left;
+            continue;
+          }
+          if (p.succeeded() || reported_.count(static_cast<int>(i))) continue;
+          reported_.insert(static_cast<int>(i));
+          Failure f = describe_failure(slots_[i], p, attempt);
+          only_consequences = only_consequences && f.consequence;
+          publish(f);
+          stopping = true;
         }
-        if (p.succeeded() || reported_.count(static_cast<int>(i))) continue;
-        reported_.insert(static_cast<int>(i));
-        publish(describe_failure(slots_[i], p, attempt));
-        stopping = true;
+      };
+      collect_exits();
+      if (stopping && only_consequences) {
+        // Only processes that lost a peer have failed: the peer that failed
+        // first is usually a moment behind; give it the chance to be reported.
+        auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        while (only_consequences && workers_left > 0 && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          drain_all(echo);
+          collect_exits();
+        }
       }
       if (stopping) break;
 
@@ -559,7 +594,11 @@ class JobRun {
     f.signal = p.term_signal() == SIGPIPE ? 0 : p.term_signal();
     std::string how = p.term_signal() ? "was killed by " + signal_name(p.term_signal())
                                       : "exited with code " + std::to_string(p.exit_code());
-    f.summary = fmt::format("{} {} (node {}, {}, pid {})", s.name(), how, node_, my_ip_, p.pid());
+    std::ifstream ef(error_file(s));
+    std::string kind;
+    f.consequence = std::getline(ef, kind) && kind == "peer";
+    f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", s.name(), how, node_, my_ip_, p.pid(),
+                            f.consequence ? " after losing a peer" : "");
     std::string log = o_.log_dir + "/" + s.log_name();
     f.text = fmt::format("root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), attempt {}, at {}\n"
                          "  log {} (last lines):\n{}",
@@ -617,9 +656,11 @@ class JobRun {
     }
     all.insert(all.end(), reports.begin(), reports.end());
     if (all.empty()) return;
-    // The earliest failure is the root cause; a death by a signal (other than
-    // SIGPIPE) wins a tie: its peers' errors follow it within milliseconds.
+    // The earliest failure that is not a consequence of losing a peer is the
+    // root cause; a death by a signal (other than SIGPIPE) wins a tie: its
+    // peers' errors follow it within milliseconds.
     std::stable_sort(all.begin(), all.end(), [](const Failure& x, const Failure& y) {
+      if (x.consequence != y.consequence) return y.consequence;
       int64_t tx = x.time_ms - (x.signal ? 50 : 0), ty = y.time_ms - (y.signal ? 50 : 0);
       return tx < ty;
     });
@@ -680,6 +721,7 @@ class JobRun {
   std::vector<std::unique_ptr<Process>> procs_;
   std::set<int> reported_;
   std::vector<Failure> local_failures_;
+  std::string error_dir_;
 };
 
 }  // namespace

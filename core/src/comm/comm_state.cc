@@ -1,6 +1,9 @@
 #include "comm/comm_state.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 #include "common/log.h"
@@ -17,6 +20,20 @@ int64_t unix_ms() {
 }
 // A rank whose heartbeat is older than this is reported as unresponsive.
 constexpr int64_t kStaleHeartbeatMs = 1500;
+
+// Line 1: "peer" or "local"; line 2: unix time in ms; then the reason.
+void write_error_file(const std::string& why, bool peer_lost) {
+  static std::atomic<bool> written{false};
+  const char* path = std::getenv("DTRAIN_ERROR_FILE");
+  if (!path || !*path || written.exchange(true)) return;
+  std::string tmp = std::string(path) + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << (peer_lost ? "peer" : "local") << "\n" << unix_ms() << "\n" << why << "\n";
+    if (!f) return;
+  }
+  std::rename(tmp.c_str(), path);
+}
 }  // namespace
 
 WorkState::~WorkState() {
@@ -97,7 +114,7 @@ std::string CommState::reason() {
   return poison_reason;
 }
 
-void CommState::poison(const std::string& why) {
+void CommState::poison(const std::string& why, bool peer_lost) {
   std::vector<std::shared_ptr<WorkState>> victims;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -108,6 +125,7 @@ void CommState::poison(const std::string& why) {
       if (auto w = wp.lock()) victims.push_back(std::move(w));
   }
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
+  write_error_file(why, peer_lost);
   t->comm_abort(handle, why.c_str());
   for (auto& w : victims)
     w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
@@ -121,7 +139,7 @@ void CommState::expire(const std::shared_ptr<WorkState>& w) {
   } else {
     msg = diagnose(*w);
   }
-  if (w->finish(std::make_exception_ptr(TimeoutError(msg)))) poison(msg);
+  if (w->finish(std::make_exception_ptr(TimeoutError(msg)))) poison(msg, true);
 }
 
 void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message) {
@@ -139,7 +157,7 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
   if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
                              : make_backend_error(backend->name(), st, w->what() + " failed: " + message);
-  if (w->finish(err)) poison(why);
+  if (w->finish(err)) poison(why, transport);
 }
 
 void CommState::publish_heartbeat(bool force) {

@@ -80,7 +80,10 @@ struct CommState : std::enable_shared_from_this<CommState> {
 
   ~CommState();
   // Marks the communicator unusable and aborts it in the plugin. First reason wins.
-  void poison(const std::string& reason);
+  // peer_lost: the abort follows a peer's failure (a timeout or a transport
+  // error), not this process's own; the first abort of the process is written
+  // to $DTRAIN_ERROR_FILE so the launcher can tell root causes from consequences.
+  void poison(const std::string& reason, bool peer_lost = false);
   std::string reason();
   // Fails a work because its deadline passed: diagnoses which ranks are
   // missing, poisons the communicator and fails every in-flight work.
