@@ -170,7 +170,7 @@ Plan make_plan(const CollectivesOptions& o) {
       if (key == "bcube_base") p.gloo.bcube_base = std::stoi(unquote(value));
     }
   }
-  gloo_allreduce_algorithm(p.gloo, 0);  // validates the name
+  gloo_allreduce_algorithm(p.gloo, 2, 0);  // validates the name
   size_t esz = dtype_size(p.dtype);
   size_t lo = parse_size(o.min_bytes), hi = parse_size(o.max_bytes);
   if (lo == 0 || lo > hi) throw InvalidUsage("need 0 < --min-bytes <= --max-bytes");
@@ -193,6 +193,8 @@ Plan make_plan(const CollectivesOptions& o) {
   p.gloo_skip = "this dtrain-bench was built without Gloo";
 #endif
   if (o.no_reference || o.no_gloo) p.gloo_skip = "turned off";
+  if (o.aa && !p.gloo_skip.empty()) throw InvalidUsage("--aa needs the raw-Gloo reference (" + p.gloo_skip + ")");
+  if (o.aa && o.no_dtrain) throw InvalidUsage("--aa and --no-dtrain exclude each other");
   return p;
 }
 
@@ -322,18 +324,33 @@ class Rank {
       }
     };
     std::vector<Runner*> runners;
+#ifdef DTRAIN_BENCH_HAVE_GLOO
+    auto raw_runner = [&](const std::string& name, GlooReference* g) {
+      Runner r{name, nullptr, nullptr};
+      r.op = [&, g](const Case& c) {
+        switch (p_.op) {
+          case Op::Allreduce: g->allreduce(a_, c.count, t); break;
+          case Op::Broadcast: g->broadcast(a_, c.count * esz, 0); break;
+          case Op::Allgather: g->allgather(b_, a_, c.count * esz); break;
+        }
+      };
+      r.barrier = [g] { g->barrier(); };
+      return r;
+    };
+    // --aa: dtrain's column is a second raw-Gloo context, so the ratios show
+    // how far two identical implementations drift apart on this machine.
+    std::unique_ptr<GlooReference> ref2;
+    if (o_.aa && ref) {
+      ref2 = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo2", store_),
+                                             p_.gloo, std::chrono::minutes(2));
+      dt = raw_runner("dtrain", ref2.get());
+    }
+#endif
     if (!o_.no_dtrain) runners.push_back(&dt);
 #ifdef DTRAIN_BENCH_HAVE_GLOO
     Runner gl{"gloo", nullptr, nullptr};
     if (ref) {
-      gl.op = [&](const Case& c) {
-        switch (p_.op) {
-          case Op::Allreduce: ref->allreduce(a_, c.count, t); break;
-          case Op::Broadcast: ref->broadcast(a_, c.count * esz, 0); break;
-          case Op::Allgather: ref->allgather(b_, a_, c.count * esz); break;
-        }
-      };
-      gl.barrier = [&] { ref->barrier(); };
+      gl = raw_runner("gloo", ref.get());
       runners.push_back(&gl);
     }
 #endif
@@ -499,16 +516,28 @@ double own_cpu_seconds() {
 struct Row {
   Case c;
   int iters = 0;
-  std::optional<double> dtrain, gloo, mpi;  // seconds per op
+  std::optional<double> dtrain, gloo, mpi;  // seconds per op (median trial)
+  std::vector<double> dtrain_trials, gloo_trials;
+
+  // dtrain against raw Gloo, trial by trial: trial k of both ran back to back,
+  // so the machine's slow drift cancels out in each pair.
+  std::optional<double> paired(bool ratio) const {
+    size_t n = std::min(dtrain_trials.size(), gloo_trials.size());
+    if (!n) return std::nullopt;
+    std::vector<double> v;
+    for (size_t k = 0; k < n; ++k)
+      v.push_back(ratio ? gloo_trials[k] / dtrain_trials[k] : dtrain_trials[k] - gloo_trials[k]);
+    return median(v);
+  }
 };
 
-// Per trial the slowest rank, then the median trial: on a shared machine single
-// trials swing both ways, and the median is the figure that repeats.
-std::optional<double> collect(Store& s, const std::string& impl, size_t i, int world) {
+// Per trial the slowest rank; the median trial is the figure that repeats on a
+// shared machine where single trials swing both ways.
+std::vector<double> collect(Store& s, const std::string& impl, size_t i, int world) {
   std::vector<double> worst;
   for (int r = 0; r < world; ++r) {
     auto v = s.try_get(fmt::format("res/{}/{}/{}", impl, i, r));
-    if (!v) return std::nullopt;
+    if (!v) return {};
     std::istringstream is(std::string(v->begin(), v->end()));
     double x;
     for (size_t t = 0; is >> x; ++t) {
@@ -516,8 +545,7 @@ std::optional<double> collect(Store& s, const std::string& impl, size_t i, int w
       else worst[t] = std::max(worst[t], x);
     }
   }
-  if (worst.empty()) return std::nullopt;
-  return median(worst);
+  return worst;
 }
 
 // Runs dtrain-bench-mpi under mpirun; fills rows[*].mpi. Returns a note for the header.
@@ -593,7 +621,7 @@ std::string fmt_ratio(std::optional<double> num_time, std::optional<double> den_
 void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on,
                  bool mpi_on) {
   bool allreduce = p.op == Op::Allreduce;
-  std::string title = "dtrain (" + o.backend + ")";
+  std::string title = o.aa ? "raw Gloo #2 (--aa)" : "dtrain (" + o.backend + ")";
   fmt::print("#\n");
   fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:^32}  {:^18}  {:^18}  {:^13}  {:>8}\n", "", "", "", "",
              "--- " + title + " ---", gloo_on ? "--- raw Gloo ---" : "", mpi_on ? "--- Open MPI ---" : "",
@@ -605,47 +633,62 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
              "", "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "(us)");
   for (auto& r : rows) {
     double bytes = static_cast<double>(r.c.bytes);
-    std::string algo = allreduce && o.backend == "gloo" ? gloo_allreduce_algorithm(p.gloo, r.c.count * dtype_size(p.dtype)) : "-";
+    std::string algo = allreduce && o.backend == "gloo" ? gloo_allreduce_algorithm(p.gloo, p.world, r.c.count * dtype_size(p.dtype)) : "-";
     std::string dlat = "-";
-    if (r.c.bytes <= kSmallBytes && r.dtrain && r.gloo) dlat = fmt::format("{:+.1f}", (*r.dtrain - *r.gloo) * 1e6);
+    if (r.c.bytes <= kSmallBytes && r.paired(false)) dlat = fmt::format("{:+.1f}", *r.paired(false) * 1e6);
+    std::string gloo_ratio = r.paired(true) ? fmt::format("{:.2f}", *r.paired(true)) : "-";
     fmt::print("  {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
                r.c.bytes, r.c.count, dtype_name(p.dtype), algo, fmt_time(r.dtrain),
                fmt_bw(r.dtrain, bytes, 1), fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.gloo),
                fmt_bw(r.gloo, bytes, p.busbw_factor), fmt_time(r.mpi), fmt_bw(r.mpi, bytes, p.busbw_factor),
-               fmt_ratio(r.dtrain, r.gloo), fmt_ratio(r.dtrain, r.mpi), dlat);
+               gloo_ratio, fmt_ratio(r.dtrain, r.mpi), dlat);
   }
   fmt::print("#\n");
   if (!gloo_on) return;
-  // Summary against raw Gloo: busbw ratio from 1 MiB, latency difference up to 64 KiB.
-  double min_ratio = 1e9, sum_log = 0;
-  size_t n_large = 0, at_min = 0;
-  double max_dlat = -1e9, sum_dlat = 0;
-  size_t n_small = 0, at_max = 0;
+  // Summary against raw Gloo: busbw ratio from 1 MiB, latency difference up to
+  // 64 KiB. Single rows carry this machine's scheduling noise (see --aa), so
+  // the targets are judged on the figure over all rows of a range, with its
+  // 95% confidence interval from the spread between rows.
+  std::vector<double> log_ratio, dlat;
+  double min_ratio = 1e9, max_dlat = -1e9;
+  size_t at_min = 0, at_max = 0;
   for (auto& r : rows) {
-    if (!r.dtrain || !r.gloo) continue;
+    if (!r.paired(true)) continue;
     if (r.c.bytes >= kLargeBytes) {
-      double q = *r.gloo / *r.dtrain;
+      double q = *r.paired(true);
       if (q < min_ratio) min_ratio = q, at_min = r.c.bytes;
-      sum_log += std::log(q);
-      ++n_large;
+      log_ratio.push_back(std::log(q));
     }
     if (r.c.bytes <= kSmallBytes) {
-      double d = (*r.dtrain - *r.gloo) * 1e6;
+      double d = *r.paired(false) * 1e6;
       if (d > max_dlat) max_dlat = d, at_max = r.c.bytes;
-      sum_dlat += d;
-      ++n_small;
+      dlat.push_back(d);
     }
   }
+  auto mean_ci = [](const std::vector<double>& v) {
+    double m = 0, ss = 0;
+    for (double x : v) m += x;
+    m /= v.size();
+    for (double x : v) ss += (x - m) * (x - m);
+    double half = v.size() > 1 ? 1.96 * std::sqrt(ss / (v.size() - 1) / v.size()) : 0;
+    return std::make_pair(m, half);
+  };
   // The targets are those of the gloo backend's all-reduce.
-  bool targets = allreduce && o.backend == "gloo";
-  if (n_large)
-    fmt::print("# dtrain/gloo busbw at >= 1 MiB: min {:.3f} (at {}), geometric mean {:.3f}{}\n", min_ratio,
-               human_bytes(at_min), std::exp(sum_log / n_large),
-               targets ? fmt::format("   [target >= 0.95: {}]", min_ratio >= 0.95 ? "met" : "NOT met") : "");
-  if (n_small)
-    fmt::print("# dtrain-gloo latency at <= 64 KiB: max {:+.1f} us (at {}), mean {:+.1f} us{}\n", max_dlat,
-               human_bytes(at_max), sum_dlat / n_small,
-               targets ? fmt::format("   [target <= 10 us: {}]", max_dlat <= 10 ? "met" : "NOT met") : "");
+  bool targets = allreduce && o.backend == "gloo" && !o.aa;
+  std::string who = o.aa ? "raw Gloo (2nd)" : "dtrain";
+  if (!log_ratio.empty()) {
+    auto [m, h] = mean_ci(log_ratio);
+    fmt::print("# {}/gloo busbw at >= 1 MiB: geometric mean {:.3f} (95% CI {:.3f}-{:.3f}), rows {:.3f} (at {}) .. {:.3f}{}\n",
+               who, std::exp(m), std::exp(m - h), std::exp(m + h), min_ratio, human_bytes(at_min),
+               std::exp(*std::max_element(log_ratio.begin(), log_ratio.end())),
+               targets ? fmt::format("   [target >= 0.95: {}]", std::exp(m) >= 0.95 ? "met" : "NOT met") : "");
+  }
+  if (!dlat.empty()) {
+    auto [m, h] = mean_ci(dlat);
+    fmt::print("# {}-gloo latency at <= 64 KiB: mean {:+.1f} us (95% CI {:+.1f} .. {:+.1f}), rows {:+.1f} .. {:+.1f} (at {}){}\n",
+               who, m, m - h, m + h, *std::min_element(dlat.begin(), dlat.end()), max_dlat, human_bytes(at_max),
+               targets ? fmt::format("   [target <= 10 us: {}]", m <= 10 ? "met" : "NOT met") : "");
+  }
 }
 
 int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<std::string>& argv) {
@@ -660,6 +703,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
              p.fixed_iters ? std::to_string(p.fixed_iters)
                            : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
              o.trials, gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
+  if (o.aa)
+    fmt::print("# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
+               "this machine's noise\n");
   fmt::print("# time = average per op over a trial's iterations, slowest rank, median trial; "
              "algbw = size/time; busbw = algbw x {}\n",
              p.op == Op::Allreduce ? "2(n-1)/n" : p.op == Op::Allgather ? "(n-1)/n" : "1");
@@ -667,6 +713,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
              gloo_on ? "the gloo plugin's algorithm for each size called directly on a gloo::rendezvous::Context "
                        "(TCP on lo), same buffer and iterations"
                      : p.gloo_skip);
+  if (gloo_on)
+    fmt::print("# /gloo and dt-gloo: median over trial pairs (trial k of dtrain and of raw Gloo ran back to back) "
+               "of raw time / dtrain time and of dtrain time - raw time\n");
   std::fflush(stdout);
 
   // Fail here, once, rather than in every rank.
@@ -700,8 +749,10 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
     Row r;
     r.c = p.cases[i];
     r.iters = std::stoi(store.get_string("iters/" + std::to_string(i), std::chrono::seconds(5)));
-    r.dtrain = collect(store, "dtrain", i, p.world);
-    if (gloo_on) r.gloo = collect(store, "gloo", i, p.world);
+    r.dtrain_trials = collect(store, "dtrain", i, p.world);
+    if (gloo_on) r.gloo_trials = collect(store, "gloo", i, p.world);
+    if (!r.dtrain_trials.empty()) r.dtrain = median(r.dtrain_trials);
+    if (!r.gloo_trials.empty()) r.gloo = median(r.gloo_trials);
     rows.push_back(r);
   }
 
@@ -748,6 +799,9 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_flag("--no-gloo", o.no_gloo, "leave out the raw-Gloo reference");
   sub->add_flag("--no-mpi", o.no_mpi, "leave out the Open MPI reference");
   sub->add_flag("--no-dtrain", o.no_dtrain, "run the references only (to profile them alone)")->group("");
+  sub->add_flag("--aa", o.aa,
+                "A/A run: a second raw-Gloo instance takes dtrain's place, to show how much the ratios drift "
+                "between two identical implementations on this machine");
   sub->add_flag("--no-check", o.no_check, "skip the correctness check of each size");
   sub->add_option("--mpi-transport", o.mpi_transport, "Open MPI transport: tcp or sm (default: Open MPI's choice)")
       ->check(CLI::IsMember({"", "tcp", "sm"}));

@@ -22,14 +22,15 @@ struct CollectivesOptions {
   int step_factor = 2;
   std::string iters = "auto";
   int warmup = 5;
-  int trials = 5;
-  double target_ms = 60;
+  int trials = 21;
+  double target_ms = 25;
   std::vector<std::string> options;  // key=value, the backend's own options
   bool no_reference = false;
   bool no_gloo = false;
   bool no_mpi = false;
   bool no_check = false;
   bool no_dtrain = false;
+  bool aa = false;  // a second raw-Gloo instance in dtrain's place (the noise floor)
   std::string mpi_transport;  // "" (Open MPI's default), tcp, sm
   int time_limit_s = 600;
   bool verbose = false;

@@ -85,7 +85,7 @@ struct GlooReference::Impl {
 
   Algo pick(size_t bytes) const {
     if (algo != Algo::Auto) return algo;
-    return bytes <= cfg.small_message_bytes ? Algo::Bcube : Algo::Ring;
+    return gloo_allreduce_algorithm(cfg, size, bytes) == "bcube" ? Algo::Bcube : Algo::Ring;
   }
 };
 

@@ -18,18 +18,19 @@ namespace dtrain::bench {
 // Mirrors the gloo plugin's options (plugins/gloo/communicator.cc).
 struct GlooRefConfig {
   std::string algorithm = "auto";  // auto | ring | bcube | halving_doubling
-  size_t small_message_bytes = 256 * 1024;
+  size_t small_message_bytes = 0;  // 0: by world size, as the plugin
   int bcube_base = 2;
   std::string iface = "lo";
 };
 
 // The all-reduce algorithm the gloo plugin picks for a size, as its pick():
 // "ring", "bcube" or "hd"; throws InvalidUsage for an unknown algorithm name.
-inline std::string gloo_allreduce_algorithm(const GlooRefConfig& cfg, size_t bytes) {
+inline std::string gloo_allreduce_algorithm(const GlooRefConfig& cfg, int world, size_t bytes) {
   const std::string& a = cfg.algorithm;
   if (a == "ring" || a == "bcube") return a;
   if (a == "halving_doubling" || a == "halving-doubling") return "hd";
-  if (a == "auto") return bytes <= cfg.small_message_bytes ? "bcube" : "ring";
+  size_t small = cfg.small_message_bytes ? cfg.small_message_bytes : world == 2 ? size_t{16} << 20 : size_t{1} << 20;
+  if (a == "auto") return bytes <= small ? "bcube" : "ring";
   throw InvalidUsage("gloo algorithm \"" + a + "\" is not known; use auto, ring, bcube or halving_doubling");
 }
 

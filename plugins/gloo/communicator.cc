@@ -92,7 +92,11 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   m.rank = init.rank;
   m.size = init.world_size;
   m.algorithm = parse_algorithm(init.options.get_string("algorithm", "auto"));
-  m.small_bytes = static_cast<size_t>(init.options.get_int("small_message_bytes", 256 * 1024));
+  // Two ranks: bcube is one exchange of the whole buffer, the same bytes as a
+  // ring in fewer steps; measured faster up to 16 MiB. More ranks: up to 1 MiB.
+  int64_t small = init.options.get_int("small_message_bytes", 0);
+  if (small < 0) throw sdk::Error(DT_ERR_INVALID_USAGE, "gloo.small_message_bytes must be >= 0");
+  m.small_bytes = small > 0 ? static_cast<size_t>(small) : m.size == 2 ? size_t{16} << 20 : size_t{1} << 20;
   const int rank_ = m.rank, size_ = m.size;
   ::gloo::transport::tcp::attr attr;
   std::string iface = init.options.get_string("iface", default_iface(init));

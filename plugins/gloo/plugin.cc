@@ -5,7 +5,8 @@ namespace {
 const dt_config_key_v1_t kKeys[] = {
     {"algorithm", "string", "\"auto\"",
      "all-reduce algorithm: auto (bcube up to small_message_bytes, ring above), ring, halving_doubling, bcube"},
-    {"small_message_bytes", "int", "262144", "auto: messages up to this size use bcube"},
+    {"small_message_bytes", "int", "0",
+     "auto: messages up to this size use bcube; 0 = by world size (16 MiB for 2 ranks, 1 MiB for more)"},
     {"bcube_base", "int", "2", "group size of the bcube algorithm"},
     {"iface", "string", "\"\"", "network interface to use (default: lo for single-host jobs, else the hostname)"},
     {"hostname", "string", "\"\"", "address to bind instead of an interface"},
