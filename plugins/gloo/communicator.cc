@@ -146,7 +146,7 @@ std::chrono::milliseconds Mesh::remaining(Clock::time_point deadline) const {
 }
 
 GlooCommunicator::Clock::time_point GlooCommunicator::deadline_of(const Opts& o) const {
-  return Clock::now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+  return sdk::coarse_now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
 }
 
 template <typename F>

@@ -676,8 +676,14 @@ struct UcxCommunicator::Engine {
     counter(mine, MailboxLayout::kSeq).store(k + 1, std::memory_order_release);
     for (int p = 0; p < n(); ++p)
       if (p != me()) wait_for(counter(fabric->mailbox_of(p), MailboxLayout::kSeq), k + 1, p);
-    fn(buf, fabric->mailbox_of(0) + at_k, fabric->mailbox_of(1) + at_k, count);
-    for (int p = 2; p < n(); ++p) fn(buf, buf, fabric->mailbox_of(p) + at_k, count);
+    if (n() == 2) {
+      // buf still holds this rank's data: reduce it with the peer's in rank order.
+      const char* peer = fabric->mailbox_of(1 - me()) + at_k;
+      fn(buf, me() == 0 ? buf : peer, me() == 0 ? peer : buf, count);
+    } else {
+      fn(buf, fabric->mailbox_of(0) + at_k, fabric->mailbox_of(1) + at_k, count);
+      for (int p = 2; p < n(); ++p) fn(buf, buf, fabric->mailbox_of(p) + at_k, count);
+    }
     for (int p = 0; p < n(); ++p)
       if (p != me()) counter(fabric->mailbox_of(p), MailboxLayout::kAck + 64 * me()).store(k + 1, std::memory_order_release);
   }
@@ -1023,7 +1029,7 @@ template <typename F>
 std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "ucx: communicator aborted");
   uint64_t seq = coll_seq_++;
-  auto now = Clock::now();
+  auto now = sdk::coarse_now();
   return queue_->submit(
       [e = engine_, seq, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
         body(*e, seq, deadline);

@@ -7,7 +7,8 @@ CollectiveWork::CollectiveWork(std::shared_ptr<OpQueue> queue, Body body, Clock:
     : deadline(deadline), submitted(now), queue_(std::move(queue)), body_(std::move(body)) {}
 
 dt_status_t CollectiveWork::test() {
-  return done_.load(std::memory_order_acquire) ? Work::test() : DT_IN_PROGRESS;
+  // status_ is final once done_ is set (release after complete()).
+  return done_.load(std::memory_order_acquire) ? status_ : DT_IN_PROGRESS;
 }
 
 void CollectiveWork::finish(dt_status_t status, const std::string& message) {
@@ -17,7 +18,7 @@ void CollectiveWork::finish(dt_status_t status, const std::string& message) {
 
 dt_status_t CollectiveWork::wait(int64_t timeout_ms) {
   if (!done_.load(std::memory_order_acquire)) {
-    auto cap = timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+    auto cap = timeout_ms < 0 ? Clock::time_point::max() : sdk::coarse_now() + std::chrono::milliseconds(timeout_ms);
     queue_->run_until(this, cap);
   }
   return test();

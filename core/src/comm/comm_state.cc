@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -36,7 +37,14 @@ void write_error_file(const std::string& why, bool peer_lost) {
 }
 }  // namespace
 
+Clock::time_point coarse_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
+
 WorkState::~WorkState() {
+  if (tracked.load(std::memory_order_acquire)) comm->untrack(this);
   if (handle) comm->t->work_release(handle);
 }
 
@@ -55,12 +63,9 @@ std::string WorkState::what() const {
 bool WorkState::finished() { return done.load(std::memory_order_acquire); }
 
 bool WorkState::finish(std::exception_ptr err) {
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (done.load(std::memory_order_relaxed)) return false;
-    error = std::move(err);
-    done.store(true, std::memory_order_release);
-  }
+  if (claimed.exchange(true, std::memory_order_acq_rel)) return false;
+  error = std::move(err);
+  done.store(true, std::memory_order_release);
   comm->untrack(this);
   return true;
 }
@@ -97,16 +102,27 @@ void CommState::settle(const std::shared_ptr<WorkState>& w, dt_status_t st) {
 
 void CommState::track(const std::shared_ptr<WorkState>& w) {
   std::lock_guard<std::mutex> lk(mu);
-  w->inflight_it = inflight.insert(inflight.end(), w);
-  w->tracked = true;
+  w->next = inflight;
+  if (inflight) inflight->prev = w.get();
+  inflight = w.get();
+  w->tracked.store(true, std::memory_order_relaxed);
 }
 
 void CommState::untrack(WorkState* w) {
   std::lock_guard<std::mutex> lk(mu);
-  if (w->tracked) {
-    inflight.erase(w->inflight_it);
-    w->tracked = false;
-  }
+  if (!w->tracked.load(std::memory_order_relaxed)) return;
+  if (w->prev) w->prev->next = w->next;
+  else inflight = w->next;
+  if (w->next) w->next->prev = w->prev;
+  w->prev = w->next = nullptr;
+  w->tracked.store(false, std::memory_order_release);
+}
+
+std::vector<std::shared_ptr<WorkState>> CommState::inflight_works() {
+  std::vector<std::shared_ptr<WorkState>> out;
+  for (WorkState* p = inflight; p; p = p->next)
+    if (auto w = p->weak_from_this().lock()) out.push_back(std::move(w));
+  return out;
 }
 
 std::string CommState::reason() {
@@ -121,8 +137,7 @@ void CommState::poison(const std::string& why, bool peer_lost) {
     if (poisoned.load()) return;
     poison_reason = why;
     poisoned.store(true);
-    for (auto& wp : inflight)
-      if (auto w = wp.lock()) victims.push_back(std::move(w));
+    victims = inflight_works();
   }
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
   write_error_file(why, peer_lost);

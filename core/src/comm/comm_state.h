@@ -3,10 +3,10 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/communicator.h"
@@ -18,11 +18,15 @@ namespace detail {
 
 using Clock = std::chrono::steady_clock;
 
+// Clock's time from CLOCK_MONOTONIC_COARSE (the same epoch, a few ms behind,
+// a fraction of the cost): good enough for deadlines of whole milliseconds.
+Clock::time_point coarse_now();
+
 struct CommState;
 
 // Core-side state of one submitted op. Finishes exactly once (first writer
 // wins: the waiter, the watchdog, or an abort).
-struct WorkState {
+struct WorkState : std::enable_shared_from_this<WorkState> {
   std::shared_ptr<CommState> comm;
   dt_work_h handle = nullptr;
   // What the op is, kept as parts: the text is built only for messages.
@@ -35,11 +39,13 @@ struct WorkState {
   int peer = -1;         // p2p peer
   Clock::time_point submitted;
   std::atomic<int64_t> deadline_ns{0};  // steady clock
-  std::list<std::weak_ptr<WorkState>>::iterator inflight_it;
-  bool tracked = false;  // guarded by comm->mu
+  // Links of the communicator's in-flight list (guarded by comm->mu).
+  WorkState* prev = nullptr;
+  WorkState* next = nullptr;
+  std::atomic<bool> tracked{false};  // written under comm->mu
 
-  std::mutex mu;
-  std::atomic<bool> done{false};  // set after error, under mu; read without it
+  std::atomic<bool> claimed{false};  // the first finish() takes it
+  std::atomic<bool> done{false};     // set after error is written; error is then never written again
   std::exception_ptr error;
 
   ~WorkState();
@@ -72,7 +78,7 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::mutex mu;
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
-  std::list<std::weak_ptr<WorkState>> inflight;
+  WorkState* inflight = nullptr;  // head of the in-flight list, newest first
 
   // Watchdog bookkeeping (watchdog thread only).
   uint64_t published_seq = UINT64_MAX;
@@ -94,6 +100,8 @@ struct CommState : std::enable_shared_from_this<CommState> {
   void settle(const std::shared_ptr<WorkState>& w, dt_status_t st);
   void track(const std::shared_ptr<WorkState>& w);
   void untrack(WorkState* w);
+  // The in-flight works still alive (under mu).
+  std::vector<std::shared_ptr<WorkState>> inflight_works();
   std::string diagnose(const WorkState& w);
   // Which peers the work is waiting for, from their heartbeats.
   std::string peer_status(const WorkState& w);

@@ -256,7 +256,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
     w->dtype = static_cast<int32_t>(b->dtype);
     w->count = b->count;
   }
-  w->submitted = Clock::now();
+  w->submitted = detail::coarse_now();
   auto timeout = o.timeout.count() > 0 ? o.timeout : s->timeout;
   w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
   dt_call_opts_v1_t opts{};

@@ -70,14 +70,14 @@ void Watchdog::run() {
     for (auto& c : comms) {
       if (c->poisoned.load()) continue;
       c->publish_heartbeat(false);
-      std::vector<std::shared_ptr<WorkState>> due;
+      // Released outside the lock: the last reference may untrack its work.
+      std::vector<std::shared_ptr<WorkState>> live;
       {
         std::lock_guard<std::mutex> lk(c->mu);
-        for (auto& wp : c->inflight)
-          if (auto w = wp.lock())
-            if (w->deadline() <= now) due.push_back(std::move(w));
+        live = c->inflight_works();
       }
-      for (auto& w : due) {
+      for (auto& w : live) {
+        if (w->deadline() > now) continue;
         dt_status_t st = c->t->work_test(w->handle);
         if (st == DT_IN_PROGRESS) c->expire(w);
         else c->settle(w, st);

@@ -56,8 +56,8 @@ void Work::wait(std::chrono::milliseconds timeout) {
 }
 
 std::exception_ptr Work::exception() {
-  std::lock_guard<std::mutex> lk(state_->mu);
-  return state_->error;
+  // error is written before done and never again.
+  return state_->finished() ? state_->error : nullptr;
 }
 
 void Work::abort() {
