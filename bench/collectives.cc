@@ -41,6 +41,7 @@ constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";
 constexpr const char* kMpiTag = "DTRAIN_BENCH_MPI";
 constexpr size_t kSmallBytes = 64 * 1024;  // rows that show the latency difference
 constexpr size_t kLargeBytes = 1 << 20;    // rows the bandwidth target applies to
+constexpr double kTrialBudgetS = 1.2;      // --trials auto: time per size for both implementations
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -144,7 +145,7 @@ Plan make_plan(const CollectivesOptions& o) {
   if (o.world_size < 1) throw InvalidUsage("--world-size must be >= 1");
   if (o.world_size > 64) throw InvalidUsage("--world-size above 64 is not sensible on one host");
   if (o.step_factor < 2) throw InvalidUsage("--step-factor must be >= 2");
-  if (o.warmup < 0 || o.trials < 1) throw InvalidUsage("--warmup must be >= 0 and --trials >= 1");
+  if (o.warmup < 0 || o.trials < 0) throw InvalidUsage("--warmup must be >= 0 and --trials >= 1 (0: auto)");
   p.op = parse_op(o.op);
   p.dtype = parse_dtype(o.dtype);
   p.world = o.world_size;
@@ -372,21 +373,22 @@ class Rank {
         runners[0]->op(c);
         warm.push_back(seconds_since(t0));
       }
-      int iters = p_.fixed_iters;
-      std::string key = "iters/" + std::to_string(i);
-      if (!iters) {
-        if (rank_ == 0) {
-          // The fastest warm-up iteration: the first ones pay for cold caches
-          // and connections.
-          double fastest = std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
-          double want = std::ceil(o_.target_ms / 1000.0 / fastest);
-          iters = static_cast<int>(std::clamp(want, 5.0, 1e6));
-          store_->set(key, std::to_string(iters));
-        } else {
-          iters = std::stoi(store_->get_string(key, std::chrono::minutes(5)));
-        }
-      } else if (rank_ == 0) {
+      int iters = p_.fixed_iters, trials = o_.trials;
+      std::string key = "iters/" + std::to_string(i), tkey = "trials/" + std::to_string(i);
+      if (rank_ == 0) {
+        // The fastest warm-up iteration: the first ones pay for cold caches
+        // and connections.
+        double fastest = warm.empty() ? 0 : std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
+        if (!iters) iters = static_cast<int>(std::clamp(std::ceil(o_.target_ms / 1000.0 / fastest), 5.0, 1e6));
+        // Many short trials: pairs of back-to-back trials cancel the machine's
+        // drift, and the median of many pairs is what repeats.
+        if (!trials)
+          trials = fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (2 * iters * fastest), 7.0, 61.0)) : 21;
         store_->set(key, std::to_string(iters));
+        store_->set(tkey, std::to_string(trials));
+      } else {
+        iters = std::stoi(store_->get_string(key, std::chrono::minutes(5)));
+        trials = std::stoi(store_->get_string(tkey, std::chrono::minutes(5)));
       }
       for (size_t r = 1; r < runners.size(); ++r)
         for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
@@ -394,7 +396,7 @@ class Rank {
       // Trials alternate the implementations (and which one goes first), so
       // drift on a shared machine hits both alike.
       std::vector<std::vector<double>> times(runners.size());
-      for (int trial = 0; trial < o_.trials; ++trial) {
+      for (int trial = 0; trial < trials; ++trial) {
         for (size_t k = 0; k < runners.size(); ++k) {
           size_t r = trial % 2 ? runners.size() - 1 - k : k;
           runners[r]->barrier();
@@ -515,7 +517,7 @@ double own_cpu_seconds() {
 
 struct Row {
   Case c;
-  int iters = 0;
+  int iters = 0, trials = 0;
   std::optional<double> dtrain, gloo, mpi;  // seconds per op (median trial)
   std::vector<double> dtrain_trials, gloo_trials;
 
@@ -562,7 +564,7 @@ std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>
                                 "--warmup", std::to_string(o.warmup), "--trials", std::to_string(o.trials)};
   for (auto& r : rows) {
     argv.push_back("--case");
-    argv.push_back(fmt::format("{}:{}:{}", r.c.bytes, r.c.count, r.iters));
+    argv.push_back(fmt::format("{}:{}:{}:{}", r.c.bytes, r.c.count, r.iters, r.trials));
   }
   std::vector<std::string> env{"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                                "OMPI_MCA_btl_tcp_if_include=lo"};
@@ -702,7 +704,8 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
              human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
              p.fixed_iters ? std::to_string(p.fixed_iters)
                            : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
-             o.trials, gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
+             o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
+             gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
   if (o.aa)
     fmt::print("# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
                "this machine's noise\n");
@@ -749,6 +752,7 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
     Row r;
     r.c = p.cases[i];
     r.iters = std::stoi(store.get_string("iters/" + std::to_string(i), std::chrono::seconds(5)));
+    r.trials = std::stoi(store.get_string("trials/" + std::to_string(i), std::chrono::seconds(5)));
     r.dtrain_trials = collect(store, "dtrain", i, p.world);
     if (gloo_on) r.gloo_trials = collect(store, "gloo", i, p.world);
     if (!r.dtrain_trials.empty()) r.dtrain = median(r.dtrain_trials);
@@ -791,7 +795,9 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_option("--iters", o.iters, "iterations per trial: 'auto' (from the warm-up time) or a number")
       ->capture_default_str();
   sub->add_option("--warmup", o.warmup, "untimed iterations per size and implementation")->capture_default_str();
-  sub->add_option("--trials", o.trials, "timed runs per size and implementation; the median counts")
+  sub->add_option("--trials", o.trials,
+                  "timed runs per size and implementation; the median counts (0: auto, 7 to 61 to fill about 1.2 s "
+                  "per size)")
       ->capture_default_str();
   sub->add_option("--target-ms", o.target_ms, "with --iters auto: wall time of one trial")->capture_default_str();
   sub->add_option("--option,-o", o.options, "backend option key=value (repeatable), e.g. algorithm=ring");

@@ -22,8 +22,8 @@ struct CollectivesOptions {
   int step_factor = 2;
   std::string iters = "auto";
   int warmup = 5;
-  int trials = 21;
-  double target_ms = 25;
+  int trials = 0;  // 0: auto, from the op's time (see kTrialBudget)
+  double target_ms = 10;
   std::vector<std::string> options;  // key=value, the backend's own options
   bool no_reference = false;
   bool no_gloo = false;

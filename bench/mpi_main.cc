@@ -4,7 +4,7 @@
 // timed loop per trial, slowest rank, median trial), and prints one line per size:
 //   DTRAIN_BENCH_MPI bytes=<B> count=<n> iters=<i> time_us=<t>
 //
-//   mpirun -np 2 dtrain-bench-mpi --op allreduce --dtype f32 --warmup 5 --trials 3 --case 1024:256:1000 ...
+//   mpirun -np 2 dtrain-bench-mpi --op allreduce --dtype f32 --warmup 5 --trials 3 --case 1024:256:1000[:trials] ...
 
 #include <mpi.h>
 
@@ -21,6 +21,7 @@ namespace {
 struct Case {
   size_t bytes = 0, count = 0;
   int iters = 0;
+  int trials = 0;  // 0: --trials
 };
 
 [[noreturn]] void die(int rank, const std::string& msg) {
@@ -61,8 +62,9 @@ int main(int argc, char** argv) {
     else if (a == "--case") {
       Case c;
       unsigned long long b = 0, n = 0;
-      if (std::sscanf(v.c_str(), "%llu:%llu:%d", &b, &n, &c.iters) != 3 || c.iters < 1)
-        die(rank, "--case wants bytes:count:iters, got " + v);
+      int got = std::sscanf(v.c_str(), "%llu:%llu:%d:%d", &b, &n, &c.iters, &c.trials);
+      if (got < 3 || c.iters < 1 || (got == 4 && c.trials < 1))
+        die(rank, "--case wants bytes:count:iters[:trials], got " + v);
       c.bytes = b;
       c.count = n;
       cases.push_back(c);
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     std::memset(a.data(), 0, c.bytes);
     for (int w = 0; w < warmup; ++w) once();
     std::vector<double> worst_of_trial;
-    for (int t = 0; t < trials; ++t) {
+    for (int t = 0; t < (c.trials ? c.trials : trials); ++t) {
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
       for (int k = 0; k < c.iters; ++k) once();
