@@ -462,11 +462,12 @@ class JobRun {
     std::map<int, std::pair<std::string, std::chrono::steady_clock::time_point>> peer_hb;
     int64_t hb_count = 0;
 
-    auto publish = [&](Failure f) {
+    // stop = false records the failure without stopping the other machines yet.
+    auto publish = [&](Failure f, bool stop = true) {
       try {
         int64_t i = store_->add(a + "nfail", 1);
         store_->set(fmt::format("{}fail/{}", a, i), f.encode());
-        store_->set(a + "stop", "1");
+        if (stop) store_->set(a + "stop", "1");
       } catch (const std::exception&) {
         local_failures_.push_back(f);
       }
@@ -507,7 +508,7 @@ class JobRun {
           reported_.insert(static_cast<int>(i));
           Failure f = describe_failure(slots_[i], p, attempt);
           only_consequences = only_consequences && f.consequence;
-          publish(f);
+          publish(f, !f.consequence);
           stopping = true;
         }
       };
@@ -520,6 +521,11 @@ class JobRun {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
           drain_all(echo);
           collect_exits();
+        }
+        // Held back so far, so that a culprit on another machine was not stopped first.
+        try {
+          store_->set(a + "stop", "1");
+        } catch (const std::exception&) {
         }
       }
       if (stopping) break;

@@ -1029,7 +1029,7 @@ template <typename F>
 std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "ucx: communicator aborted");
   uint64_t seq = coll_seq_++;
-  auto now = sdk::coarse_now();
+  auto now = Clock::now();  // precise: the drainer's grace period is measured from it
   return queue_->submit(
       [e = engine_, seq, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
         body(*e, seq, deadline);

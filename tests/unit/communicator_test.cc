@@ -1,5 +1,10 @@
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -58,6 +63,33 @@ TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
     }
     done++;
   });
+}
+
+// The launcher tells a root cause from its consequences by DTRAIN_ERROR_FILE:
+// the core must have written it, marked "peer", before the waiter sees the error.
+TEST_P(CommunicatorTest, TimeoutIsWrittenToTheErrorFileAsAPeerLoss) {
+  std::string path = ::testing::TempDir() + "dtrain-error-file-" + GetParam() + "-" + std::to_string(getpid());
+  std::remove(path.c_str());
+  ASSERT_EQ(setenv("DTRAIN_ERROR_FILE", path.c_str(), 1), 0);
+  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(1500));
+      return;
+    }
+    std::vector<float> v(16, 1.0f);
+    try {
+      comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, CallOptions{milliseconds(400)})->wait();
+      ADD_FAILURE() << "allreduce completed without rank 1";
+    } catch (const TimeoutError&) {
+      std::ifstream f(path);
+      ASSERT_TRUE(f.good()) << path << " was not written before the error reached the waiter";
+      std::stringstream all;
+      all << f.rdbuf();
+      EXPECT_THAT(all.str(), AllOf(::testing::StartsWith("peer\n"), HasSubstr("waiting for rank 1")));
+    }
+  });
+  unsetenv("DTRAIN_ERROR_FILE");
+  std::remove(path.c_str());
 }
 
 TEST_P(CommunicatorTest, WaitTimeoutShortensTheDeadline) {

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/log.h"
 #include "dtrain/plugin_registry.h"
@@ -38,9 +39,13 @@ void write_error_file(const std::string& why, bool peer_lost) {
 }  // namespace
 
 Clock::time_point coarse_now() {
+#ifdef CLOCK_MONOTONIC_COARSE
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+#else
+  return Clock::now();
+#endif
 }
 
 WorkState::~WorkState() {
@@ -63,7 +68,12 @@ std::string WorkState::what() const {
 bool WorkState::finished() { return done.load(std::memory_order_acquire); }
 
 bool WorkState::finish(std::exception_ptr err) {
-  if (claimed.exchange(true, std::memory_order_acq_rel)) return false;
+  if (claimed.exchange(true, std::memory_order_acq_rel)) {
+    // The winner is between its claim and done (a pointer move): callers rely
+    // on the work being finished when this returns.
+    while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
+    return false;
+  }
   error = std::move(err);
   done.store(true, std::memory_order_release);
   comm->untrack(this);
@@ -119,7 +129,11 @@ void CommState::untrack(WorkState* w) {
 }
 
 std::vector<std::shared_ptr<WorkState>> CommState::inflight_works() {
+  // Reserved first: a throwing push_back would drop references under mu.
+  size_t n = 0;
+  for (WorkState* p = inflight; p; p = p->next) ++n;
   std::vector<std::shared_ptr<WorkState>> out;
+  out.reserve(n);
   for (WorkState* p = inflight; p; p = p->next)
     if (auto w = p->weak_from_this().lock()) out.push_back(std::move(w));
   return out;
@@ -135,12 +149,13 @@ void CommState::poison(const std::string& why, bool peer_lost) {
   {
     std::lock_guard<std::mutex> lk(mu);
     if (poisoned.load()) return;
+    // Before anyone can see the communicator poisoned (and exit).
+    write_error_file(why, peer_lost);
     poison_reason = why;
     poisoned.store(true);
     victims = inflight_works();
   }
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
-  write_error_file(why, peer_lost);
   t->comm_abort(handle, why.c_str());
   for (auto& w : victims)
     w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
@@ -154,6 +169,8 @@ void CommState::expire(const std::shared_ptr<WorkState>& w) {
   } else {
     msg = diagnose(*w);
   }
+  // The error file is written before the waiter can see its work fail and exit.
+  if (!poisoned.load()) write_error_file(msg, true);
   if (w->finish(std::make_exception_ptr(TimeoutError(msg)))) poison(msg, true);
 }
 
@@ -172,6 +189,7 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
   if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
                              : make_backend_error(backend->name(), st, w->what() + " failed: " + message);
+  if (!poisoned.load()) write_error_file(why, transport);
   if (w->finish(err)) poison(why, transport);
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Small helpers for plugin authors: errors, the host's logger and store, the
 // plugin's options, dtype sizes and reduced-precision conversions. Header-only,
-// standard C++17 only; nothing here crosses the ABI.
+// standard C++17 (plus POSIX clock_gettime where available); nothing here
+// crosses the ABI.
 
 #include <time.h>
 
@@ -20,12 +21,17 @@
 
 namespace dtrain::sdk {
 
-// steady_clock's time from CLOCK_MONOTONIC_COARSE: the same epoch, at most a
-// scheduler tick behind, several times cheaper to read. For op deadlines.
+// steady_clock's time from CLOCK_MONOTONIC_COARSE (libstdc++'s steady_clock is
+// CLOCK_MONOTONIC: the same epoch), at most a scheduler tick behind, several
+// times cheaper to read. For op deadlines, not for intervals under a tick.
 inline std::chrono::steady_clock::time_point coarse_now() {
+#ifdef CLOCK_MONOTONIC_COARSE
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+#else
+  return std::chrono::steady_clock::now();
+#endif
 }
 
 // Throw this from plugin code; the trampolines turn it into its status and
