@@ -41,12 +41,20 @@ for f in logA/workerlog.0 logA/workerlog.1 logB/workerlog.2 logB/workerlog.3; do
 done
 grep -q "$B" logA/endpoints.log || fail "machine A's endpoints.log does not list machine B's workers"
 
+# Starts the endless probe job on both machines (logs logA<n>, logB<n>); sets pa, pb.
+start_probe_pair() {
+  local n=$1
+  run $NA logA$n -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" \
+    >outA$n.txt 2>errA$n.txt &
+  pa=$!
+  run $NB logB$n -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" \
+    >outB$n.txt 2>errB$n.txt &
+  pb=$!
+}
+
 # 2. SIGKILL a worker on machine B: both machines stop, both print the root cause.
 port=$((port + 1))
-run $NA logA2 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA2.txt 2>errA2.txt &
-pa=$!
-run $NB logB2 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB2.txt 2>errB2.txt &
-pb=$!
+start_probe_pair 2
 wait_for logB2/workerlog.3 "first all-reduce done"
 victim=$(grep -o "pid [0-9]*" logB2/workerlog.3 | head -1 | awk '{print $2}')
 sleep 0.5
@@ -59,10 +67,7 @@ done
 
 # 3. SIGTERM to machine B's dtrain stops machine A's job too.
 port=$((port + 1))
-run $NA logA3 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outA3.txt 2>errA3.txt &
-pa=$!
-run $NB logB3 -- dtrain-job-probe --backend $BACKEND --iterations 100000000 --sleep-ms 1 --timeout-s 20 --tag "$TAG" >outB3.txt 2>errB3.txt &
-pb=$!
+start_probe_pair 3
 wait_for logB3/workerlog.3 "first all-reduce done"
 dpid=$(pgrep -f -- "dtrain --ips .*--log_dir logB3" | head -1)
 [ -n "$dpid" ] || fail "cannot find machine B's dtrain"
