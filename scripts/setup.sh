@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git clang-format
   libboost-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   googletest libgtest-dev libgmock-dev
   libgloo-dev libhiredis-dev

@@ -8,9 +8,9 @@
 extern int dtrain_test_symbol_that_does_not_exist(void);
 #endif
 
+#if !defined(BAD_NO_ENTRY)
 static dt_backend_v1_t table;
 
-#if !defined(BAD_NO_ENTRY)
 __attribute__((visibility("default"))) const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {
   (void)host;
   memset(&table, 0, sizeof(table));
