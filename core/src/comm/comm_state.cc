@@ -38,16 +38,6 @@ void write_error_file(const std::string& why, bool peer_lost) {
 }
 }  // namespace
 
-Clock::time_point coarse_now() {
-#ifdef CLOCK_MONOTONIC_COARSE
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
-#else
-  return Clock::now();
-#endif
-}
-
 WorkState::~WorkState() {
   if (tracked.load(std::memory_order_acquire)) comm->untrack(this);
   if (handle) comm->t->work_release(handle);

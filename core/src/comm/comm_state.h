@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtrain/abi/backend_v1.h"
+#include "dtrain/sdk/clock.h"
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/store.h"
@@ -18,9 +19,9 @@ namespace detail {
 
 using Clock = std::chrono::steady_clock;
 
-// Clock's time from CLOCK_MONOTONIC_COARSE (the same epoch, a few ms behind,
-// a fraction of the cost): good enough for deadlines of whole milliseconds.
-Clock::time_point coarse_now();
+// The SDK's coarse clock and deadline rule (dtrain/sdk/clock.h), shared with
+// the plugins.
+using sdk::coarse_now;
 
 struct CommState;
 

@@ -6,7 +6,7 @@
 
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
-#include "dtrain/sdk/support.h"
+#include "dtrain/sdk/half.h"
 #include "dtrain/strategy.h"
 #include "dtrain/work.h"
 

@@ -21,7 +21,9 @@
 #include <string>
 #include <thread>
 
+#include "dtrain/sdk/op_queue.h"
 #include "dtrain/sdk/support.h"
+#include "dtrain/sdk/work.h"
 
 namespace dtrain::sdk {
 
@@ -35,41 +37,9 @@ struct CommInit {
   Store store;
   Options options;
   std::string job_id;
-};
-
-// A unit of work. Thread-safe. complete() is called once by whoever finishes
-// the op; later calls are ignored.
-class Work {
- public:
-  virtual ~Work() = default;
-  virtual dt_status_t test() {
-    std::lock_guard<std::mutex> lk(mu_);
-    return status_;
-  }
-  virtual dt_status_t wait(int64_t timeout_ms) {
-    std::unique_lock<std::mutex> lk(mu_);
-    auto ready = [&] { return status_ != DT_IN_PROGRESS; };
-    if (timeout_ms < 0) cv_.wait(lk, ready);
-    else cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), ready);
-    return status_;
-  }
-  std::string error() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return error_;
-  }
-  void complete(dt_status_t status = DT_OK, const std::string& message = "") {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (status_ != DT_IN_PROGRESS) return;
-    status_ = status;
-    error_ = message;
-    cv_.notify_all();
-  }
-
- protected:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  dt_status_t status_ = DT_IN_PROGRESS;
-  std::string error_;
+  // Every rank of the communicator runs on this host (a plugin then binds
+  // its sockets to loopback unless told otherwise).
+  bool single_host() const { return local_world_size >= world_size; }
 };
 
 // Runs a communicator's ops one at a time, in submission order, on one worker

@@ -1,0 +1,296 @@
+#pragma once
+// The execution layer every dtrain plugin runs its collectives on: one
+// in-order queue per communicator whose ops run inline on the thread that
+// waits for them (no hand-off on the latency path), with a lazy background
+// drainer for ops nobody waits for. Header-only, standard C++17.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "dtrain/sdk/clock.h"
+#include "dtrain/sdk/error.h"
+#include "dtrain/sdk/work.h"
+
+namespace dtrain::sdk {
+
+class OpQueue;
+
+// A collective queued on an OpQueue. Its body runs once, on the thread that
+// waits for it or on the queue's drainer. test() is lock-free until the op is
+// done (the latency path polls it).
+class QueuedWork : public Work {
+ public:
+  using Body = std::function<void(Clock::time_point deadline)>;
+  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted)
+      : deadline(deadline), submitted(submitted), queue_(std::move(queue)), body_(std::move(body)) {}
+
+  dt_status_t test() override {
+    // status_ is final once done_ is set (released after complete()).
+    return done_.load(std::memory_order_acquire) ? status_ : DT_IN_PROGRESS;
+  }
+  // Runs this op, and the ones queued before it, on the calling thread (see
+  // OpQueue for when); else waits for the thread that runs them.
+  inline dt_status_t wait(int64_t timeout_ms) override;
+
+  // Runs the body once with a deadline capped at cap, then completes.
+  void run(Clock::time_point cap) {
+    try {
+      body_(std::min(deadline, cap));
+      finish(DT_OK, "");
+    } catch (const Error& e) {
+      finish(e.status(), e.what());
+    } catch (const std::bad_alloc&) {
+      finish(DT_ERR_SYSTEM, "out of memory");
+    } catch (const std::exception& e) {
+      finish(DT_ERR_INTERNAL, e.what());
+    } catch (...) {
+      finish(DT_ERR_INTERNAL, "unknown exception");
+    }
+    body_ = nullptr;
+  }
+  // complete() plus the lock-free done flag; every completion goes here.
+  void finish(dt_status_t status, const std::string& message) {
+    complete(status, message);
+    done_.store(true, std::memory_order_release);
+  }
+
+  const Clock::time_point deadline;
+  const Clock::time_point submitted;  // precise: the drainer's grace is measured from it
+
+ private:
+  std::shared_ptr<OpQueue> queue_;
+  Body body_;
+  std::atomic<bool> done_{false};
+};
+
+// The in-order queue of one communicator's collectives. Exactly one thread
+// runs ops at a time. The waiter of an op runs everything queued up to it on
+// its own thread. A drainer thread wakes every poll interval while the
+// communicator is busy and runs ops nobody claimed within the grace period,
+// so dropped works complete and submitted ops progress during the caller's
+// compute; it is never woken per op, so the latency path has no hand-off.
+//
+// Settings::interruptible says what the transport's blocking calls do:
+//  - true (UCX): they return promptly on abort and honour any deadline they
+//    are given. A waiter runs ops inline for at most its own wait bound; an op
+//    cut short by that bound fails with DT_ERR_TIMEOUT.
+//  - false (Gloo): only the op's own deadline ends them, and an abort cannot
+//    reach a thread blocked inside. A waiter runs ops inline only when it is
+//    prepared to wait until the op's deadline anyway (the core's waits are);
+//    a shorter wait leaves the op to the drainer. If an op is still blocked
+//    in the transport at shutdown after an abort, the drainer is detached and
+//    finishes on its own (a body must hold, by shared_ptr, what it touches).
+class OpQueue : public std::enable_shared_from_this<OpQueue> {
+ public:
+  struct Settings {
+    bool interruptible = false;
+    std::chrono::microseconds grace{1000};
+    std::chrono::microseconds poll{2000};
+    std::chrono::milliseconds idle{500};
+    // Runs on the drainer while no op runs (a plugin progresses posted
+    // point-to-point transfers there). Never runs after shutdown() returns.
+    std::function<void()> idle_hook;
+  };
+
+  // The drainer holds the queue: its owner must call shutdown().
+  static std::shared_ptr<OpQueue> create(Settings settings) {
+    std::shared_ptr<OpQueue> q(new OpQueue(std::move(settings)));
+    q->drainer_ = std::thread([q] { q->drain_loop(); });
+    return q;
+  }
+  ~OpQueue() { shutdown("communicator destroyed"); }
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  const Settings& settings() const { return settings_; }
+
+  // Queues body with its deadline (see clock.h: deadline_after()).
+  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline) {
+    auto now = Clock::now();
+    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now);
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_ || stop_) {
+      w->finish(DT_ERR_ABORTED, aborted_ ? reason_ : "communicator destroyed");
+      return w;
+    }
+    queue_.push_back(w);
+    last_submit_ = now;
+    if (deep_sleep_) {
+      deep_sleep_ = false;
+      cv_.notify_all();
+    }
+    return w;
+  }
+
+  // Runs queued ops in order on this thread until target completes or cap
+  // passes; bodies get min(deadline, cap) as their deadline when
+  // cap_bodies, else their own deadline.
+  void run_until(QueuedWork* target, Clock::time_point cap, bool cap_bodies) {
+    while (target->test() == DT_IN_PROGRESS) {
+      std::shared_ptr<QueuedWork> w;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (!claim_head(&w)) {
+          // Another thread (the drainer) runs ops: wait for it in short slices.
+          auto now = Clock::now();
+          if (now >= cap) return;
+          idle_cv_.wait_until(lk, std::min<Clock::time_point>(cap, now + std::chrono::milliseconds(1)));
+          continue;
+        }
+      }
+      w->run(cap_bodies ? cap : Clock::time_point::max());
+      release(w);
+    }
+  }
+
+  // Fails every queued op and the running one with DT_ERR_ABORTED (a body
+  // still running returns on its own; its result is ignored).
+  void abort(const std::string& reason) {
+    std::deque<std::shared_ptr<QueuedWork>> q;
+    std::shared_ptr<QueuedWork> running;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!aborted_) {
+        aborted_ = true;
+        reason_ = reason;
+      }
+      q.swap(queue_);
+      running = running_;
+    }
+    for (auto& w : q) w->finish(DT_ERR_ABORTED, reason);
+    if (running) running->finish(DT_ERR_ABORTED, reason);
+  }
+
+  // Stops the drainer and fails what is still queued. Interruptible queues
+  // then wait until no body runs anywhere (the caller has aborted the
+  // transport first); others detach a drainer still blocked in a body.
+  void shutdown(const std::string& reason) {
+    bool detach = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) return;
+      stop_ = true;
+      detach = !settings_.interruptible && aborted_ && running_ && running_on_drainer_;
+      cv_.notify_all();
+    }
+    if (drainer_.joinable()) {
+      if (detach) drainer_.detach();
+      else if (drainer_.get_id() != std::this_thread::get_id()) drainer_.join();
+      else drainer_.detach();
+    }
+    std::deque<std::shared_ptr<QueuedWork>> q;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      q.swap(queue_);
+    }
+    for (auto& w : q) w->finish(DT_ERR_ABORTED, reason);
+    if (settings_.interruptible) {
+      std::unique_lock<std::mutex> lk(mu_);
+      idle_cv_.wait(lk, [&] { return !running_; });
+    }
+  }
+
+  // Wakes the drainer now (a waiter that will not run its op inline).
+  void kick() {
+    std::lock_guard<std::mutex> lk(mu_);
+    deep_sleep_ = false;
+    kicked_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  explicit OpQueue(Settings settings) : settings_(std::move(settings)) {}
+
+  bool claim_head(std::shared_ptr<QueuedWork>* out) {
+    if (running_ || queue_.empty()) return false;
+    *out = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = *out;
+    return true;
+  }
+  void release(const std::shared_ptr<QueuedWork>& w) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (running_ == w) running_.reset();
+    running_on_drainer_ = false;
+    idle_cv_.notify_all();
+  }
+  void idle(std::unique_lock<std::mutex>& lk) {
+    if (running_ || stop_ || !settings_.idle_hook) return;
+    lk.unlock();
+    settings_.idle_hook();
+    lk.lock();
+  }
+  void drain_loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_) {
+      auto now = Clock::now();
+      if (queue_.empty() && now - last_submit_ > settings_.idle) {
+        deep_sleep_ = true;
+        // Still wake now and then: posted point-to-point transfers may need progress.
+        cv_.wait_for(lk, settings_.idle, [&] { return stop_ || !deep_sleep_; });
+        deep_sleep_ = false;
+        idle(lk);
+        continue;
+      }
+      std::shared_ptr<QueuedWork> w;
+      if (queue_.empty()) kicked_ = false;
+      if (!queue_.empty() && !aborted_ && (kicked_ || now - queue_.front()->submitted >= settings_.grace) &&
+          claim_head(&w)) {
+        kicked_ = false;
+        running_on_drainer_ = true;
+        lk.unlock();
+        w->run(Clock::time_point::max());
+        release(w);
+        lk.lock();
+        continue;
+      }
+      idle(lk);
+      if (stop_) break;
+      if (!kicked_) cv_.wait_for(lk, settings_.poll);
+    }
+  }
+
+  Settings settings_;
+  std::mutex mu_;
+  std::condition_variable cv_;       // the drainer sleeps here
+  std::condition_variable idle_cv_;  // running_ became null
+  std::deque<std::shared_ptr<QueuedWork>> queue_;
+  std::shared_ptr<QueuedWork> running_;
+  bool running_on_drainer_ = false;
+  bool stop_ = false;
+  bool aborted_ = false;
+  bool deep_sleep_ = false;
+  bool kicked_ = false;
+  std::string reason_;
+  Clock::time_point last_submit_{};
+  std::thread drainer_;
+};
+
+inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
+  if (done_.load(std::memory_order_acquire)) return status_;
+  auto cap = timeout_ms < 0 ? Clock::time_point::max() : coarse_now() + std::chrono::milliseconds(timeout_ms);
+  if (queue_->settings().interruptible) {
+    queue_->run_until(this, cap, true);
+    return test();
+  }
+  // The core waits until the deadline (it passes the time left to it); a
+  // tick of slack covers the coarse clock.
+  if (cap + std::chrono::milliseconds(100) >= deadline) {
+    queue_->run_until(this, Clock::time_point::max(), false);
+    return test();
+  }
+  queue_->kick();
+  Work::wait(timeout_ms);
+  return test();
+}
+
+}  // namespace dtrain::sdk
