@@ -22,6 +22,7 @@
 
 #include "dtrain/error.h"
 #include "dtrain/log.h"
+#include "dtrain/sdk/strings.h"
 #include "dtrain/store.h"
 #include "net.h"
 #include "process.h"
@@ -55,20 +56,8 @@ void install_signals() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep = ",") {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
-std::vector<std::string> split(const std::string& s, char sep = ',') {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
+using sdk::join;
+using sdk::split;
 
 std::string host_of(const std::string& endpoint) { return parse_host_port(endpoint).first; }
 
