@@ -17,6 +17,7 @@
 #include "dtrain/config.h"
 #include "dtrain/error.h"
 #include "dtrain/log.h"
+#include "dtrain/sdk/strings.h"
 #include "launcher.h"
 
 using namespace dtrain;
@@ -24,15 +25,6 @@ using namespace dtrain::launch;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 // A bare program name is looked up next to dtrain first, then in PATH.
 std::string resolve_program(const std::string& program) {
@@ -121,13 +113,13 @@ int main(int argc, char** argv) {
     if (!lo.log_level.empty()) set_log_level(lo.log_level);
     if (*plugins_cmd) return list_plugins(plugin_dirs);
     if (*check_cmd) {
-      co.ips = split_list(check_ips);
+      co.ips = sdk::split(check_ips);
       return run_check(co);
     }
-    lo.ips = split_list(ips);
-    lo.devices = split_list(gpus);
-    lo.servers = split_list(servers);
-    lo.workers = split_list(workers);
+    lo.ips = sdk::split(ips);
+    lo.devices = sdk::split(gpus);
+    lo.servers = sdk::split(servers);
+    lo.workers = sdk::split(workers);
 
     if (!job_file.empty() && !command.empty())
       throw InvalidUsage("give either a job file or `-- PROGRAM ARGS`, not both");

@@ -67,6 +67,26 @@ std::string local_iface_of(const std::string& ip) {
   return "";
 }
 
+std::string source_ip_for(const std::string& host) {
+  if (!local_iface_of(host).empty()) return resolve_host(host);
+  AddrList res;
+  if (resolve(host, 9, 0, res) == 0 && res.head) {
+    int fd = socket(res.head->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      sockaddr_storage ss{};
+      socklen_t len = sizeof(ss);
+      // connect() on a UDP socket sends nothing: it only looks up the route.
+      bool ok = connect(fd, res.head->ai_addr, res.head->ai_addrlen) == 0 &&
+                getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0;
+      close(fd);
+      if (ok) return numeric(reinterpret_cast<sockaddr*>(&ss));
+    }
+  }
+  for (auto& a : local_addresses())
+    if (a.iface != "lo" && a.ip.find(':') == std::string::npos) return a.ip;
+  return "";
+}
+
 uint16_t pick_free_port(const std::string& host) {
   AddrList res;
   if (resolve(host, 0, AI_PASSIVE, res) != 0 || !res.head) return 0;

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+// Callers build a TcpStore from an endpoint (DTRAIN_STORE) and a fresh token.
+#include "dtrain/endpoint.h"
+#include "dtrain/job_token.h"
+
 namespace dtrain {
 
 using Bytes = std::vector<uint8_t>;
@@ -153,11 +157,5 @@ class TcpStore : public Store {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
-// "host:port" -> (host, port); IPv6 as "[::1]:port". Throws InvalidUsage.
-std::pair<std::string, uint16_t> parse_host_port(const std::string& endpoint);
-
-// Generates a random job token (32 hex chars from /dev/urandom).
-std::string make_job_token();
 
 }  // namespace dtrain

@@ -17,6 +17,7 @@
 #include <toml++/toml.h>
 
 #include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
 
 namespace dtrain {
 
@@ -24,24 +25,12 @@ namespace {
 
 constexpr uint64_t kOverrideOrderBase = uint64_t{1} << 62;
 
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
+using sdk::trim;
 
+// "a.b.c" -> {"a","b","c"}; empty pieces are kept ("a..b" is an error later).
 std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  if (path.empty()) return parts;
-  size_t start = 0;
-  while (true) {
-    size_t dot = path.find('.', start);
-    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  return parts;
+  if (path.empty()) return {};
+  return sdk::split(path, '.', /*skip_empty=*/false);
 }
 
 std::string join_path(const std::string& prefix, const std::string& key) {

@@ -11,6 +11,7 @@
 
 #include "dtrain/config.h"
 #include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
 
 extern char** environ;
 
@@ -18,23 +19,9 @@ namespace dtrain {
 
 namespace {
 
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
+using sdk::join;
+using sdk::lower;
+using sdk::trim;
 
 std::optional<Role> parse_role(const std::string& text) {
   std::string s = lower(trim(text));
@@ -274,12 +261,8 @@ class EnvReader {
     auto v = get(var);
     if (!v) return std::nullopt;
     std::vector<std::string> out;
-    std::stringstream ss(*v);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      item = trim(item);
-      if (!item.empty()) out.push_back(item);
-    }
+    for (const std::string& item : sdk::split(*v, ','))
+      if (std::string t = trim(item); !t.empty()) out.push_back(std::move(t));
     return out;
   }
 
@@ -446,10 +429,8 @@ RoleInfo resolve_ompi(const EnvReader& e) {
 
 // "2(x3),1" -> tasks per node list; the entry for a node index.
 std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
-  std::stringstream ss(spec);
-  std::string item;
   int index = 0;
-  while (std::getline(ss, item, ',')) {
+  for (const std::string& item : sdk::split(spec, ',', /*skip_empty=*/false)) {
     int count = std::atoi(item.c_str());
     int repeat = 1;
     auto x = item.find("(x");

@@ -1,0 +1,58 @@
+#include "environment.h"
+
+#include <algorithm>
+
+#include "dtrain/endpoint.h"
+#include "dtrain/sdk/strings.h"
+
+namespace dtrain::launch {
+
+std::map<std::string, std::string> process_environment(const JobPlan& p, const Slot& s, int attempt) {
+  const LaunchOptions& o = p.options;
+  const std::string workers = sdk::join(p.worker_eps);
+  int local_same = static_cast<int>(
+      std::count_if(p.slots.begin(), p.slots.end(), [&](const Slot& x) { return x.role == s.role; }));
+  std::map<std::string, std::string> env = {
+      {"DTRAIN_ROLE", s.role_name()},
+      {"DTRAIN_WORLD_SIZE", std::to_string(p.worker_eps.size())},
+      {"DTRAIN_LOCAL_RANK", std::to_string(s.local)},
+      {"DTRAIN_LOCAL_WORLD_SIZE", std::to_string(local_same)},
+      {"DTRAIN_NODE_RANK", std::to_string(p.machines.node)},
+      {"DTRAIN_NNODES", std::to_string(p.machines.nnodes)},
+      {"DTRAIN_STORE", p.store_endpoint},
+      {"DTRAIN_JOB_TOKEN", p.token},
+      {"DTRAIN_JOB_ID", p.job_id},
+      {"DTRAIN_RESTART_COUNT", std::to_string(attempt)},
+      {"DTRAIN_WORKER_ENDPOINTS", workers},
+      {"DTRAIN_CURRENT_ENDPOINT", s.endpoint},
+      {"DTRAIN_HOST_IP", p.machines.my_ip},
+      {"DTRAIN_LOG_DIR", o.log_dir},
+      {"DTRAIN_ERROR_FILE", p.error_file(s)},
+      {"PADDLE_TRAINERS_NUM", std::to_string(p.worker_eps.size())},
+      {"PADDLE_TRAINER_ENDPOINTS", workers},
+      {"PADDLE_CURRENT_ENDPOINT", s.endpoint},
+      {"PADDLE_RANK_IN_NODE", std::to_string(s.local)},
+      {"POD_IP", p.machines.my_ip},
+      {"TRAINING_ROLE", s.role == SlotRole::Worker ? "TRAINER" : "PSERVER"},
+  };
+  if (!p.server_eps.empty()) {
+    env["DTRAIN_SERVER_ENDPOINTS"] = sdk::join(p.server_eps);
+    env["PADDLE_PSERVERS_IP_PORT_LIST"] = sdk::join(p.server_eps);
+  }
+  if (s.role == SlotRole::Worker) {
+    env["DTRAIN_RANK"] = std::to_string(s.index);
+    env["PADDLE_TRAINER_ID"] = std::to_string(s.index);
+  } else {
+    env["DTRAIN_SERVER_INDEX"] = std::to_string(s.index);
+    env["PADDLE_PORT"] = std::to_string(parse_host_port(s.endpoint).second);
+  }
+  if (!o.backend.empty()) env["DTRAIN_BACKEND"] = o.backend;
+  if (!o.log_level.empty()) env["DTRAIN_LOG_LEVEL"] = o.log_level;
+  if (!s.device.empty()) {
+    env["DTRAIN_DEVICE"] = s.device;
+    env["FLAGS_selected_gpus"] = s.device;
+  }
+  return env;
+}
+
+}  // namespace dtrain::launch

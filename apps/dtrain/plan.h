@@ -1,0 +1,31 @@
+#pragma once
+// Everything one machine's dtrain has decided about the job before it starts
+// the processes: read by the environment builder, the table and the report.
+
+#include <string>
+#include <vector>
+
+#include "launcher.h"
+#include "layout.h"
+#include "messages.h"
+
+namespace dtrain::launch {
+
+struct JobPlan {
+  LaunchOptions options;
+  MachineLayout machines;
+  std::string job_id;
+  std::string token;         // the store's token: passed to the processes, never printed
+  std::string token_source;  // where it came from, for the table ("DTRAIN_JOB_TOKEN", "file X", "OPEN ...")
+  std::string store_endpoint;
+  std::vector<Slot> slots;  // this machine's processes
+  bool listed = false;      // slots come from --servers/--workers
+  std::vector<NodeInfo> nodes;
+  std::vector<std::string> worker_eps, server_eps;  // the whole job's, in rank order
+  std::string error_dir;  // where the processes' communicators write their first abort
+
+  std::string log_file(const Slot& s) const { return options.log_dir + "/" + s.log_name(); }
+  std::string error_file(const Slot& s) const { return error_dir + "/" + s.log_name(); }
+};
+
+}  // namespace dtrain::launch

@@ -1,0 +1,89 @@
+#include "report.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "dtrain/sdk/strings.h"
+
+namespace dtrain::launch {
+
+namespace {
+
+// Lines of a failed process's log shown in the report, and follow-up failures listed.
+constexpr int kLogTailLines = 20;
+constexpr size_t kFollowUpsShown = 7;
+
+std::string format_time(int64_t ms) {
+  time_t secs = static_cast<time_t>(ms / 1000);
+  tm t{};
+  localtime_r(&secs, &t);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &t);
+  return fmt::format("{}.{:03d}", buf, static_cast<int>(ms % 1000));
+}
+
+std::string indent(const std::string& text, const std::string& prefix) {
+  std::string out;
+  for (const std::string& line : sdk::split(text, '\n')) out += prefix + line + "\n";
+  return out;
+}
+
+}  // namespace
+
+Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int attempt) {
+  const int node = plan.machines.node;
+  const std::string& ip = plan.machines.my_ip;
+  Failure f;
+  f.time_ms = p.exit_time_ms();
+  // SIGPIPE is what a peer's death does to a process writing to it: not a cause.
+  f.signal = p.term_signal() == SIGPIPE ? 0 : p.term_signal();
+  std::string how = p.term_signal() ? "was killed by " + signal_name(p.term_signal())
+                                    : "exited with code " + std::to_string(p.exit_code());
+  std::ifstream ef(plan.error_file(s));
+  std::string kind;
+  f.consequence = std::getline(ef, kind) && kind == "peer";
+  f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", s.name(), how, node, ip, p.pid(),
+                          f.consequence ? " after losing a peer" : "");
+  f.text = fmt::format("root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), attempt {}, at {}\n"
+                       "  log {} (last lines):\n{}",
+                       s.name(), how, s.role_name(), s.index, s.local, node, ip, attempt, format_time(f.time_ms),
+                       plan.log_file(s), indent(p.log_tail(kLogTailLines), "    | "));
+  return f;
+}
+
+Failure machine_failure(int64_t time_ms, const std::string& summary, const std::string& detail) {
+  Failure f;
+  f.time_ms = time_ms;
+  f.summary = summary;
+  f.text = "root cause: " + summary + detail + "\n";
+  return f;
+}
+
+void order_by_root_cause(std::vector<Failure>& all) {
+  const int64_t tie = kSignalTieBreak.count();
+  std::stable_sort(all.begin(), all.end(), [tie](const Failure& x, const Failure& y) {
+    if (x.consequence != y.consequence) return y.consequence;
+    return x.time_ms - (x.signal ? tie : 0) < y.time_ms - (y.signal ? tie : 0);
+  });
+}
+
+std::string failure_report(const std::vector<Failure>& all, double grace_s) {
+  std::ostringstream r;
+  r << "======================== dtrain: job failed ========================\n";
+  r << all[0].text;
+  if (all.size() > 1) {
+    r << "  then:\n";
+    for (size_t i = 1; i < all.size() && i <= kFollowUpsShown; ++i) r << "    " << all[i].summary << "\n";
+  }
+  r << fmt::format("  every other process of the job was stopped (SIGTERM, SIGKILL after {} s)\n", grace_s);
+  r << "====================================================================\n";
+  return r.str();
+}
+
+}  // namespace dtrain::launch

@@ -1,0 +1,51 @@
+#include "table.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
+
+namespace dtrain::launch {
+
+void print_job_table(const JobPlan& p) {
+  const LaunchOptions& o = p.options;
+  std::error_code ec;
+  std::filesystem::create_directories(o.log_dir, ec);
+  if (ec) throw IoError("cannot create the log folder " + o.log_dir + ": " + ec.message());
+  std::ostringstream t;
+  t << "----------------------- dtrain: distributed job -----------------------\n";
+  auto row = [&](const std::string& k, const std::string& v) { t << fmt::format("  {:<16} {}\n", k, v); };
+  row("mode", ps_mode(o) ? "parameter server" : "collective");
+  if (!o.backend.empty()) row("backend", o.backend);
+  row("job_id", p.job_id);
+  row("machines", fmt::format("{} (this is node {}, {})", p.machines.nnodes, p.machines.node, p.machines.my_ip));
+  row("workers", std::to_string(p.worker_eps.size()));
+  if (!p.server_eps.empty()) row("servers", std::to_string(p.server_eps.size()));
+  row("store", p.store_endpoint + (p.machines.node == 0 ? " (served here)" : ""));
+  row("store token", p.token_source);
+  row("log_dir", o.log_dir);
+  row("max_restarts", std::to_string(o.max_restarts));
+  row("command", sdk::join(o.command, " "));
+  t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}\n", "role", "rank", "node", "local", "endpoint", "log");
+  for (const Slot& s : p.slots)
+    t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}\n", s.role_name(), s.index, p.machines.node, s.local,
+                     s.endpoint, p.log_file(s));
+  t << "-----------------------------------------------------------------------\n";
+  std::cout << t.str() << std::flush;
+
+  std::ofstream ep(o.log_dir + "/endpoints.log", std::ios::trunc);
+  ep << "job_id: " << p.job_id << "\nstore: " << p.store_endpoint << "\n";
+  ep << "PADDLE_TRAINER_ENDPOINTS:\n";
+  for (auto& e : p.worker_eps) ep << e << "\n";
+  if (!p.server_eps.empty()) {
+    ep << "PADDLE_PSERVERS_IP_PORT_LIST:\n";
+    for (auto& e : p.server_eps) ep << e << "\n";
+  }
+}
+
+}  // namespace dtrain::launch
