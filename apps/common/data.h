@@ -14,6 +14,9 @@
 
 namespace dtrain::apps {
 
+// Inside namespace dtrain, `torch` would name dtrain::torch (the Fleet API); here it means libtorch.
+namespace torch = ::torch;
+
 // One decoded image: channels x height x width, uint8, channel-major.
 struct Image {
   int channels = 0, height = 0, width = 0;

@@ -7,6 +7,9 @@
 
 namespace dtrain::apps {
 
+// Inside namespace dtrain, `torch` would name dtrain::torch (the Fleet API); here it means libtorch.
+namespace torch = ::torch;
+
 // Image classifiers by name:
 //   resnet20 / resnet32 / resnet56  CIFAR-style ResNet (He et al. 2016, 6n+2 layers,
 //                                   stages of 16/32/64 channels times `width`)

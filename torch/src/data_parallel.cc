@@ -1,4 +1,4 @@
-#include "common/ddp.h"
+#include "dtrain/torch/data_parallel.h"
 
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -6,20 +6,20 @@
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 
-namespace dtrain::apps {
+namespace dtrain::torch {
 
 namespace {
 
-Buffer f32_view(const torch::Tensor& t) {
+Buffer f32_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr<float>(), static_cast<size_t>(t.numel()), DType::F32);
 }
 
 }  // namespace
 
-struct DataParallel::Hook : torch::autograd::FunctionPostHook {
+struct DataParallel::Hook : ::torch::autograd::FunctionPostHook {
   Hook(DataParallel* owner, size_t index) : owner(owner), index(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
+  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
+                                              const ::torch::autograd::variable_list& /*inputs*/) override {
     owner->on_grad_ready(index);
     return outputs;
   }
@@ -27,14 +27,18 @@ struct DataParallel::Hook : torch::autograd::FunctionPostHook {
   size_t index;
 };
 
-DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<Communicator> comm,
+DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shared_ptr<Communicator> comm,
                            const StrategyOptions& options)
     : model_(std::move(model)), comm_(std::move(comm)), strategy_(options) {
+  if (!model_) throw InvalidUsage("DataParallel: the model is null");
   for (auto& p : model_->parameters())
     if (p.requires_grad()) params_.push_back(p);
-  for (auto& p : params_)
-    if (p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
-      throw NotSupported("data parallelism needs contiguous float32 parameters");
+  for (auto& kv : model_->named_parameters()) {
+    auto& p = kv.value();
+    if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() || !p.device().is_cpu()))
+      throw NotSupported("data parallelism needs contiguous float32 CPU parameters; '" + kv.key() + "' is " +
+                         std::string(c10::toString(p.scalar_type())) + " on " + p.device().str());
+  }
   if (world_size() <= 1) return;
 
   std::vector<std::string> names;
@@ -51,12 +55,12 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model, std::shared
   check_same_layout(*comm_, names, shapes);
   for (auto& p : model_->parameters()) state.push_back(f32_view(p));
   for (auto& b : model_->buffers()) {
-    if (b.scalar_type() == torch::kFloat32) state.push_back(f32_view(b));
-    else if (b.scalar_type() == torch::kInt64)
+    if (b.scalar_type() == ::torch::kFloat32) state.push_back(f32_view(b));
+    else if (b.scalar_type() == ::torch::kInt64)
       state.push_back(Buffer(b.data_ptr<int64_t>(), static_cast<size_t>(b.numel()), DType::I64));
   }
   {
-    torch::NoGradGuard ng;
+    ::torch::NoGradGuard ng;
     broadcast_buffers(*comm_, state, 0, options.bucket_bytes());
   }
 
@@ -64,7 +68,7 @@ DataParallel::DataParallel(std::shared_ptr<torch::nn::Module> model, std::shared
   for (auto& p : params_) counts.push_back(static_cast<size_t>(p.numel()));
   buckets_ = std::make_unique<GradientBuckets>(comm_, counts, options);
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
     acc->add_post_hook(std::make_unique<Hook>(this, i));
     accumulators_.push_back(std::move(acc));
   }
@@ -76,7 +80,10 @@ int DataParallel::world_size() const { return comm_ ? comm_->size() : 1; }
 
 void DataParallel::begin_step(int64_t step) {
   armed_ = buckets_ && strategy_.sync_gradients_at(step);
-  if (armed_) buckets_->begin();
+  if (armed_ && !begun_) {
+    buckets_->begin();
+    begun_ = true;
+  }
 }
 
 void DataParallel::on_grad_ready(size_t index) {
@@ -93,14 +100,15 @@ void DataParallel::end_backward(int64_t step) {
     // Parameters whose gradient never arrived (unused this step) still need a
     // buffer so every rank averages the same thing.
     for (auto& p : params_)
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      if (!p.grad().defined()) p.mutable_grad() = ::torch::zeros_like(p);
     for (size_t i = 0; i < params_.size(); ++i) on_grad_ready(i);
     buckets_->finish();
     armed_ = false;
+    begun_ = false;
   }
   double scale = strategy_.gradient_scale();
   if (scale != 1.0 && strategy_.optimizer_step_at(step)) {
-    torch::NoGradGuard ng;
+    ::torch::NoGradGuard ng;
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().mul_(scale);
   }
@@ -108,7 +116,7 @@ void DataParallel::end_backward(int64_t step) {
 
 void DataParallel::after_optimizer_step(int64_t step) {
   if (world_size() > 1 && strategy_.average_parameters_at(step)) {
-    torch::NoGradGuard ng;
+    ::torch::NoGradGuard ng;
     std::vector<Buffer> bufs;
     for (auto& p : params_) bufs.push_back(f32_view(p));
     ::dtrain::average_buffers(*comm_, bufs, strategy_.options().bucket_bytes(), &extra_);
@@ -117,10 +125,10 @@ void DataParallel::after_optimizer_step(int64_t step) {
 
 void DataParallel::average_buffers() {
   if (world_size() <= 1) return;
-  torch::NoGradGuard ng;
+  ::torch::NoGradGuard ng;
   std::vector<Buffer> bufs;
   for (auto& b : model_->buffers())
-    if (b.scalar_type() == torch::kFloat32) bufs.push_back(f32_view(b));
+    if (b.scalar_type() == ::torch::kFloat32) bufs.push_back(f32_view(b));
   ::dtrain::average_buffers(*comm_, bufs, strategy_.options().bucket_bytes(), &extra_);
 }
 
@@ -144,4 +152,4 @@ void DataParallel::reset_stats() {
   if (buckets_) buckets_->reset_stats();
 }
 
-}  // namespace dtrain::apps
+}  // namespace dtrain::torch

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The C++ Fleet API (dtrain::torch) as a user sees it.
+#   fleet_test.sh package BUILD EXAMPLE WORKDIR   install dtrain to a prefix, build examples/resnet_fleet
+#       from an unrelated folder with find_package(dtrain COMPONENTS torch), run it with 2 workers under
+#       the dtrain launcher, under mpirun -np 2 and under torchrun-style variables: loss falls, the
+#       workers' parameters are identical at the end
+#   fleet_test.sh misuse DTRAIN MISUSE WORKDIR    wrappers before init(), a model that differs between
+#       ranks, parameter-server mode: clear errors
+# Exit 77 (skipped) when the Fashion-MNIST package is not installed.
+set -euo pipefail
+mode=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID \
+      OMPI_COMM_WORLD_RANK || true
+
+# check_run NAME LOG0 LOG1 ...: loss falls on worker 0, all workers print the same parameter hash.
+check_run() {
+  local name=$1 log0=$2
+  shift
+  sed -n 's/^\[Epoch \([0-9]*\), batch \([0-9]*\)\] loss \([0-9.eE+-]*\), acc1 .*$/\1 \2 \3/p' "$log0" > "$name.losses"
+  local n
+  n=$(wc -l < "$name.losses")
+  (( n >= 6 )) || { cat "$@" >&2; fail "$name: expected at least 6 progress lines, got $n"; }
+  local first last
+  first=$(head -2 "$name.losses" | awk '{s += $3} END {print s / NR}')
+  last=$(tail -2 "$name.losses" | awk '{s += $3} END {print s / NR}')
+  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.8 * a)}' || fail "$name: loss did not fall: $first -> $last"
+  local hashes
+  hashes=$(cat "$@" | sed -n 's/^worker [0-9]*\/2 done: .*params fnv1a64 \([0-9a-f]*\)$/\1/p')
+  [[ $(wc -l <<< "$hashes") == 2 ]] || { cat "$@" >&2; fail "$name: expected 2 finished workers"; }
+  [[ $(sort -u <<< "$hashes" | wc -l) == 1 ]] || fail "$name: the workers' parameters differ: $hashes"
+  echo "ok $name: loss $first -> $last, parameters identical ($(head -1 <<< "$hashes"))"
+}
+
+case $mode in
+package)
+  build=$2 example=$3 work=$4
+  data=/usr/share/datasets/fashion-mnist
+  [[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing"; exit 77; }
+  rm -rf "$work" && mkdir -p "$work" && cd "$work"
+  cmake --install "$build" --prefix "$work/prefix" > install.log
+  for f in lib/libdtrain_torch.so include/dtrain/torch/fleet.h lib/cmake/dtrain/dtrainTorchTargets.cmake; do
+    [[ -e prefix/$f ]] || fail "the install has no $f"
+  done
+  # An unrelated folder: only the installed package is visible to the example.
+  mkdir -p user && cp -r "$example"/. user/src
+  cmake -S user/src -B user/build -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \
+      > configure.log 2>&1 || { cat configure.log >&2; fail "configuring the example failed"; }
+  cmake --build user/build > build.log 2>&1 || { cat build.log >&2; fail "building the example failed"; }
+  prog=$work/user/build/resnet_fleet
+  args=(--batches 40 --batch_size 32)
+
+  timeout 300 prefix/bin/dtrain --nproc_per_node 2 --log_dir log -- "$prog" "${args[@]}" > launcher.out 2>&1 \
+    || { cat launcher.out log/workerlog.* >&2; fail "the run under the dtrain launcher failed"; }
+  check_run launcher log/workerlog.0 log/workerlog.1
+
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_tcp_if_include=lo
+  command -v mpirun > /dev/null || fail "mpirun is not installed (Debian: openmpi-bin)"
+  timeout 300 mpirun -np 2 --output-filename mpi "$prog" "${args[@]}" > mpirun.out 2>&1 \
+    || { cat mpirun.out >&2; fail "the run under mpirun failed"; }
+  check_run mpirun mpi/1/rank.0/stdout mpi/1/rank.1/stdout
+
+  port=$((20000 + RANDOM % 20000))
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      timeout 300 "$prog" "${args[@]}" > torchrun.$r.out 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || { cat torchrun.$r.out >&2; fail "torchrun-style rank $r failed"; }; done
+  check_run torchrun torchrun.0.out torchrun.1.out
+  echo PASS
+  ;;
+misuse)
+  dtrain=$2 misuse=$3 work=$4
+  rm -rf "$work" && mkdir -p "$work" && cd "$work"
+  expect() {  # expect NAME PATTERN
+    grep -qF -- "$2" "$1.out" || { cat "$1.out" >&2; fail "$1: no '$2' in the output"; }
+    echo "ok $1: $(grep -m1 -F -- "$2" "$1.out")"
+  }
+  timeout 60 "$misuse" before_init > before_init.out 2>&1 || { cat before_init.out >&2; fail "before_init"; }
+  expect before_init "distributed_model: error: dtrain::torch::distributed_model called before dtrain::torch::init()"
+  expect before_init "distributed_optimizer: error: dtrain::torch::distributed_optimizer called before dtrain::torch::init()"
+  expect before_init "worker_index: error: dtrain::torch::worker_index called before dtrain::torch::init()"
+  timeout 60 "$misuse" ps > ps.out 2>&1 || { cat ps.out >&2; fail "ps"; }
+  expect ps "parameter-server mode (is_collective = false) is not available"
+  timeout 120 "$dtrain" --nproc_per_node 2 --log_dir log -- "$misuse" mismatch > mismatch.out 2>&1 \
+    || { cat mismatch.out log/workerlog.* >&2; fail "mismatch: a worker did not report the error"; }
+  cp log/workerlog.1 mismatch1.out
+  expect mismatch1 "model parameters differ between ranks: parameter #2 is '2.weight' [9, 8] on rank 1 but '2.weight' [8, 8] on rank 0"
+  cp log/workerlog.0 mismatch0.out
+  expect mismatch0 "model parameters differ between ranks"
+  echo PASS
+  ;;
+*) echo "unknown mode $mode" >&2; exit 2 ;;
+esac

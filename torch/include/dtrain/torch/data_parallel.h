@@ -1,0 +1,80 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "dtrain/strategy.h"
+
+namespace dtrain {
+class Communicator;
+}
+
+// Inside namespace dtrain, `torch` names this namespace; the library spells
+// libtorch as ::torch. Code that says `using namespace dtrain;` must do the same.
+namespace dtrain::torch {
+
+// Data parallelism for a libtorch module through the core's Strategy (what
+// distributed_model() returns; apps that count steps themselves drive it
+// directly).
+//
+// Construction checks that every rank built the same model (names and shapes
+// of parameters and buffers; a mismatch throws InvalidUsage on every rank
+// naming the first differing one) and broadcasts parameters and buffers from
+// rank 0. The model must outlive this object; its parameters must be
+// contiguous float32 on the CPU.
+//
+// Per micro-step `step` (counted from 0 over the whole run), on the thread
+// that runs backward:
+//   begin_step(step); loss.backward(); end_backward(step);
+//   if (optimizer_step_at(step)) { opt.step(); after_optimizer_step(step); }
+// When the strategy syncs at `step`, a post-hook on each parameter's gradient
+// accumulator hands the gradient to the buckets as soon as backward has
+// produced it, so all-reduces overlap the rest of backward; end_backward waits
+// for them and scales merged gradients. After the optimizer step, local SGD
+// averages the parameters every k steps. With comm == null or one rank it only
+// applies the gradient-merge policy. begin_step may be called again for
+// another step before any backward (re-arming for a resumed step).
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shared_ptr<Communicator> comm,
+               const StrategyOptions& options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  void begin_step(int64_t step);
+  void end_backward(int64_t step);
+  bool optimizer_step_at(int64_t step) const { return strategy_.optimizer_step_at(step); }
+  void after_optimizer_step(int64_t step);
+  // Averages floating-point buffers (BatchNorm running statistics) across
+  // ranks; every rank must call it.
+  void average_buffers();
+  // Sums values across ranks in place (metrics); every rank must call it.
+  void allreduce_sum(std::vector<double>& values);
+
+  const std::shared_ptr<::torch::nn::Module>& module() const { return model_; }
+  const Strategy& strategy() const { return strategy_; }
+  // Time spent blocked on gradient/parameter communication, and counts.
+  SyncStats stats() const;
+  void reset_stats();
+  int world_size() const;
+
+ private:
+  struct Hook;
+  void on_grad_ready(size_t index);
+
+  std::shared_ptr<::torch::nn::Module> model_;
+  std::shared_ptr<Communicator> comm_;
+  Strategy strategy_;
+  std::vector<::torch::Tensor> params_;
+  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  bool armed_ = false;   // gradients of this step go to the buckets
+  bool begun_ = false;   // buckets_->begin() called, finish() not yet
+  SyncStats extra_;
+};
+
+}  // namespace dtrain::torch

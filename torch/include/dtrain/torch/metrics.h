@@ -1,0 +1,25 @@
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "dtrain/communicator.h"
+
+// Metrics across workers (Paddle's fleet.metrics): every worker calls the same
+// function with its local value, in the same order, and gets the global one.
+// They need init(); before it they throw InvalidUsage. With one worker they
+// return the local value.
+namespace dtrain::torch::metrics {
+
+double sum(double local);
+double max(double local);
+double min(double local);
+// Sums every element across workers, in place (one collective for the vector).
+void sum(std::vector<double>& values);
+// Global accuracy: sum(correct) / sum(total) (0 when total is 0 everywhere).
+double acc(double correct, double total);
+// Reduces a CPU tensor (float32, float64, int32 or int64) in place.
+void all_reduce(::torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
+
+}  // namespace dtrain::torch::metrics
