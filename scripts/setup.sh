@@ -12,6 +12,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   zlib1g-dev iproute2 procps
   libtorch-dev libopenblas0 dataset-fashion-mnist libopencv-imgcodecs-dev libopencv-imgproc-dev
+  libprotobuf-dev protobuf-compiler
 )
 
 missing=()

@@ -6,67 +6,38 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "dtrain/error.h"
+#include "tensorboard.pb.h"
 
 namespace dtrain::apps {
 
 namespace {
 
-void put_varint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-
-void put_tag(std::string& out, int field, int wire) { put_varint(out, (uint64_t(field) << 3) | uint64_t(wire)); }
-
-void put_bytes(std::string& out, int field, const std::string& bytes) {
-  put_tag(out, field, 2);
-  put_varint(out, bytes.size());
-  out += bytes;
-}
-
-template <typename T>
-void put_fixed(std::string& out, int field, int wire, T v) {
-  put_tag(out, field, wire);
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // little-endian host
-  out.append(b, sizeof(T));
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Event { double wall_time = 1; int64 step = 2; oneof { string file_version = 3; Summary summary = 5; } }
-std::string event(int64_t step, const std::string* file_version, const std::string* summary) {
-  std::string e;
-  put_fixed<double>(e, 1, 1, now_seconds());
-  if (step != 0) {
-    put_tag(e, 2, 0);
-    put_varint(e, static_cast<uint64_t>(step));
-  }
-  if (file_version) put_bytes(e, 3, *file_version);
-  if (summary) put_bytes(e, 5, *summary);
-  return e;
+std::string serialize(const tensorboard::Event& e) {
+  std::string out;
+  if (!e.SerializeToString(&out)) throw IoError("cannot serialize a TensorBoard event");
+  return out;
 }
 
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n) {
-  static uint32_t table[256];
-  static bool init = [] {
+  static const auto table = [] {
+    std::vector<uint32_t> t(256);
     for (uint32_t i = 0; i < 256; ++i) {
       uint32_t c = i;
       for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      table[i] = c;
+      t[i] = c;
     }
-    return true;
+    return t;
   }();
-  (void)init;
   const auto* p = static_cast<const uint8_t*>(data);
   uint32_t crc = 0xFFFFFFFFu;
   for (size_t i = 0; i < n; ++i) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
@@ -89,8 +60,10 @@ EventWriter::EventWriter(const std::string& dir) {
               .string();
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) throw IoError("cannot create TensorBoard event file '" + path_ + "': " + std::strerror(errno));
-  std::string version = "brain.Event:2";
-  write_record(event(0, &version, nullptr));
+  tensorboard::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_file_version("brain.Event:2");
+  write_record(serialize(e));
   flush();
 }
 
@@ -101,7 +74,7 @@ EventWriter::~EventWriter() {
 void EventWriter::write_record(const std::string& data) {
   uint64_t len = data.size();
   char header[12];
-  std::memcpy(header, &len, 8);
+  std::memcpy(header, &len, 8);  // little-endian host, as the format wants
   uint32_t lcrc = masked_crc32c(header, 8);
   std::memcpy(header + 8, &lcrc, 4);
   uint32_t dcrc = masked_crc32c(data.data(), data.size());
@@ -111,17 +84,65 @@ void EventWriter::write_record(const std::string& data) {
 }
 
 void EventWriter::add_scalar(const std::string& tag, float value, int64_t step) {
-  // Summary { repeated Value value = 1; }  Value { string tag = 1; float simple_value = 2; }
-  std::string v;
-  put_bytes(v, 1, tag);
-  put_fixed<float>(v, 2, 5, value);
-  std::string summary;
-  put_bytes(summary, 1, v);
-  write_record(event(step, nullptr, &summary));
+  tensorboard::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_step(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(value);
+  write_record(serialize(e));
 }
 
 void EventWriter::flush() {
-  if (file_) std::fflush(file_);
+  if (file_ && std::fflush(file_) != 0)
+    throw IoError("cannot write TensorBoard event file '" + path_ + "': " + std::strerror(errno));
+}
+
+std::vector<std::string> read_records(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open TensorBoard event file '" + path + "'");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> records;
+  size_t off = 0;
+  auto bad = [&](const std::string& what) {
+    return IoError("TensorBoard event file '" + path + "': record " + std::to_string(records.size()) + " at byte " +
+                   std::to_string(off) + ": " + what);
+  };
+  while (off < bytes.size()) {
+    if (bytes.size() - off < 12) throw bad("truncated header");
+    uint64_t len;
+    uint32_t lcrc, dcrc;
+    std::memcpy(&len, bytes.data() + off, 8);
+    std::memcpy(&lcrc, bytes.data() + off + 8, 4);
+    if (lcrc != masked_crc32c(bytes.data() + off, 8)) throw bad("length CRC mismatch");
+    if (len > bytes.size() - off - 12 || bytes.size() - off - 12 - len < 4) throw bad("truncated data");
+    const char* data = bytes.data() + off + 12;
+    std::memcpy(&dcrc, data + len, 4);
+    if (dcrc != masked_crc32c(data, len)) throw bad("data CRC mismatch");
+    records.emplace_back(data, len);
+    off += 12 + len + 4;
+  }
+  return records;
+}
+
+std::vector<ScalarEvent> read_scalars(const std::string& path) {
+  std::vector<ScalarEvent> out;
+  auto records = read_records(path);
+  for (size_t i = 0; i < records.size(); ++i) {
+    tensorboard::Event e;
+    auto where = [&] { return "TensorBoard event file '" + path + "': record " + std::to_string(i) + ": "; };
+    if (!e.ParseFromString(records[i])) throw IoError(where() + "not an Event protobuf");
+    if (i == 0) {
+      if (e.what_case() != tensorboard::Event::kFileVersion || e.file_version().rfind("brain.Event:", 0) != 0)
+        throw IoError(where() + "the first record is not a file version ('brain.Event:N')");
+      continue;
+    }
+    if (e.what_case() != tensorboard::Event::kSummary) continue;
+    for (const auto& v : e.summary().value())
+      if (v.value_case() == tensorboard::Summary::Value::kSimpleValue)
+        out.push_back({e.step(), v.tag(), v.simple_value(), e.wall_time()});
+  }
+  return out;
 }
 
 }  // namespace dtrain::apps
