@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,8 +15,8 @@
 #include <thread>
 
 #include "dtrain/error.h"
-
-extern char** environ;
+#include "dtrain/sdk/strings.h"
+#include "spawn.h"
 
 namespace dtrain::bench {
 
@@ -96,57 +95,26 @@ std::string dir_of(const std::string& path) {
 
 std::string find_in_path(const std::string& name) {
   const char* path = std::getenv("PATH");
-  std::string p = path ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find(':', start);
-    if (end == std::string::npos) end = p.size();
-    std::string dir = p.substr(start, end - start);
+  for (std::string dir : sdk::split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':', /*skip_empty=*/false)) {
     if (dir.empty()) dir = ".";
     std::string cand = dir + "/" + name;
     struct stat st{};
     if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0) return cand;
-    start = end + 1;
   }
   return "";
 }
 
 pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
             int stdout_fd) {
-  // Everything the child needs is built before fork(): between fork and exec
-  // only async-signal-safe calls are allowed (the parent has threads).
-  std::map<std::string, std::string> env;
-  for (char** e = environ; e && *e; ++e) {
-    std::string kv = *e;
+  launch::SpawnOptions o;
+  o.program = path;
+  o.argv = argv;
+  for (const std::string& kv : extra_env) {
     auto eq = kv.find('=');
-    env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
+    o.env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
   }
-  for (auto& kv : extra_env) {
-    auto eq = kv.find('=');
-    env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(const_cast<char*>(s.c_str()));
-  envp.push_back(nullptr);
-  for (auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
-  args.push_back(nullptr);
-  pid_t parent = ::getpid();
-
-  pid_t pid = ::fork();
-  if (pid < 0) throw IoError(std::string("fork failed: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
-    if (stdout_fd >= 0) ::dup2(stdout_fd, STDOUT_FILENO);
-    ::execve(path.c_str(), args.data(), envp.data());
-    const char msg[] = "dtrain-bench: execve failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  return pid;
+  o.stdout_fd = stdout_fd;
+  return launch::spawn(o);
 }
 
 void install_interrupt_handlers() {

@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -12,7 +13,9 @@
 #include "dtrain/log.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
+#include "layout.h"
 #include "net.h"
+#include "secret.h"
 
 namespace dtrain::launch {
 
@@ -51,44 +54,31 @@ int run_check(const CheckOptions& o) {
   auto add = [&](std::string c, bool ok, std::string d) { rows.push_back({std::move(c), ok ? "ok" : "FAIL", std::move(d)}); };
   const int timeout_ms = static_cast<int>(o.timeout_s * 1000);
 
-  int nnodes = 1, node = 0, port = o.start_port;
-  if (port == 0)
-    if (const char* p = std::getenv("FLAGS_START_PORT")) port = std::atoi(p);
-  std::string store_host = "127.0.0.1", my_ip = "127.0.0.1";
-  if (!o.ips.empty()) {
-    nnodes = static_cast<int>(o.ips.size());
-    node = o.node_rank;
-    for (int i = 0; i < nnodes && node < 0; ++i)
-      if (!local_iface_of(o.ips[i]).empty()) node = i;
-    store_host = o.ips[0];
-    if (port == 0) port = 6170;
-    if (node < 0) {
-      add("this machine in --ips", false, "none of the --ips is an address of this machine");
-      node = -1;
-    } else {
-      my_ip = resolve_host(o.ips[node]);
-      add("this machine in --ips", true, fmt::format("node {} of {} ({})", node, nnodes, o.ips[node]));
-    }
-  } else if (!o.master.empty()) {
-    auto [h, p] = parse_host_port(o.master);
-    store_host = h;
-    port = p;
-    nnodes = o.nnodes;
-    node = o.node_rank < 0 ? 0 : o.node_rank;
-    add("node rank", node < nnodes, fmt::format("node {} of {}", node, nnodes));
-  } else if (port == 0) {
-    port = 6170;
+  // The same layout as the job's: the check tests the addresses the job will use.
+  MachineLayout m;
+  try {
+    m = layout_machines(o.machines);
+    add("machines", true, fmt::format("node {} of {}, this machine is {}", m.node, m.nnodes, m.my_ip));
+  } catch (const std::exception& e) {
+    add("machines", false, e.what());
+    // Still probe the store the other machines would use.
+    m.node = -1;
+    m.nnodes = std::max<int>(o.machines.nnodes, static_cast<int>(o.machines.ips.size()));
+    if (!o.machines.ips.empty()) m.store_host = o.machines.ips[0];
+    else if (!o.machines.master.empty()) m.store_host = parse_host_port(o.machines.master).first;
+    else m.store_host = "127.0.0.1";
+    if (!o.machines.master.empty()) m.store_port = parse_host_port(o.machines.master).second;
+    if (m.store_port == 0 && o.machines.start_port) m.store_port = o.machines.start_port;
   }
-  if (node >= 0 && nnodes > 1 && o.ips.empty()) {
-    for (auto& a : local_addresses())
-      if (a.iface != "lo" && a.ip.find(':') == std::string::npos) {
-        my_ip = a.ip;
-        break;
-      }
+  // One machine takes any free port for its job; the check tests the default.
+  if (m.store_port == 0) m.store_port = kDefaultStorePort;
+  const int nnodes = m.nnodes, node = m.node, port = m.store_port;
+  const std::string& store_host = m.store_host;
+  if (node >= 0) {
+    std::string iface = local_iface_of(m.my_ip);
+    add("interface", !iface.empty(), iface.empty() ? m.my_ip + " is not on any interface of this machine"
+                                                  : fmt::format("{} ({})", iface, m.my_ip));
   }
-  std::string iface = local_iface_of(my_ip);
-  add("interface", !iface.empty(), iface.empty() ? my_ip + " is not on any interface of this machine"
-                                                : fmt::format("{} ({})", iface, my_ip));
 
   if (!o.backend.empty()) {
     try {
@@ -103,9 +93,19 @@ int run_check(const CheckOptions& o) {
   for (auto& e : plugin_errors) add("plugin", false, e);
 
   std::unique_ptr<TcpStoreServer> server;
-  const std::string token = "dtrain-check:" + o.job_id;
+  // The job's own secret when there is one; the check store holds only versions.
+  std::string token = "dtrain-check:" + o.job_id;
+  if (node >= 0) {
+    try {
+      JobSecret secret = resolve_job_secret(o.secret, o.job_id.empty() ? "default" : o.job_id, nnodes > 1);
+      add("job secret", true, secret.source);
+      if (!secret.open) token = "dtrain-check:" + secret.token;
+    } catch (const std::exception& e) {
+      add("job secret", false, e.what());
+    }
+  }
   if (node == 0) {
-    std::string bind = nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+    const std::string& bind = m.bind_host;
     std::string problem = port_bind_problem(bind, static_cast<uint16_t>(port));
     add(fmt::format("store port {} free", port), problem.empty(),
         problem.empty() ? "can be bound on " + bind : problem + " (a job running? choose another with --start_port)");
@@ -117,7 +117,7 @@ int run_check(const CheckOptions& o) {
       }
     }
   }
-  std::string endpoint = fmt::format("{}:{}", store_host, port);
+  std::string endpoint = format_host_port(store_host, static_cast<uint16_t>(port));
   std::string problem = tcp_probe(store_host, static_cast<uint16_t>(port), timeout_ms);
   add("store " + endpoint + " reachable", problem.empty(), problem.empty() ? "connected" : problem);
 

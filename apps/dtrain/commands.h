@@ -3,17 +3,17 @@
 #include <string>
 #include <vector>
 
+#include "layout.h"
+#include "secret.h"
+
 namespace dtrain::launch {
 
 // `dtrain plugins`: the installed backends as a table. Returns the exit code.
 int list_plugins(const std::vector<std::string>& extra_dirs);
 
 struct CheckOptions {
-  std::vector<std::string> ips;
-  std::string master;
-  int nnodes = 1;
-  int node_rank = -1;
-  int start_port = 0;
+  MachineOptions machines;  // laid out exactly as the job lays them out
+  SecretOptions secret;
   std::string backend;
   std::string job_id;
   double timeout_s = 5;  // for each network check

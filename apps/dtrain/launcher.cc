@@ -29,6 +29,7 @@
 #include "plan.h"
 #include "process.h"
 #include "report.h"
+#include "secret.h"
 #include "table.h"
 
 namespace dtrain::launch {
@@ -133,19 +134,16 @@ class JobRun {
   // ----- the store and the machines -----
   void open_store() {
     MachineLayout& m = p_.machines;
-    p_.token = std::getenv("DTRAIN_JOB_TOKEN") ? std::getenv("DTRAIN_JOB_TOKEN") : "";
     p_.job_id = o().job_id;
-    if (!m.multi_machine()) {
-      p_.token_source = p_.token.empty() ? "random, this machine only" : "from DTRAIN_JOB_TOKEN";
-      if (p_.token.empty()) p_.token = make_job_token();
-      if (p_.job_id.empty()) p_.job_id = "job-" + p_.token.substr(0, 8);
-    } else {
-      // The machines share no secret channel: the token comes from the job id
-      // (or DTRAIN_JOB_TOKEN), which keeps other jobs out of this store.
-      if (p_.job_id.empty()) p_.job_id = "default";
-      p_.token_source = p_.token.empty() ? "from the job id" : "from DTRAIN_JOB_TOKEN";
-      if (p_.token.empty()) p_.token = "dtrain-job:" + p_.job_id;
-    }
+    if (p_.job_id.empty()) p_.job_id = m.multi_machine() ? "default" : "job-" + make_job_token().substr(0, 8);
+    JobSecret secret = resolve_job_secret({o().token_file, o().insecure_open_job}, p_.job_id, m.multi_machine());
+    p_.token = secret.token;
+    p_.token_source = secret.source;
+    if (secret.open)
+      std::cerr << "dtrain: WARNING: OPEN JOB: no secret (--insecure_open_job); any host that can reach "
+                << format_host_port(m.store_host, static_cast<uint16_t>(m.store_port))
+                << " can join this job, read its store and write to it\n"
+                << std::flush;
     if (m.node == 0) {
       try {
         server_ = std::make_unique<TcpStoreServer>(m.bind_host, static_cast<uint16_t>(m.store_port), p_.token);

@@ -30,6 +30,10 @@ struct LaunchOptions {
   int max_restarts = 0;
   std::string log_level;
   std::string job_id;
+  // The store's secret on several machines (see secret.h): a file only its
+  // owner can read, else DTRAIN_JOB_TOKEN; insecure_open_job runs without one.
+  std::string token_file;
+  bool insecure_open_job = false;
   double grace_s = 5.0;         // SIGTERM -> SIGKILL
   double join_timeout_s = 300;  // waiting for the other machines
 };

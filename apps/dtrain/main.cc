@@ -80,6 +80,11 @@ int main(int argc, char** argv) {
   app.add_option("--servers", servers, "server endpoints ip:port,... over all machines (parameter-server mode)");
   app.add_option("--workers", workers, "worker endpoints ip:port,... over all machines (parameter-server mode)");
   app.add_option("--job_id", lo.job_id, "job id (also keeps other jobs out of this job's store on several machines)");
+  app.add_option("--token_file", lo.token_file,
+                 "file holding the job's secret (only its owner may read it: chmod 600); needed on several machines "
+                 "unless DTRAIN_JOB_TOKEN holds the secret");
+  app.add_flag("--insecure_open_job", lo.insecure_open_job,
+               "run a job on several machines without a secret: any host that reaches the store can join it");
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
   app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)");
   app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")->capture_default_str();
@@ -95,10 +100,12 @@ int main(int argc, char** argv) {
   CheckOptions co;
   std::string check_ips;
   check_cmd->add_option("--ips", check_ips, "every machine's address, as for the job");
-  check_cmd->add_option("--master", co.master, "host:port of the job store");
-  check_cmd->add_option("--nnodes", co.nnodes, "number of machines with --master");
-  check_cmd->add_option("--rank", co.node_rank, "this machine's index");
-  check_cmd->add_option("--start_port", co.start_port, "the job store's port");
+  check_cmd->add_option("--master", co.machines.master, "host:port of the job store");
+  check_cmd->add_option("--nnodes", co.machines.nnodes, "number of machines with --master");
+  check_cmd->add_option("--rank", co.machines.node_rank, "this machine's index");
+  check_cmd->add_option("--start_port", co.machines.start_port, "the job store's port");
+  check_cmd->add_option("--token_file", co.secret.token_file, "the job's secret file, as for the job");
+  check_cmd->add_flag("--insecure_open_job", co.secret.insecure_open_job, "the job runs without a secret");
   check_cmd->add_option("--backend", co.backend, "check that this backend loads");
   check_cmd->add_option("--job_id", co.job_id, "job id");
   check_cmd->add_option("--timeout", co.timeout_s, "seconds for each network check")->capture_default_str();
@@ -113,7 +120,7 @@ int main(int argc, char** argv) {
     if (!lo.log_level.empty()) set_log_level(lo.log_level);
     if (*plugins_cmd) return list_plugins(plugin_dirs);
     if (*check_cmd) {
-      co.ips = sdk::split(check_ips);
+      co.machines.ips = sdk::split(check_ips);
       return run_check(co);
     }
     lo.ips = sdk::split(ips);

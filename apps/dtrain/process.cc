@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,8 +12,6 @@
 #include <fstream>
 
 #include "dtrain/error.h"
-
-extern char** environ;
 
 namespace dtrain::launch {
 
@@ -45,53 +42,19 @@ void Process::start(const std::vector<std::string>& argv, const std::map<std::st
   if (log_fd_ < 0) throw IoError("cannot open log file " + log_path + ": " + std::strerror(errno));
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw IoError(std::string("pipe: ") + std::strerror(errno));
-
-  // Everything the child needs is prepared before fork: no allocation after it.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; e && *e; ++e) {
-    std::string entry = *e;
-    auto eq = entry.find('=');
-    if (eq != std::string::npos && env.count(entry.substr(0, eq))) continue;
-    env_strings.push_back(std::move(entry));
-  }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  pid_t parent = getpid();
-
-  pid_ = fork();
-  if (pid_ < 0) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = env;
+  so.stdout_fd = so.stderr_fd = fds[1];
+  so.stdin_null = true;
+  so.own_process_group = true;
+  try {
+    pid_ = spawn(so);
+  } catch (...) {
     close(fds[0]);
     close(fds[1]);
-    throw IoError(std::string("fork: ") + std::strerror(errno));
+    throw;
   }
-  if (pid_ == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(128 + SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    execvpe(args[0], args.data(), envp.data());
-    const char* msg = "dtrain: cannot start ";
-    (void)!write(2, msg, std::strlen(msg));
-    (void)!write(2, args[0], std::strlen(args[0]));
-    (void)!write(2, ": ", 2);
-    const char* why = std::strerror(errno);
-    (void)!write(2, why, std::strlen(why));
-    (void)!write(2, "\n", 1);
-    _exit(127);
-  }
-  setpgid(pid_, pid_);
   close(fds[1]);
   out_fd_ = fds[0];
   fcntl(out_fd_, F_SETFL, fcntl(out_fd_, F_GETFL) | O_NONBLOCK);

@@ -37,3 +37,28 @@ wait_for() {
   done
   fail "timed out waiting for '$text' in $file"
 }
+
+# Network namespaces as machines (root only; exit 77 = skipped otherwise).
+# new_ns NAME: a namespace with loopback up, deleted at exit.
+new_ns() {
+  [ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
+  command -v ip >/dev/null || fail "ip is not installed (Debian: iproute2)"
+  ip netns add "$1" 2>err.ns.txt || { cat err.ns.txt; echo "SKIP: cannot create network namespaces here"; exit 77; }
+  CLEANUP+=("ip netns del $1")
+  ip -n "$1" link set lo up || fail "lo up in $1"
+}
+# link_ns NS1 ADDR1 NS2 ADDR2 NAME: a veth pair NAME-a/NAME-b between two
+# namespaces (NS2 may equal NS1: a link that leads nowhere) with /24 addresses
+# (ADDR2 may be empty).
+link_ns() {
+  local n1=$1 a1=$2 n2=$3 a2=$4 name=$5
+  ip link add "$name"a type veth peer name "$name"b || fail "veth $name"
+  ip link set "$name"a netns "$n1" && ip link set "$name"b netns "$n2" || fail "moving $name"
+  ip -n "$n1" addr add "$a1"/24 dev "$name"a || fail "address $a1"
+  [ -z "$a2" ] || ip -n "$n2" addr add "$a2"/24 dev "$name"b || fail "address $a2"
+  ip -n "$n1" link set "$name"a up && ip -n "$n2" link set "$name"b up || fail "link up $name"
+}
+# A secret for jobs on several machines, readable only by its owner.
+make_secret() {
+  head -c 32 /dev/urandom | base64 >"$1" && chmod 600 "$1"
+}

@@ -17,11 +17,12 @@ ip -n $NA addr add $A/24 dev va$$ && ip -n $NB addr add $B/24 dev vb$$ || fail "
 for ns in $NA $NB; do ip -n $ns link set lo up; done
 ip -n $NA link set va$$ up && ip -n $NB link set vb$$ up || fail "link up"
 port=$((20000 + RANDOM % 20000))
+make_secret secret
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2
   ip netns exec "$ns" "$BIN/dtrain" --ips $A,$B --start_port $port --nproc_per_node 2 --log_dir "$dir" \
-    --job_id "$TAG" "$@"
+    --token_file secret --job_id "$TAG" "$@"
 }
 
 # Pre-flight from machine B while machine A serves nothing: reported, not waited on.
