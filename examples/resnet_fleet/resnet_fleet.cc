@@ -97,7 +97,7 @@ int main(int argc, char** argv) try {
 
   // Each worker reads its own share: batch b of rank r is images [(b*world + r)*B, +B).
   const int64_t n = batches * batch_size * world;
-  auto images = read_idx(data + "/train-images-idx3-ubyte.gz", n).to(torch::kFloat32).div_(255).sub_(0.286).div_(0.353);
+  auto images = read_idx(data + "/train-images-idx3-ubyte.gz", n).unsqueeze(1).to(torch::kFloat32).div_(255).sub_(0.286).div_(0.353);
   auto labels = read_idx(data + "/train-labels-idx1-ubyte.gz", n).to(torch::kInt64);
 
   double correct = 0, seen = 0;
@@ -131,6 +131,9 @@ int main(int argc, char** argv) try {
   std::printf("worker %d/%d done: acc1 of the last batches %.4f, params fnv1a64 %016llx\n", rank, world, acc,
               (unsigned long long)h);
   return 0;
+} catch (const c10::Error& e) {
+  std::fprintf(stderr, "resnet_fleet: error: %s\n", e.what_without_backtrace());
+  return 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "resnet_fleet: error: %s\n", e.what());
   return 1;

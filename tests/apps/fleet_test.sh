@@ -58,7 +58,7 @@ package)
   command -v mpirun > /dev/null || fail "mpirun is not installed (Debian: openmpi-bin)"
   timeout 300 mpirun -np 2 --output-filename mpi "$prog" "${args[@]}" > mpirun.out 2>&1 \
     || { cat mpirun.out >&2; fail "the run under mpirun failed"; }
-  check_run mpirun mpi/1/rank.0/stdout mpi/1/rank.1/stdout
+  check_run mpirun mpi/*/rank.0/stdout mpi/*/rank.1/stdout
 
   port=$((20000 + RANDOM % 20000))
   pids=()
