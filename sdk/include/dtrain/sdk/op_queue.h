@@ -30,8 +30,10 @@ class OpQueue;
 class QueuedWork : public Work {
  public:
   using Body = std::function<void(Clock::time_point deadline)>;
-  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted)
-      : deadline(deadline), submitted(submitted), queue_(std::move(queue)), body_(std::move(body)) {}
+  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted,
+             bool inline_ok)
+      : deadline(deadline), submitted(submitted), inline_ok(inline_ok), queue_(std::move(queue)),
+        body_(std::move(body)) {}
 
   dt_status_t test() override {
     // status_ is final once done_ is set (released after complete()).
@@ -65,6 +67,7 @@ class QueuedWork : public Work {
 
   const Clock::time_point deadline;
   const Clock::time_point submitted;  // precise: the drainer's grace is measured from it
+  const bool inline_ok;               // see OpQueue::submit
 
  private:
   std::shared_ptr<OpQueue> queue_;
@@ -86,7 +89,10 @@ class QueuedWork : public Work {
 //  - false (Gloo): only the op's own deadline ends them, and an abort cannot
 //    reach a thread blocked inside. A waiter runs ops inline only when it is
 //    prepared to wait until the op's deadline anyway (the core's waits are);
-//    a shorter wait leaves the op to the drainer. If an op is still blocked
+//    a shorter wait leaves the op to the drainer, and so does an op submitted
+//    with inline_ok = false (its transport waits may outlast its deadline, as
+//    Gloo's connection-level waits outlast a per-call timeout shorter than
+//    the communicator's). If an op is still blocked
 //    in the transport at shutdown after an abort, the drainer is detached and
 //    finishes on its own (a body must hold, by shared_ptr, what it touches).
 class OpQueue : public std::enable_shared_from_this<OpQueue> {
@@ -114,9 +120,12 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   const Settings& settings() const { return settings_; }
 
   // Queues body with its deadline (see clock.h: deadline_after()).
-  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline) {
+  // inline_ok = false (non-interruptible queues only): the op never runs on
+  // a waiting thread; the drainer takes it at once.
+  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline, bool inline_ok = true) {
     auto now = Clock::now();
-    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now);
+    inline_ok = inline_ok || settings_.interruptible;
+    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now, inline_ok);
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_ || stop_) {
       w->finish(DT_ERR_ABORTED, aborted_ ? reason_ : "communicator destroyed");
@@ -124,8 +133,9 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     }
     queue_.push_back(w);
     last_submit_ = now;
-    if (deep_sleep_) {
+    if (deep_sleep_ || !inline_ok) {
       deep_sleep_ = false;
+      kicked_ = kicked_ || !inline_ok;
       cv_.notify_all();
     }
     return w;
@@ -139,7 +149,12 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       std::shared_ptr<QueuedWork> w;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        if (!claim_head(&w)) {
+        bool head_inline = queue_.empty() || queue_.front()->inline_ok;
+        if (!head_inline) {
+          kicked_ = true;
+          cv_.notify_all();
+        }
+        if (!head_inline || !claim_head(&w)) {
           // Another thread (the drainer) runs ops: wait for it in short slices.
           auto now = Clock::now();
           if (now >= cap) return;
@@ -284,7 +299,7 @@ inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
   }
   // The core waits until the deadline (it passes the time left to it); a
   // tick of slack covers the coarse clock.
-  if (cap + std::chrono::milliseconds(100) >= deadline) {
+  if (inline_ok && cap + std::chrono::milliseconds(100) >= deadline) {
     queue_->run_until(this, Clock::time_point::max(), false);
     return test();
   }
