@@ -122,6 +122,9 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   p2p_ = std::make_unique<sdk::P2pTracker>(sdk::P2pTracker::Mode::Thread);
   sdk::OpQueue::Settings q;
   q.interruptible = false;
+  // Gloo's small ops take 150-300 us here: a drainer polling every 2 ms would
+  // land a context switch on one op in seven.
+  q.lazy = true;
   queue_ = sdk::OpQueue::create(std::move(q));
 }
 

@@ -25,8 +25,9 @@ namespace dtrain::sdk {
 class OpQueue;
 
 // A collective queued on an OpQueue. Its body runs once, on the thread that
-// waits for it or on the queue's drainer. test() is lock-free until the op is
-// done (the latency path polls it).
+// waits for it or on the queue's drainer. test() reads a lock-free flag (the
+// latency path polls it); on a lazy queue an unfinished test() also wakes
+// the drainer.
 class QueuedWork : public Work {
  public:
   using Body = std::function<void(Clock::time_point deadline)>;
@@ -35,10 +36,8 @@ class QueuedWork : public Work {
       : deadline(deadline), submitted(submitted), inline_ok(inline_ok), queue_(std::move(queue)),
         body_(std::move(body)) {}
 
-  dt_status_t test() override {
-    // status_ is final once done_ is set (released after complete()).
-    return done_.load(std::memory_order_acquire) ? status_ : DT_IN_PROGRESS;
-  }
+  inline dt_status_t test() override;
+  bool done() const { return done_.load(std::memory_order_acquire); }
   // Runs this op, and the ones queued before it, on the calling thread (see
   // OpQueue for when); else waits for the thread that runs them.
   inline dt_status_t wait(int64_t timeout_ms) override;
@@ -99,6 +98,13 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
  public:
   struct Settings {
     bool interruptible = false;
+    // The drainer sleeps until it is needed instead of polling every `poll`
+    // while the communicator is busy: it wakes when an op queues behind
+    // another, when a queued op is tested, when a waiter leaves its op to it,
+    // and for ops submitted with inline_ok = false. No periodic wake-up lands
+    // on the latency path; an op nobody waits for or tests stays queued until
+    // one of those happens (the core's watchdog tests dropped works).
+    bool lazy = false;
     std::chrono::microseconds grace{1000};
     std::chrono::microseconds poll{2000};
     std::chrono::milliseconds idle{500};
@@ -133,9 +139,10 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     }
     queue_.push_back(w);
     last_submit_ = now;
-    if (deep_sleep_ || !inline_ok) {
+    bool behind = settings_.lazy && queue_.size() > 1;
+    if (deep_sleep_ || !inline_ok || behind) {
       deep_sleep_ = false;
-      kicked_ = kicked_ || !inline_ok;
+      kicked_ = kicked_ || !inline_ok || behind;
       cv_.notify_all();
     }
     return w;
@@ -145,7 +152,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   // passes; bodies get min(deadline, cap) as their deadline when
   // cap_bodies, else their own deadline.
   void run_until(QueuedWork* target, Clock::time_point cap, bool cap_bodies) {
-    while (target->test() == DT_IN_PROGRESS) {
+    while (!target->done()) {
       std::shared_ptr<QueuedWork> w;
       {
         std::unique_lock<std::mutex> lk(mu_);
@@ -246,6 +253,21 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   }
   void drain_loop() {
     std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_ && settings_.lazy) {
+      cv_.wait(lk, [&] { return stop_ || (kicked_ && !queue_.empty() && !aborted_); });
+      std::shared_ptr<QueuedWork> w;
+      if (stop_ || !claim_head(&w)) {
+        if (queue_.empty()) kicked_ = false;
+        if (!stop_) cv_.wait_for(lk, std::chrono::milliseconds(1));  // another thread runs the head
+        continue;
+      }
+      running_on_drainer_ = true;
+      lk.unlock();
+      w->run(Clock::time_point::max());
+      release(w);
+      lk.lock();
+      if (queue_.empty()) kicked_ = false;
+    }
     while (!stop_) {
       auto now = Clock::now();
       if (queue_.empty() && now - last_submit_ > settings_.idle) {
@@ -290,8 +312,15 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   std::thread drainer_;
 };
 
-inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
+inline dt_status_t QueuedWork::test() {
+  // status_ is final once done_ is set (released after complete()).
   if (done_.load(std::memory_order_acquire)) return status_;
+  if (queue_->settings().lazy) queue_->kick();
+  return DT_IN_PROGRESS;
+}
+
+inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
+  if (done()) return status_;
   auto cap = timeout_ms < 0 ? Clock::time_point::max() : coarse_now() + std::chrono::milliseconds(timeout_ms);
   if (queue_->settings().interruptible) {
     queue_->run_until(this, cap, true);
