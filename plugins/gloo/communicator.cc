@@ -20,9 +20,6 @@ namespace {
 
 constexpr uint8_t kP2pSlotPrefix = 0x5d;
 constexpr uint32_t kCollectiveTag = 0;
-// Gloo's own timeout runs slightly past the core's deadline, so the core's
-// watchdog normally reports first (naming the missing ranks).
-constexpr auto kGlooSlack = std::chrono::milliseconds(200);
 
 // Gloo's rendezvous store over the core's store.
 class StoreAdapter : public ::gloo::rendezvous::Store {
@@ -54,10 +51,10 @@ Algorithm parse_algorithm(const std::string& s) {
             "gloo.algorithm = \"" + s + "\" is not known; use \"auto\", \"ring\", \"halving_doubling\" or \"bcube\"");
 }
 
-// Gloo's reduction callback for one (dtype, op); f16/bf16 travel as 16-bit
-// and are reduced through float.
+// Gloo's reduction callback for one (dtype, op): the SDK's kernels; f16/bf16
+// travel as 16-bit and are reduced through float.
 ::gloo::AllreduceOptions::Func reduce_fn(int32_t dtype, int32_t op) {
-  return [dtype, op](void* c, const void* a, const void* b, size_t n) { sdk::reduce_into(dtype, op, c, a, b, n); };
+  return sdk::reduce_fn(dtype, op);
 }
 
 template <typename F>
@@ -74,14 +71,10 @@ void with_type(int32_t dtype, F&& f) {
   sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
 }
 
-void check_cpu(const dt_buffer_v1_t& b) {
-  if (b.device_type != DT_DEVICE_CPU) sdk::fail(DT_ERR_NOT_SUPPORTED, "gloo backend works on CPU buffers only");
-}
-
 std::string default_iface(const sdk::CommInit& init) {
   if (const char* e = std::getenv("DTRAIN_GLOO_IFNAME")) return e;
   if (const char* e = std::getenv("GLOO_SOCKET_IFNAME")) return e;
-  return init.local_world_size >= init.world_size ? "lo" : "";
+  return init.single_host() ? "lo" : "";
 }
 
 }  // namespace
@@ -126,32 +119,34 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
                         " peers over " + (iface.empty() ? "host " + attr.hostname : "interface " + iface) +
                         " failed");
   }
-  p2p_ = std::make_unique<P2pCompleter>();
+  p2p_ = std::make_unique<sdk::P2pTracker>(sdk::P2pTracker::Mode::Thread);
+  sdk::OpQueue::Settings q;
+  q.interruptible = false;
+  // Gloo's small ops take 150-300 us here: a drainer polling every 2 ms would
+  // land a context switch on one op in seven.
+  q.lazy = true;
+  queue_ = sdk::OpQueue::create(std::move(q));
 }
 
 GlooCommunicator::~GlooCommunicator() {
   abort("communicator destroyed");
+  if (queue_) queue_->shutdown("communicator destroyed");
   p2p_.reset();
 }
 
 void GlooCommunicator::abort(const std::string& reason) {
   if (aborted_.exchange(true)) return;
-  executor_.abort(reason);
+  if (queue_) queue_->abort(reason);
   if (p2p_) p2p_->abort(reason);
 }
 
-std::chrono::milliseconds Mesh::remaining(Clock::time_point deadline) const {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()) + kGlooSlack;
-  return left.count() < 1 ? std::chrono::milliseconds(1) : left;
-}
-
-GlooCommunicator::Clock::time_point GlooCommunicator::deadline_of(const Opts& o) const {
-  return sdk::coarse_now() + std::chrono::milliseconds(o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_);
+std::chrono::milliseconds Mesh::remaining(Clock::time_point deadline) {
+  return sdk::remaining_ms(deadline, kGlooSlack);
 }
 
 template <typename F>
 std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
-  return executor_.submit(
+  return queue_->submit(
       [m = mesh_, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
         // Some waits inside Gloo's ops use the context's timeout, not the op's.
         m->context->setTimeout(m->remaining(deadline));
@@ -163,9 +158,9 @@ std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
           rethrow_gloo(e, "gloo");
         }
       },
-      deadline_of(o),
-      // Gloo's waits end by themselves at the context timeout, which is the
-      // communicator's: an op with that deadline may run on the caller.
+      sdk::deadline_after(o.timeout_ms, timeout_ms_),
+      // Some of Gloo's waits use the timeout its pairs got at connection, the
+      // communicator's: only an op with that deadline may run on the caller.
       o.timeout_ms <= 0 || o.timeout_ms >= timeout_ms_);
 }
 
@@ -223,18 +218,18 @@ void Mesh::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, in
   auto& e = it->second;
   auto* src = static_cast<uint16_t*>(ptr);
   auto* f = reinterpret_cast<float*>(e.staging.data());
-  if (dtype == DT_DTYPE_F16) for (size_t i = 0; i < count; ++i) f[i] = sdk::half_to_float(src[i]);
-  else if (dtype == DT_DTYPE_BF16) for (size_t i = 0; i < count; ++i) f[i] = sdk::bf16_to_float(src[i]);
+  if (dtype == DT_DTYPE_F16) sdk::half_to_float_n(src, f, count);
+  else if (dtype == DT_DTYPE_BF16) sdk::bf16_to_float_n(src, f, count);
   else std::memcpy(e.staging.data(), ptr, e.staging.size());
   e.algorithm->run();
-  if (dtype == DT_DTYPE_F16) for (size_t i = 0; i < count; ++i) src[i] = sdk::float_to_half(f[i]);
-  else if (dtype == DT_DTYPE_BF16) for (size_t i = 0; i < count; ++i) src[i] = sdk::float_to_bf16(f[i]);
+  if (dtype == DT_DTYPE_F16) sdk::float_to_half_n(f, src, count);
+  else if (dtype == DT_DTYPE_BF16) sdk::float_to_bf16_n(f, src, count);
   else std::memcpy(ptr, e.staging.data(), e.staging.size());
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
-  check_cpu(send);
-  check_cpu(recv);
+  sdk::require_cpu(send, "gloo");
+  sdk::require_cpu(recv, "gloo");
   return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     if (send.ptr != recv.ptr && send.count) std::memcpy(recv.ptr, send.ptr, sdk::bytes_of(send));
     m.allreduce_inplace(recv.ptr, recv.count, recv.dtype, op, deadline);
@@ -242,7 +237,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Bu
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opts& o) {
-  check_cpu(buf);
+  sdk::require_cpu(buf, "gloo");
   int root = o.root;
   return enqueue(o, [buf, root](Mesh& m, Clock::time_point deadline) {
     if (buf.count == 0 || m.size == 1) return;
@@ -256,8 +251,8 @@ std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opt
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Buf& recv, const Opts& o) {
-  check_cpu(send);
-  check_cpu(recv);
+  sdk::require_cpu(send, "gloo");
+  sdk::require_cpu(recv, "gloo");
   return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes == 0) return;
@@ -277,8 +272,8 @@ std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Bu
 
 std::shared_ptr<sdk::Work> GlooCommunicator::reduce_scatter(const Buf& send, const Buf& recv, int32_t op,
                                                             const Opts& o) {
-  check_cpu(send);
-  check_cpu(recv);
+  sdk::require_cpu(send, "gloo");
+  sdk::require_cpu(recv, "gloo");
   // Gloo has no unbound-buffer reduce-scatter: all-reduce a copy, keep our block.
   return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     size_t block = sdk::bytes_of(recv);
@@ -290,7 +285,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce_scatter(const Buf& send, con
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
-  check_cpu(send);
+  sdk::require_cpu(send, "gloo");
   int root = o.root;
   return enqueue(o, [send, recv, op, root](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
@@ -323,8 +318,8 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& 
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::alltoall(const Buf& send, const Buf& recv, const Opts& o) {
-  check_cpu(send);
-  check_cpu(recv);
+  sdk::require_cpu(send, "gloo");
+  sdk::require_cpu(recv, "gloo");
   return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes == 0) return;
@@ -358,7 +353,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::barrier(const Opts& o) {
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::post(const Buf& buf, int32_t peer, const Opts& o, bool is_send) {
-  check_cpu(buf);
+  sdk::require_cpu(buf, "gloo");
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "communicator aborted");
   auto slot = ::gloo::Slot::build(kP2pSlotPrefix, static_cast<uint32_t>(o.tag));
   std::string what = std::string(is_send ? "send to" : "recv from") + " rank " + std::to_string(peer);
@@ -368,7 +363,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::post(const Buf& buf, int32_t peer, 
     auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
     if (is_send) ub->send(peer, slot);
     else ub->recv(peer, slot);
-    auto w = std::make_shared<P2pWork>(std::move(ub), is_send, peer, deadline_of(o));
+    auto w = std::make_shared<P2pWork>(std::move(ub), is_send, peer, sdk::deadline_after(o.timeout_ms, timeout_ms_));
     p2p_->add(w);
     return w;
   } catch (const sdk::Error&) {

@@ -14,6 +14,7 @@
 #include <gloo/transport/device.h>
 
 #include "dtrain/sdk/backend.h"
+#include "dtrain/sdk/p2p.h"
 #include "work.h"
 
 namespace dtrain::gloo_backend {
@@ -24,7 +25,7 @@ enum class Algorithm { Auto, Ring, HalvingDoubling, Bcube };
 // by shared_ptr by every queued op, so an op left blocked in Gloo after an
 // abort can finish on its own after the communicator is gone.
 struct Mesh {
-  using Clock = std::chrono::steady_clock;
+  using Clock = sdk::Clock;
   int rank = 0;
   int size = 1;
   Algorithm algorithm = Algorithm::Auto;
@@ -42,15 +43,21 @@ struct Mesh {
   std::map<std::tuple<size_t, int32_t, int32_t>, HdEntry> hd_cache;
   std::vector<std::tuple<size_t, int32_t, int32_t>> hd_order;
 
-  std::chrono::milliseconds remaining(Clock::time_point deadline) const;
+  // What Gloo's timeouts get: the time left to deadline plus a slack, so the
+  // core's watchdog normally reports first (naming the missing ranks).
+  static std::chrono::milliseconds remaining(Clock::time_point deadline);
   Algorithm pick(size_t bytes) const;
   void allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
   void allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op);
 };
 
 // One Gloo mesh per communicator. Collectives run in order on the SDK's
-// SerialExecutor; point-to-point ops are posted on Gloo unbound buffers right
-// away and completed by P2pCompleter.
+// OpQueue, inline on the thread that waits for them when that thread waits
+// until the op's deadline (the core's waits do), else on the queue's drainer:
+// Gloo's waits end only at the timeout they are given and an abort cannot
+// reach a thread blocked inside, so the queue is not interruptible.
+// Point-to-point ops are posted on Gloo unbound buffers at submission and
+// completed by the SDK's P2pTracker on its own thread.
 class GlooCommunicator : public sdk::Communicator {
  public:
   explicit GlooCommunicator(const sdk::CommInit& init);
@@ -68,18 +75,16 @@ class GlooCommunicator : public sdk::Communicator {
   void abort(const std::string& reason) override;
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using Clock = sdk::Clock;
   template <typename F>
   std::shared_ptr<sdk::Work> enqueue(const Opts& o, F&& body);
-  Clock::time_point deadline_of(const Opts& o) const;
   std::shared_ptr<sdk::Work> post(const Buf& buf, int32_t peer, const Opts& o, bool is_send);
 
   int64_t timeout_ms_;
   std::shared_ptr<Mesh> mesh_;
   std::atomic<bool> aborted_{false};
-  std::unique_ptr<P2pCompleter> p2p_;
-  // Gloo's waits ignore an abort, so ops never run on the waiting thread.
-  sdk::SerialExecutor executor_{true};  // last: destroyed first
+  std::unique_ptr<sdk::P2pTracker> p2p_;
+  std::shared_ptr<sdk::OpQueue> queue_;
 };
 
 }  // namespace dtrain::gloo_backend

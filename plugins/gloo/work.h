@@ -1,55 +1,37 @@
 #pragma once
 
-#include <condition_variable>
-#include <deque>
+#include <chrono>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include <gloo/transport/unbound_buffer.h>
 
 #include "dtrain/sdk/backend.h"
+#include "dtrain/sdk/p2p.h"
 
 namespace dtrain::gloo_backend {
 
-// A posted send or recv on a Gloo unbound buffer.
-class P2pWork : public sdk::Work {
+// Gloo's own timeouts run this far past the op's deadline, so the core's
+// watchdog normally reports first (naming the missing ranks).
+constexpr std::chrono::milliseconds kGlooSlack{200};
+
+// A send or recv posted on a Gloo unbound buffer. Gloo has no nonblocking
+// check, so the communicator's P2pTracker (Mode::Thread) calls finish() on a
+// thread of its own, oldest first; cancel() wakes it through Gloo's abortWait.
+class P2pWork : public sdk::PostedWork {
  public:
   P2pWork(std::unique_ptr<::gloo::transport::UnboundBuffer> buf, bool is_send, int peer,
-          std::chrono::steady_clock::time_point deadline)
+          sdk::Clock::time_point deadline)
       : buf_(std::move(buf)), is_send_(is_send), peer_(peer), deadline_(deadline) {}
-  // Blocks in Gloo until the transfer is done, failed, or aborted.
-  void finish();
-  void abort_wait();
+  void finish() override;
+  void cancel(const std::string& reason) override;
 
  private:
+  std::string what() const;
   std::unique_ptr<::gloo::transport::UnboundBuffer> buf_;
   bool is_send_;
   int peer_;
-  std::chrono::steady_clock::time_point deadline_;
-};
-
-// Waits for posted point-to-point transfers, oldest first, on one thread, so
-// callers can test() them and the core's watchdog can abort them. Waiting in
-// order cannot deadlock: every transfer is already posted.
-class P2pCompleter {
- public:
-  P2pCompleter();
-  ~P2pCompleter();
-  void add(std::shared_ptr<P2pWork> w);
-  void abort(const std::string& reason);
-
- private:
-  void loop();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<P2pWork>> pending_;
-  std::shared_ptr<P2pWork> current_;
-  bool stop_ = false;
-  bool aborted_ = false;
-  std::string reason_;
-  std::thread thread_;
+  sdk::Clock::time_point deadline_;
 };
 
 // Gloo reports failures as exceptions; this maps one to a status and message.

@@ -1,9 +1,11 @@
 #include "conformance.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <thread>
 
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/error.h"
@@ -197,6 +199,38 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
                          }});
       }
     }
+    if (n > 1 && c <= 65536) {
+      // Many transfers in flight at once on several tags: receives posted in
+      // tag order, sends in reverse tag order; messages of one (peer, tag)
+      // match in posting order.
+      cases.push_back({"sendrecv_many_tags/f32/n=" + std::to_string(c), DT_CAP_SENDRECV, [&comm, c, n, me] {
+                         const int kTags = 4, kPerTag = 4;
+                         const DType t = DType::F32;
+                         int next = (me + 1) % n, prev = (me + n - 1) % n;
+                         std::vector<HostBuffer> sends, recvs;
+                         for (int k = 0; k < kTags * kPerTag; ++k) {
+                           sends.emplace_back(c, t);
+                           recvs.emplace_back(c, t);
+                           for (size_t i = 0; i < c; ++i)
+                             write(sends.back().data(), i, t, value(me, i + 31 * k, t, ReduceOp::Sum));
+                         }
+                         std::vector<std::shared_ptr<Work>> works;
+                         for (int tag = 0; tag < kTags; ++tag)
+                           for (int j = 0; j < kPerTag; ++j)
+                             works.push_back(comm.recv(recvs[tag * kPerTag + j].buf(), prev, 100 + tag));
+                         for (int tag = kTags - 1; tag >= 0; --tag)
+                           for (int j = 0; j < kPerTag; ++j)
+                             works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
+                         for (auto& w : works) w->wait();
+                         for (int k = 0; k < kTags * kPerTag; ++k) {
+                           std::string e = check(recvs[k].data(), c, t, 0, [&](size_t i) {
+                             return value(prev, i + 31 * k, t, ReduceOp::Sum);
+                           });
+                           if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
+                         }
+                         return std::string();
+                       }});
+    }
     cases.push_back({"barrier/n=" + std::to_string(c), DT_CAP_BARRIER, [&comm] {
                        comm.barrier()->wait();
                        return std::string();
@@ -231,6 +265,86 @@ Result run(Communicator& comm, const Options& o) {
       if (comm.is_poisoned()) break;  // nothing more can run on this communicator
     }
   }
+  return res;
+}
+
+Result run_failures(Communicator& comm, const CommFactory& make_comm, const Options& o) {
+  Result res;
+  const int n = comm.size(), me = comm.rank();
+  const uint64_t caps = comm.backend()->info().caps;
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  auto run_case = [&](const std::string& name, uint64_t cap, const std::function<std::string()>& body) {
+    if (!o.filter.empty() && name.find(o.filter) == std::string::npos) return;
+    if (n == 1 || !(caps & cap)) {
+      ++res.skipped;
+      return;
+    }
+    std::string err;
+    try {
+      err = body();
+    } catch (const std::exception& e) {
+      err = std::string("threw: ") + e.what();
+    }
+    if (err.empty()) {
+      ++res.passed;
+      if (o.verbose && me == 0) std::printf("  ok   %s\n", name.c_str());
+    } else {
+      ++res.failed;
+      res.failures.push_back("rank " + std::to_string(me) + ": " + name + ": " + err);
+    }
+  };
+
+  run_case("failure/timeout/allreduce_only_rank_0_joins", DT_CAP_ALLREDUCE, [&] {
+    const auto timeout = std::chrono::milliseconds(500);
+    auto fresh = make_comm("conformance-timeout", timeout);
+    std::string err;
+    if (me == 0) {
+      std::vector<float> x(16, 1.0f);
+      auto t0 = Clock::now();
+      try {
+        fresh->allreduce(Buffer(x.data(), x.size(), DType::F32), ReduceOp::Sum)->wait();
+        err = "an all-reduce the other ranks never joined completed";
+      } catch (const TimeoutError&) {
+        double s = seconds_since(t0);
+        if (s < 0.4 || s > 10) err = "timed out after " + std::to_string(s) + " s; the timeout is 0.5 s";
+        else if (!fresh->is_poisoned()) err = "the timed-out communicator is not poisoned";
+      } catch (const std::exception& e) {
+        err = std::string("failed with '") + e.what() + "' instead of a timeout";
+      }
+    }
+    comm.barrier()->wait();  // the others keep their communicator until rank 0 is done
+    return err;
+  });
+
+  run_case("failure/abort/recv_nobody_sends", DT_CAP_SENDRECV, [&] {
+    auto fresh = make_comm("conformance-abort", std::chrono::milliseconds(60000));
+    std::string err;
+    if (me == 0) {
+      float x[4] = {};
+      auto w = fresh->recv(Buffer(x, 4, DType::F32), 1, 4242);
+      std::thread aborter([w] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        w->abort();
+      });
+      auto t0 = Clock::now();
+      try {
+        w->wait();
+        err = "a recv nobody sent completed";
+      } catch (const AbortedError&) {
+        double s = seconds_since(t0);
+        if (s > 10) err = "the abort reached the waiter only after " + std::to_string(s) + " s";
+      } catch (const std::exception& e) {
+        err = std::string("failed with '") + e.what() + "' instead of an abort";
+      }
+      aborter.join();
+      if (err.empty() && !fresh->is_poisoned()) err = "the aborted communicator is not poisoned";
+    }
+    comm.barrier()->wait();
+    return err;
+  });
   return res;
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,5 +34,17 @@ struct Result {
 // the communicator must call it with the same options, concurrently. Ops the
 // backend leaves out of its capability bits are skipped and counted.
 Result run(Communicator& comm, const Options& options);
+
+// Makes a fresh communicator of the same ranks, named name, whose ops time
+// out after timeout. Every rank calls it alike, in the same order.
+using CommFactory =
+    std::function<std::shared_ptr<Communicator>(const std::string& name, std::chrono::milliseconds timeout)>;
+
+// The failure cases, each on a fresh communicator from make_comm while comm
+// (healthy) keeps the ranks in step: an all-reduce that only rank 0 joins
+// fails there with TimeoutError near its deadline and poisons that
+// communicator; a recv nobody sends, aborted from another thread, fails its
+// waiter with AbortedError at once. Skipped at world size 1.
+Result run_failures(Communicator& comm, const CommFactory& make_comm, const Options& options);
 
 }  // namespace dtrain::conformance

@@ -7,12 +7,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
-#include <thread>
 
 #include <CLI/CLI.hpp>
 
 #include "conformance.h"
+#include "options.h"
+#include "threads.h"
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/job.h"
@@ -21,23 +21,6 @@
 #include "dtrain/store.h"
 
 using namespace dtrain;
-
-namespace {
-
-std::string flat_options(const std::vector<std::string>& kv) {
-  std::string out;
-  for (auto& s : kv) {
-    auto eq = s.find('=');
-    if (eq == std::string::npos) throw InvalidUsage("--option '" + s + "' is not key=value");
-    std::string v = s.substr(eq + 1);
-    bool literal = !v.empty() && (v[0] == '"' || v == "true" || v == "false" ||
-                                  v.find_first_not_of("0123456789.-+_eE") == std::string::npos);
-    out += s.substr(0, eq) + " = " + (literal ? v : "\"" + v + "\"") + "\n";
-  }
-  return out;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dtrain-conformance: checks a backend plugin against the dtrain communicator contract"};
@@ -62,37 +45,38 @@ int main(int argc, char** argv) {
     PluginRegistry registry(plugin_dirs);
     auto be = registry.load(backend);
     CommOptions base;
-    base.config_toml = flat_options(options);
+    base.config_toml = conformance::options_to_toml(options);
     base.timeout = std::chrono::seconds(timeout_s);
     base.name = "conformance";
 
     std::vector<conformance::Result> results;
     auto t0 = std::chrono::steady_clock::now();
     if (world > 0) {
-      auto store = std::make_shared<MemoryStore>();
+      base.store = std::make_shared<MemoryStore>();
       results.resize(world);
-      std::vector<std::thread> threads;
-      std::mutex err_mu;
-      std::string setup_error;
+      auto run_rank = [&](int r, const std::shared_ptr<Communicator>& comm) {
+        results[r] = conformance::run(*comm, o);
+        // The failure cases, each on a fresh communicator of the same ranks.
+        auto make_comm = [&](const std::string& name, std::chrono::milliseconds timeout) {
+          CommOptions fo = base;
+          fo.rank = fo.local_rank = r;
+          fo.world_size = fo.local_world_size = world;
+          fo.name = name;
+          fo.timeout = timeout;
+          return be->create_communicator(fo);
+        };
+        auto f = conformance::run_failures(*comm, make_comm, o);
+        results[r].passed += f.passed;
+        results[r].failed += f.failed;
+        results[r].skipped += f.skipped;
+        results[r].failures.insert(results[r].failures.end(), f.failures.begin(), f.failures.end());
+      };
+      auto errors = conformance::run_rank_threads(*be, base, world, run_rank);
       for (int r = 0; r < world; ++r) {
-        threads.emplace_back([&, r] {
-          try {
-            CommOptions co = base;
-            co.rank = r;
-            co.world_size = world;
-            co.local_rank = r;
-            co.local_world_size = world;
-            co.store = store;
-            auto comm = be->create_communicator(co);
-            results[r] = conformance::run(*comm, o);
-          } catch (const std::exception& e) {
-            std::lock_guard<std::mutex> lk(err_mu);
-            results[r].failed++;
-            results[r].failures.push_back("rank " + std::to_string(r) + ": " + e.what());
-          }
-        });
+        if (errors[r].empty()) continue;
+        results[r].failed++;
+        results[r].failures.push_back("rank " + std::to_string(r) + ": " + errors[r]);
       }
-      for (auto& t : threads) t.join();
     } else {
       JobOptions jo;
       jo.backend = backend;

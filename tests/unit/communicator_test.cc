@@ -28,7 +28,16 @@ void run_ranks(const std::string& backend, int world, milliseconds timeout, F fn
                                  [&](int r, const std::shared_ptr<Communicator>& comm) { fn(r, *comm); });
 }
 
-class CommunicatorTest : public ::testing::TestWithParam<std::string> {};
+// The backends these tests name; one this build left out (DTRAIN_WITH_<NAME>=OFF,
+// or its library missing) is skipped, not failed.
+class CommunicatorTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string file = std::string(DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_" + GetParam() + ".so";
+    if (access(file.c_str(), F_OK) != 0)
+      GTEST_SKIP() << "the " << GetParam() << " plugin was not built (" << file << ")";
+  }
+};
 
 }  // namespace
 
@@ -49,8 +58,10 @@ TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
       ADD_FAILURE() << "rank " << r << ": allreduce completed without rank 2";
     } catch (const TimeoutError& e) {
       auto took = duration_cast<milliseconds>(steady_clock::now() - t0);
+      // Not early; late only by scheduling (a loaded CI machine), far from the 30 s
+      // the op would take without the timeout.
       EXPECT_GE(took.count(), timeout.count() - 50);
-      EXPECT_LE(took.count(), timeout.count() + 1000) << e.what();
+      EXPECT_LE(took.count(), timeout.count() + 8000) << e.what();
       EXPECT_THAT(e.what(), AllOf(HasSubstr("allreduce #2"), HasSubstr("waiting for rank 2"),
                                   HasSubstr("has not reached collective #2")));
     }
@@ -102,7 +113,8 @@ TEST_P(CommunicatorTest, WaitTimeoutShortensTheDeadline) {
     auto w = comm.allreduce(Buffer::of(v.data(), v.size()));
     auto t0 = steady_clock::now();
     EXPECT_THROW(w->wait(milliseconds(300)), TimeoutError);
-    EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - t0).count(), 1300);
+    // The wait's 300 ms, not the communicator's 60 s (slack for a loaded machine).
+    EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - t0).count(), 10000);
     EXPECT_TRUE(w->is_completed());
     EXPECT_TRUE(w->exception() != nullptr);
   });

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -5,6 +7,7 @@
 #include "dtrain/error.h"
 #include "dtrain/communicator.h"
 #include "dtrain/plugin_registry.h"
+#include "dtrain/sdk/support.h"
 
 using namespace dtrain;
 using ::testing::AllOf;
@@ -22,9 +25,17 @@ std::string load_error(const std::string& name) {
   return "(loaded without error)";
 }
 
+// These tests load the gloo plugin; a build without it skips them.
+bool gloo_built() {
+  return access((std::string(DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_gloo.so").c_str(), F_OK) == 0;
+}
+#define REQUIRE_GLOO() \
+  if (!gloo_built()) GTEST_SKIP() << "the gloo plugin was not built (DTRAIN_WITH_GLOO=OFF or Gloo missing)"
+
 }  // namespace
 
 TEST(PluginLoader, FindsGlooInTheInstallFolderWithoutEnvironment) {
+  REQUIRE_GLOO();
   PluginRegistry reg;
   auto b = reg.load("gloo");
   EXPECT_EQ(b->info().name, "gloo");
@@ -36,6 +47,7 @@ TEST(PluginLoader, FindsGlooInTheInstallFolderWithoutEnvironment) {
 }
 
 TEST(PluginLoader, UnknownBackendListsInstalledOnes) {
+  REQUIRE_GLOO();
   PluginRegistry reg;
   try {
     reg.load("nosuchbackend");
@@ -73,6 +85,7 @@ TEST(PluginLoader, UnresolvedSymbols) {
 }
 
 TEST(PluginLoader, ListReportsBrokenPluginsWithoutThrowing) {
+  REQUIRE_GLOO();
   PluginRegistry reg({DTRAIN_BAD_PLUGIN_DIR});
   std::vector<std::string> errors;
   auto infos = reg.list(&errors);
@@ -88,6 +101,7 @@ TEST(PluginLoader, PathInsteadOfNameIsRefused) {
 }
 
 TEST(PluginLoader, UnknownPluginOptionIsAConfigError) {
+  REQUIRE_GLOO();
   PluginRegistry reg;
   auto b = reg.load("gloo");
   CommOptions o;
@@ -98,4 +112,40 @@ TEST(PluginLoader, UnknownPluginOptionIsAConfigError) {
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("algoritm"), HasSubstr("did you mean 'algorithm'")));
   }
+}
+
+// The SDK reads a plugin's options as typed TOML literals: a value of the
+// wrong type is an error that names the key, never a silent 0.
+TEST(PluginOptions, ReadsTypedTomlLiterals) {
+  sdk::Options o("chunk_bytes = 131_072\nmask = 0xff\nratio = -2.5e-1\non = true\n"
+                 "name = \"a \\\"q\\\" \\u00e9\"\nraw = 'C:\\x'\n");
+  EXPECT_EQ(o.get_int("chunk_bytes", 0), 131072);
+  EXPECT_EQ(o.get_int("mask", 0), 255);
+  EXPECT_DOUBLE_EQ(o.get_float("ratio", 0), -0.25);
+  EXPECT_TRUE(o.get_bool("on", false));
+  EXPECT_EQ(o.get_string("name", ""), "a \"q\" \xc3\xa9");
+  EXPECT_EQ(o.get_string("raw", ""), "C:\\x");
+  EXPECT_EQ(o.get_int("absent", 7), 7);
+}
+
+TEST(PluginOptions, AValueThePluginCannotReadNamesTheKey) {
+  sdk::Options o("chunk_bytes = \"128k\"\ndepth = 12x\nspin = 1__0\non = yes\nratio = 1.5.2\nname = 42\n"
+                 "huge = 99999999999999999999\n");
+  auto error_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.status(), DT_ERR_INVALID_USAGE);
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_THAT(error_of([&] { o.get_int("chunk_bytes", 0); }), AllOf(HasSubstr("'chunk_bytes'"), HasSubstr("integer")));
+  EXPECT_THAT(error_of([&] { o.get_int("depth", 0); }), HasSubstr("'depth' = 12x"));
+  EXPECT_THAT(error_of([&] { o.get_int("spin", 0); }), HasSubstr("'spin'"));
+  EXPECT_THAT(error_of([&] { o.get_int("huge", 0); }), HasSubstr("'huge'"));
+  EXPECT_THAT(error_of([&] { o.get_bool("on", false); }), HasSubstr("'on' = yes is not true or false"));
+  EXPECT_THAT(error_of([&] { o.get_float("ratio", 0); }), HasSubstr("'ratio'"));
+  EXPECT_THAT(error_of([&] { o.get_string("name", ""); }), HasSubstr("'name' = 42 is not a string"));
+  EXPECT_THAT(error_of([] { sdk::Options("just words\n"); }), HasSubstr("line 1"));
 }

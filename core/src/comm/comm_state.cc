@@ -40,7 +40,7 @@ void write_error_file(const std::string& why, bool peer_lost) {
 
 WorkState::~WorkState() {
   if (tracked.load(std::memory_order_acquire)) comm->untrack(this);
-  if (handle) comm->t->work_release(handle);
+  if (handle) comm->table->work_release(handle);
 }
 
 std::string WorkState::what() const {
@@ -70,23 +70,53 @@ bool WorkState::finish(std::exception_ptr err) {
   return true;
 }
 
+namespace {
+// The one mapping between the ABI's statuses and the core's error kinds,
+// lossless both ways: status -> kind -> status is the identity, and every
+// kind but Config (a configuration the core itself rejects, reported to a
+// plugin as invalid usage) comes back as itself.
+struct KindStatus {
+  ErrorKind kind;
+  dt_status_t status;
+};
+constexpr KindStatus kKindStatus[] = {
+    {ErrorKind::InvalidUsage, DT_ERR_INVALID_USAGE}, {ErrorKind::Io, DT_ERR_SYSTEM},
+    {ErrorKind::Internal, DT_ERR_INTERNAL},          {ErrorKind::Remote, DT_ERR_REMOTE},
+    {ErrorKind::Timeout, DT_ERR_TIMEOUT},            {ErrorKind::NotSupported, DT_ERR_NOT_SUPPORTED},
+    {ErrorKind::Aborted, DT_ERR_ABORTED},
+};
+}  // namespace
+
+ErrorKind kind_of_status(dt_status_t st) {
+  for (auto& ks : kKindStatus)
+    if (ks.status == st) return ks.kind;
+  return ErrorKind::Internal;
+}
+
+dt_status_t status_of_kind(ErrorKind kind) {
+  if (kind == ErrorKind::Config) return DT_ERR_INVALID_USAGE;
+  for (auto& ks : kKindStatus)
+    if (ks.kind == kind) return ks.status;
+  return DT_ERR_INTERNAL;
+}
+
 std::exception_ptr make_backend_error(const std::string& backend, dt_status_t st, const std::string& msg) {
   std::string m = "backend '" + backend + "': " + (msg.empty() ? "operation failed" : msg);
-  switch (st) {
-    case DT_ERR_INVALID_USAGE: return std::make_exception_ptr(InvalidUsage(m));
-    case DT_ERR_SYSTEM: return std::make_exception_ptr(IoError(m));
-    case DT_ERR_REMOTE: return std::make_exception_ptr(RemoteError(m));
-    case DT_ERR_TIMEOUT: return std::make_exception_ptr(TimeoutError(m));
-    case DT_ERR_NOT_SUPPORTED: return std::make_exception_ptr(NotSupported(m));
-    case DT_ERR_ABORTED: return std::make_exception_ptr(AbortedError(m));
+  switch (kind_of_status(st)) {
+    case ErrorKind::InvalidUsage: return std::make_exception_ptr(InvalidUsage(m));
+    case ErrorKind::Io: return std::make_exception_ptr(IoError(m));
+    case ErrorKind::Remote: return std::make_exception_ptr(RemoteError(m));
+    case ErrorKind::Timeout: return std::make_exception_ptr(TimeoutError(m));
+    case ErrorKind::NotSupported: return std::make_exception_ptr(NotSupported(m));
+    case ErrorKind::Aborted: return std::make_exception_ptr(AbortedError(m));
     default: return std::make_exception_ptr(InternalError(m));
   }
 }
 
 CommState::~CommState() {
   if (handle) {
-    if (poisoned.load()) t->comm_abort(handle, poison_reason.c_str());
-    t->comm_destroy(handle);
+    if (poisoned.load()) table->comm_abort(handle, poison_reason.c_str());
+    table->comm_destroy(handle);
   }
 }
 
@@ -96,7 +126,7 @@ void CommState::settle(const std::shared_ptr<WorkState>& w, dt_status_t st) {
   } else if (st == DT_ERR_TIMEOUT) {
     expire(w);
   } else {
-    fail(w, st, t->work_error(w->handle));
+    fail(w, st, table->work_error(w->handle));
   }
 }
 
@@ -146,7 +176,7 @@ void CommState::poison(const std::string& why, bool peer_lost) {
     victims = inflight_works();
   }
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
-  t->comm_abort(handle, why.c_str());
+  table->comm_abort(handle, why.c_str());
   for (auto& w : victims)
     w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
 }

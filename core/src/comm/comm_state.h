@@ -65,7 +65,7 @@ struct StoreBridge {
 
 struct CommState : std::enable_shared_from_this<CommState> {
   std::shared_ptr<Backend> backend;
-  const dt_backend_v1_t* t = nullptr;
+  const dt_backend_v1_t* table = nullptr;  // the plugin's function table
   dt_comm_h handle = nullptr;
   int rank = 0;
   int size = 1;
@@ -111,6 +111,9 @@ struct CommState : std::enable_shared_from_this<CommState> {
 };
 
 std::exception_ptr make_backend_error(const std::string& backend, dt_status_t st, const std::string& msg);
+// Status <-> error kind, lossless both ways (Config goes out as invalid usage).
+ErrorKind kind_of_status(dt_status_t st);
+dt_status_t status_of_kind(ErrorKind kind);
 
 }  // namespace detail
 }  // namespace dtrain

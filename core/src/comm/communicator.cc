@@ -30,14 +30,7 @@ const char* to_string(ReduceOp op) {
 namespace {
 
 dt_status_t status_of(const std::exception& e) {
-  if (auto* d = dynamic_cast<const Error*>(&e)) {
-    switch (d->kind()) {
-      case ErrorKind::Timeout: return DT_ERR_TIMEOUT;
-      case ErrorKind::Io: return DT_ERR_SYSTEM;
-      case ErrorKind::InvalidUsage: return DT_ERR_INVALID_USAGE;
-      default: return DT_ERR_INTERNAL;
-    }
-  }
+  if (auto* d = dynamic_cast<const Error*>(&e)) return detail::status_of_kind(d->kind());
   return DT_ERR_INTERNAL;
 }
 
@@ -132,7 +125,7 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
 
   auto state = std::make_shared<CommState>();
   state->backend = shared_from_this();
-  state->t = impl_->table;
+  state->table = impl_->table;
   state->rank = o.rank;
   state->size = o.world_size;
   CommOptions scoped = o;
@@ -162,9 +155,9 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   init.config_toml = o.config_toml.c_str();
   init.job_id = o.job_id.c_str();
   dt_comm_h h = nullptr;
-  dt_status_t st = state->t->comm_create(&init, &h);
+  dt_status_t st = state->table->comm_create(&init, &h);
   if (st != DT_OK || !h) {
-    const char* e = state->t->backend_last_error ? state->t->backend_last_error() : nullptr;
+    const char* e = state->table->backend_last_error ? state->table->backend_last_error() : nullptr;
     std::rethrow_exception(detail::make_backend_error(
         info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
         "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
@@ -265,7 +258,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   dt_work_h h = nullptr;
   dt_status_t st = call(opts, &h);
   if (st != DT_OK || !h) {
-    const char* e = s->t->comm_last_error(s->handle);
+    const char* e = s->table->comm_last_error(s->handle);
     std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
     std::rethrow_exception(detail::make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
   }
@@ -300,7 +293,7 @@ std::shared_ptr<Work> Communicator::allreduce(const Buffer& send, const Buffer& 
                        std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
   return submit(state_, kAllreduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
-    return s.t->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+    return s.table->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
   });
 }
 
@@ -311,7 +304,7 @@ std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallO
   auto a = to_abi(buf);
   return submit(state_, kBroadcast, &buf, nullptr, -1, o, [&](auto& opts, dt_work_h* h) {
     opts.root = root;
-    return s.t->broadcast(s.handle, &a, &opts, h);
+    return s.table->broadcast(s.handle, &a, &opts, h);
   });
 }
 
@@ -325,7 +318,7 @@ std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& 
                        std::to_string(send.count * s.size) + " elements, it has " + std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
   return submit(state_, kAllgather, &send, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.t->allgather(s.handle, &a, &b, &opts, h); });
+                [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); });
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op,
@@ -339,7 +332,7 @@ std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buf
                        std::to_string(recv.count * s.size) + " elements, it has " + std::to_string(send.count));
   auto a = to_abi(send), b = to_abi(recv);
   return submit(state_, kReduceScatter, &recv, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
-    return s.t->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+    return s.table->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
   });
 }
 
@@ -358,7 +351,7 @@ std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& rec
   auto a = to_abi(send), b = to_abi(s.rank == root ? recv : Buffer(nullptr, 0, send.dtype, send.device));
   return submit(state_, kReduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
     opts.root = root;
-    return s.t->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+    return s.table->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
   });
 }
 
@@ -373,13 +366,13 @@ std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& r
                        std::to_string(recv.count) + ")");
   auto a = to_abi(send), b = to_abi(recv);
   return submit(state_, kAlltoall, &send, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.t->alltoall(s.handle, &a, &b, &opts, h); });
+                [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); });
 }
 
 std::shared_ptr<Work> Communicator::barrier(CallOptions o) {
   auto& s = *state_;
   return submit(state_, kBarrier, nullptr, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.t->barrier(s.handle, &opts, h); });
+                [&](auto& opts, dt_work_h* h) { return s.table->barrier(s.handle, &opts, h); });
 }
 
 std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, CallOptions o) {
@@ -388,7 +381,7 @@ std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, C
   auto a = to_abi(buf);
   return submit(state_, kSend, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
     opts.tag = tag;
-    return s.t->send(s.handle, &a, peer, &opts, h);
+    return s.table->send(s.handle, &a, peer, &opts, h);
   });
 }
 
@@ -398,7 +391,7 @@ std::shared_ptr<Work> Communicator::recv(const Buffer& buf, int peer, int tag, C
   auto a = to_abi(buf);
   return submit(state_, kRecv, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
     opts.tag = tag;
-    return s.t->recv(s.handle, &a, peer, &opts, h);
+    return s.table->recv(s.handle, &a, peer, &opts, h);
   });
 }
 

@@ -78,7 +78,7 @@ void Watchdog::run() {
       }
       for (auto& w : live) {
         if (w->deadline() > now) continue;
-        dt_status_t st = c->t->work_test(w->handle);
+        dt_status_t st = c->table->work_test(w->handle);
         if (st == DT_IN_PROGRESS) c->expire(w);
         else c->settle(w, st);
       }
@@ -87,7 +87,7 @@ void Watchdog::run() {
     std::vector<std::shared_ptr<WorkState>> keep;
     for (auto& w : orphans) {
       if (w->finished()) continue;
-      dt_status_t st = w->comm->t->work_test(w->handle);
+      dt_status_t st = w->comm->table->work_test(w->handle);
       if (st == DT_IN_PROGRESS && !w->comm->poisoned.load()) {
         if (w->deadline() <= now) w->comm->expire(w);
         else keep.push_back(std::move(w));

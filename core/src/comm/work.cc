@@ -18,7 +18,7 @@ Work::~Work() {
 bool Work::is_completed() {
   auto& s = *state_;
   if (s.finished()) return true;
-  dt_status_t st = s.comm->t->work_test(s.handle);
+  dt_status_t st = s.comm->table->work_test(s.handle);
   if (st == DT_IN_PROGRESS) return false;
   s.comm->settle(state_, st);
   return true;
@@ -43,7 +43,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
     auto now = first ? s.submitted : Clock::now();
     first = false;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - now).count();
-    dt_status_t st = s.comm->t->work_wait(s.handle, std::max<int64_t>(left, 10));
+    dt_status_t st = s.comm->table->work_wait(s.handle, std::max<int64_t>(left, 10));
     if (st == DT_IN_PROGRESS) {
       if (s.comm->poisoned.load()) s.finish(std::make_exception_ptr(
           AbortedError(s.what() + " aborted: " + s.comm->reason())));

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "dtrain/error.h"
 #include "dtrain/log.h"
+#include "dtrain/sdk/caps.h"
 #include "plugin/backend_impl.h"
 
 namespace fs = std::filesystem;
@@ -180,18 +181,7 @@ Backend::Backend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Backend::~Backend() = default;
 const PluginInfo& Backend::info() const { return impl_->info; }
 
-std::string PluginInfo::caps_string() const {
-  const std::pair<uint64_t, const char*> names[] = {
-      {DT_CAP_ALLREDUCE, "allreduce"}, {DT_CAP_BROADCAST, "broadcast"}, {DT_CAP_ALLGATHER, "allgather"},
-      {DT_CAP_REDUCE_SCATTER, "reduce_scatter"}, {DT_CAP_REDUCE, "reduce"}, {DT_CAP_ALLTOALL, "alltoall"},
-      {DT_CAP_BARRIER, "barrier"}, {DT_CAP_SENDRECV, "send/recv"}, {DT_CAP_CPU_BUFFERS, "cpu"},
-      {DT_CAP_CUDA_BUFFERS, "cuda"}, {DT_CAP_REDUCED_PRECISION, "f16/bf16"}, {DT_CAP_PS_DENSE, "ps-dense"},
-      {DT_CAP_PS_SPARSE, "ps-sparse"}, {DT_CAP_PS_SERVER, "ps-server"}};
-  std::string s;
-  for (auto& [bit, n] : names)
-    if (caps & bit) s += (s.empty() ? "" : " ") + std::string(n);
-  return s;
-}
+std::string PluginInfo::caps_string() const { return sdk::caps_string(caps); }
 
 void add_plugin_keys(ConfigSchema& schema, const PluginInfo& info) {
   for (auto& k : info.config_keys) schema.add(info.name + "." + k.path, k.type, k.default_text, k.description);

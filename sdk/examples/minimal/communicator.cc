@@ -17,14 +17,13 @@ ExampleCommunicator::ExampleCommunicator(const dtrain::sdk::CommInit& init)
 template <typename F>
 std::shared_ptr<dtrain::sdk::Work> ExampleCommunicator::round(const Opts& o, F&& body) {
   uint64_t id = rounds_++;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
-  return executor_.submit(
-      [this, id, body = std::forward<F>(body)](std::chrono::steady_clock::time_point) {
-        StoreRound r(store_, id, rank_, size_, timeout_ms_);
+  return queue_->submit(
+      [this, id, body = std::forward<F>(body)](dtrain::sdk::Clock::time_point deadline) {
+        StoreRound r(store_, id, rank_, size_, deadline, aborted_);
         body(r);
         r.finish();
       },
-      deadline);
+      dtrain::sdk::deadline_after(o.timeout_ms, timeout_ms_));
 }
 
 void ExampleCommunicator::reduce_all(const StoreRound& r, void* out, size_t count, int32_t dtype, int32_t op) const {
@@ -115,17 +114,16 @@ std::shared_ptr<dtrain::sdk::Work> ExampleCommunicator::recv(const Buf& buf, int
   uint64_t n = received_[{peer, o.tag}]++;
   std::string key = "p2p/" + std::to_string(peer) + "/" + std::to_string(rank_) + "/" + std::to_string(o.tag) + "/" +
                     std::to_string(n);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.timeout_ms);
-  return executor_.submit(
-      [this, buf, key](std::chrono::steady_clock::time_point) {
-        std::string b = store_.get(key, timeout_ms_);
+  return queue_->submit(
+      [this, buf, key](dtrain::sdk::Clock::time_point deadline) {
+        std::string b = get_until(store_, key, deadline, aborted_);
         if (b.size() != bytes_of(buf))
           dtrain::sdk::fail(DT_ERR_INVALID_USAGE, "recv of " + std::to_string(bytes_of(buf)) + " bytes matched a send of " +
                                                       std::to_string(b.size()) + " bytes");
         if (!b.empty()) std::memcpy(buf.ptr, b.data(), b.size());
         store_.remove(key);
       },
-      deadline);
+      dtrain::sdk::deadline_after(o.timeout_ms, timeout_ms_));
 }
 
 }  // namespace example

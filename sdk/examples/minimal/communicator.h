@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <utility>
 
@@ -12,6 +13,10 @@ namespace example {
 class ExampleCommunicator : public dtrain::sdk::Communicator {
  public:
   explicit ExampleCommunicator(const dtrain::sdk::CommInit& init);
+  ~ExampleCommunicator() override {
+    abort("communicator destroyed");
+    queue_->shutdown("communicator destroyed");
+  }
 
   std::shared_ptr<dtrain::sdk::Work> allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
   std::shared_ptr<dtrain::sdk::Work> broadcast(const Buf& buf, const Opts& o) override;
@@ -23,7 +28,10 @@ class ExampleCommunicator : public dtrain::sdk::Communicator {
   std::shared_ptr<dtrain::sdk::Work> barrier(const Opts& o) override;
   std::shared_ptr<dtrain::sdk::Work> send(const Buf& buf, int32_t peer, const Opts& o) override;
   std::shared_ptr<dtrain::sdk::Work> recv(const Buf& buf, int32_t peer, const Opts& o) override;
-  void abort(const std::string& reason) override { executor_.abort(reason); }
+  void abort(const std::string& reason) override {
+    aborted_.store(true, std::memory_order_release);
+    queue_->abort(reason);
+  }
 
  private:
   template <typename F>
@@ -37,7 +45,11 @@ class ExampleCommunicator : public dtrain::sdk::Communicator {
   dtrain::sdk::Store store_;
   uint64_t rounds_ = 0;
   std::map<std::pair<int, int>, uint64_t> sent_, received_;  // (peer, tag) -> messages
-  dtrain::sdk::SerialExecutor executor_;
+  std::atomic<bool> aborted_{false};
+  // The SDK's op queue: ops run in order, inline on the thread that waits
+  // for them. Every store wait is cut into short slices that honour the
+  // op's deadline and an abort (get_until), so the queue is interruptible.
+  std::shared_ptr<dtrain::sdk::OpQueue> queue_ = dtrain::sdk::OpQueue::create({/*interruptible=*/true});
 };
 
 }  // namespace example

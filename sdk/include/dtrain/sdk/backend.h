@@ -12,6 +12,12 @@
 //   };
 //   static const dt_config_key_v1_t kKeys[] = {{"algorithm", "string", "\"ring\"", "..."}};
 //   DTRAIN_EXPORT_BACKEND_V1(MyComm, "mine", "1.0.0", "what it is", DT_CAP_ALLREDUCE | DT_CAP_CPU_BUFFERS, kKeys)
+//
+// The rest of the SDK, all header-only: op_queue.h (the in-order op queue
+// collectives run on, inline on the waiting thread), p2p.h (posted
+// point-to-point works and their completion), clock.h (the deadline rule),
+// reduce.h and half.h (reduction kernels, f16/bf16), support.h (the host's
+// logger and store, the plugin's options).
 
 #include <condition_variable>
 #include <deque>
@@ -22,6 +28,7 @@
 #include <thread>
 
 #include "dtrain/sdk/op_queue.h"
+#include "dtrain/sdk/p2p.h"
 #include "dtrain/sdk/support.h"
 #include "dtrain/sdk/work.h"
 
@@ -42,176 +49,6 @@ struct CommInit {
   bool single_host() const { return local_world_size >= world_size; }
 };
 
-// Runs a communicator's ops one at a time, in submission order, on one worker
-// thread, so submission never blocks and ops overlap the caller's compute.
-//
-// With allow_inline = true, ops submitted with inline_ok run on the caller's
-// thread when the caller waits for them at the head of an idle queue, which
-// saves two thread hand-offs per op on the latency path. Such an op does not
-// wake the worker at submission; the worker takes it when another op queues
-// behind it, when test() polls it, or when a wait is too short to run it
-// inline. inline_ok promises that the op's blocking transport calls end by
-// themselves near its deadline (an abort cannot reach a caller blocked inside
-// the transport), so a caller only runs it inline when it is prepared to wait
-// that long anyway.
-//
-// abort() completes every queued and running op with DT_ERR_ABORTED at once.
-// If an op is still blocked in the transport when the executor is destroyed
-// after an abort, its thread is detached and finishes on its own (the op's
-// body must then hold, by shared_ptr, everything it touches).
-class SerialExecutor {
- public:
-  using Clock = std::chrono::steady_clock;
-  using Body = std::function<void(Clock::time_point deadline)>;
-
-  explicit SerialExecutor(bool allow_inline = false) : s_(std::make_shared<State>()) {
-    s_->allow_inline = allow_inline;
-    thread_ = std::thread([s = s_] { loop(s); });
-  }
-  ~SerialExecutor() {
-    bool detach;
-    {
-      std::lock_guard<std::mutex> lk(s_->mu);
-      s_->stop = true;
-      detach = s_->aborted && s_->busy;
-      s_->cv.notify_all();
-    }
-    if (detach) thread_.detach();
-    else thread_.join();
-  }
-
-  std::shared_ptr<Work> submit(Body fn, Clock::time_point deadline, bool inline_ok = false) {
-    auto w = std::make_shared<Task>(s_, std::move(fn), deadline, inline_ok && s_->allow_inline);
-    std::lock_guard<std::mutex> lk(s_->mu);
-    if (s_->aborted) {
-      w->complete(DT_ERR_ABORTED, s_->abort_reason);
-      return w;
-    }
-    bool lazy = w->inline_ok && s_->queue.empty() && !s_->busy;
-    s_->queue.push_back(w);
-    if (!lazy) s_->cv.notify_all();
-    return w;
-  }
-
-  void abort(const std::string& reason) {
-    std::deque<std::shared_ptr<Task>> q;
-    std::shared_ptr<Task> running;
-    {
-      std::lock_guard<std::mutex> lk(s_->mu);
-      s_->aborted = true;
-      s_->abort_reason = reason;
-      q.swap(s_->queue);
-      running = s_->running;
-    }
-    for (auto& t : q) t->complete(DT_ERR_ABORTED, reason);
-    if (running) running->complete(DT_ERR_ABORTED, reason);
-  }
-
- private:
-  struct State;
-  class Task : public Work {
-   public:
-    Task(std::shared_ptr<State> s, Body fn, Clock::time_point deadline, bool inline_ok)
-        : deadline(deadline), inline_ok(inline_ok), s_(std::move(s)), fn_(std::move(fn)) {}
-    dt_status_t test() override {
-      dt_status_t st = Work::test();
-      if (st == DT_IN_PROGRESS && inline_ok) kick(s_);
-      return st;
-    }
-    dt_status_t wait(int64_t timeout_ms) override {
-      if (inline_ok && Work::test() == DT_IN_PROGRESS) {
-        bool long_enough = timeout_ms < 0 || Clock::now() + std::chrono::milliseconds(timeout_ms) +
-                                                     std::chrono::milliseconds(100) >= deadline;
-        if (!long_enough || !try_run_inline(s_, this)) kick(s_);
-      }
-      return Work::wait(timeout_ms);
-    }
-    void run() {
-      try {
-        fn_(deadline);
-        complete(DT_OK);
-      } catch (const Error& e) {
-        complete(e.status(), e.what());
-      } catch (const std::exception& e) {
-        complete(DT_ERR_INTERNAL, e.what());
-      } catch (...) {
-        complete(DT_ERR_INTERNAL, "unknown exception");
-      }
-      fn_ = nullptr;
-    }
-    Clock::time_point deadline;
-    const bool inline_ok;
-
-   private:
-    std::shared_ptr<State> s_;
-    Body fn_;
-  };
-
-  struct State {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<std::shared_ptr<Task>> queue;
-    std::shared_ptr<Task> running;
-    bool busy = false;
-    bool stop = false;
-    bool aborted = false;
-    bool allow_inline = false;
-    std::string abort_reason;
-  };
-
-  static bool try_run_inline(const std::shared_ptr<State>& s, Task* t) {
-    std::shared_ptr<Task> mine;
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      if (s->busy || s->queue.empty() || s->queue.front().get() != t) return false;
-      mine = std::move(s->queue.front());
-      s->queue.pop_front();
-      s->busy = true;
-      s->running = mine;
-    }
-    execute(s, mine);
-    return true;
-  }
-
-  // Wakes the worker for an op that was queued without waking it.
-  static void kick(const std::shared_ptr<State>& s) {
-    std::lock_guard<std::mutex> lk(s->mu);
-    if (!s->queue.empty()) s->cv.notify_all();
-  }
-
-  static void execute(const std::shared_ptr<State>& s, const std::shared_ptr<Task>& t) {
-    t->run();
-    std::lock_guard<std::mutex> lk(s->mu);
-    s->running.reset();
-    s->busy = false;
-    // Waking an idle worker for nothing costs a context switch per inline op.
-    if (!s->queue.empty()) s->cv.notify_all();
-  }
-
-  static void loop(std::shared_ptr<State> s) {
-    for (;;) {
-      std::shared_ptr<Task> t;
-      {
-        std::unique_lock<std::mutex> lk(s->mu);
-        s->cv.wait(lk, [&] { return s->stop || (!s->busy && !s->queue.empty()); });
-        if (s->stop) {
-          for (auto& q : s->queue) q->complete(DT_ERR_ABORTED, "communicator destroyed");
-          s->queue.clear();
-          return;
-        }
-        t = std::move(s->queue.front());
-        s->queue.pop_front();
-        s->busy = true;
-        s->running = t;
-      }
-      execute(s, t);
-    }
-  }
-
-  std::shared_ptr<State> s_;
-  std::thread thread_;
-};
-
 // Base class of a plugin's communicator. Ops left unimplemented refuse with
 // DT_ERR_NOT_SUPPORTED (and should be left out of the capability bits).
 class Communicator {
@@ -219,17 +56,19 @@ class Communicator {
   virtual ~Communicator() = default;
   using Buf = dt_buffer_v1_t;
   using Opts = dt_call_opts_v1_t;
-  virtual std::shared_ptr<Work> allreduce(const Buf&, const Buf&, int32_t, const Opts&) { return no("allreduce"); }
-  virtual std::shared_ptr<Work> broadcast(const Buf&, const Opts&) { return no("broadcast"); }
-  virtual std::shared_ptr<Work> allgather(const Buf&, const Buf&, const Opts&) { return no("allgather"); }
-  virtual std::shared_ptr<Work> reduce_scatter(const Buf&, const Buf&, int32_t, const Opts&) {
-    return no("reduce_scatter");
+  virtual std::shared_ptr<Work> allreduce(const Buf&, const Buf&, int32_t, const Opts&) {
+    return not_supported("allreduce");
   }
-  virtual std::shared_ptr<Work> reduce(const Buf&, const Buf&, int32_t, const Opts&) { return no("reduce"); }
-  virtual std::shared_ptr<Work> alltoall(const Buf&, const Buf&, const Opts&) { return no("alltoall"); }
-  virtual std::shared_ptr<Work> barrier(const Opts&) { return no("barrier"); }
-  virtual std::shared_ptr<Work> send(const Buf&, int32_t, const Opts&) { return no("send"); }
-  virtual std::shared_ptr<Work> recv(const Buf&, int32_t, const Opts&) { return no("recv"); }
+  virtual std::shared_ptr<Work> broadcast(const Buf&, const Opts&) { return not_supported("broadcast"); }
+  virtual std::shared_ptr<Work> allgather(const Buf&, const Buf&, const Opts&) { return not_supported("allgather"); }
+  virtual std::shared_ptr<Work> reduce_scatter(const Buf&, const Buf&, int32_t, const Opts&) {
+    return not_supported("reduce_scatter");
+  }
+  virtual std::shared_ptr<Work> reduce(const Buf&, const Buf&, int32_t, const Opts&) { return not_supported("reduce"); }
+  virtual std::shared_ptr<Work> alltoall(const Buf&, const Buf&, const Opts&) { return not_supported("alltoall"); }
+  virtual std::shared_ptr<Work> barrier(const Opts&) { return not_supported("barrier"); }
+  virtual std::shared_ptr<Work> send(const Buf&, int32_t, const Opts&) { return not_supported("send"); }
+  virtual std::shared_ptr<Work> recv(const Buf&, int32_t, const Opts&) { return not_supported("recv"); }
   // Called from any thread (the core's watchdog); must not block on peers.
   virtual void abort(const std::string& reason) = 0;
 
@@ -241,7 +80,7 @@ class Communicator {
   }
 
  private:
-  [[noreturn]] static std::shared_ptr<Work> no(const char* op) {
+  [[noreturn]] static std::shared_ptr<Work> not_supported(const char* op) {
     fail(DT_ERR_NOT_SUPPORTED, std::string("this backend does not implement ") + op);
   }
 };
@@ -282,12 +121,12 @@ dt_status_t guarded(std::string* err, F&& f) {
   }
 }
 
-inline CommHandle* H(dt_comm_h c) { return reinterpret_cast<CommHandle*>(c); }
-inline WorkHandle* W(dt_work_h w) { return reinterpret_cast<WorkHandle*>(w); }
+inline CommHandle* comm_handle(dt_comm_h c) { return reinterpret_cast<CommHandle*>(c); }
+inline WorkHandle* work_handle(dt_work_h w) { return reinterpret_cast<WorkHandle*>(w); }
 
 template <typename F>
 dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
-  auto* h = H(c);
+  auto* h = comm_handle(c);
   std::string err;
   dt_status_t st = guarded(&err, [&] {
     std::shared_ptr<Work> w = f(*h->comm);
@@ -302,7 +141,7 @@ dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
   return st;
 }
 
-inline const dt_call_opts_v1_t& O(const dt_call_opts_v1_t* o) {
+inline const dt_call_opts_v1_t& opts_or_default(const dt_call_opts_v1_t* o) {
   static const dt_call_opts_v1_t empty{};
   return o ? *o : empty;
 }
@@ -331,69 +170,69 @@ struct Trampolines {
   static const char* backend_last_error() { return tls_error().c_str(); }
   static dt_status_t comm_destroy(dt_comm_h c) {
     return guarded(nullptr, [&] {
-      delete H(c);
+      delete comm_handle(c);
       return DT_OK;
     });
   }
   static dt_status_t comm_abort(dt_comm_h c, const char* reason) {
     return guarded(nullptr, [&] {
-      H(c)->comm->abort(reason ? reason : "aborted");
+      comm_handle(c)->comm->abort(reason ? reason : "aborted");
       return DT_OK;
     });
   }
   static const char* comm_last_error(dt_comm_h c) {
-    auto* h = H(c);
+    auto* h = comm_handle(c);
     std::lock_guard<std::mutex> lk(h->mu);
     tls_error() = h->last_error;
     return tls_error().c_str();
   }
   static dt_status_t allreduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.allreduce(*s, *r, o, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.allreduce(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t broadcast(dt_comm_h c, const dt_buffer_v1_t* b, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.broadcast(*b, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.broadcast(*b, opts_or_default(opts)); });
   }
   static dt_status_t allgather(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.allgather(*s, *r, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.allgather(*s, *r, opts_or_default(opts)); });
   }
   static dt_status_t reduce_scatter(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                     const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.reduce_scatter(*s, *r, o, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.reduce_scatter(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t reduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                             const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.reduce(*s, *r, o, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.reduce(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t alltoall(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                               const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.alltoall(*s, *r, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.alltoall(*s, *r, opts_or_default(opts)); });
   }
   static dt_status_t barrier(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.barrier(O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.barrier(opts_or_default(opts)); });
   }
   static dt_status_t send(dt_comm_h c, const dt_buffer_v1_t* b, int32_t peer, const dt_call_opts_v1_t* opts,
                           dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.send(*b, peer, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.send(*b, peer, opts_or_default(opts)); });
   }
   static dt_status_t recv(dt_comm_h c, const dt_buffer_v1_t* b, int32_t peer, const dt_call_opts_v1_t* opts,
                           dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.recv(*b, peer, O(opts)); });
+    return op(c, out, [&](Communicator& m) { return m.recv(*b, peer, opts_or_default(opts)); });
   }
   static dt_status_t work_test(dt_work_h w) {
-    return guarded(&W(w)->error, [&] { return W(w)->work->test(); });
+    return guarded(&work_handle(w)->error, [&] { return work_handle(w)->work->test(); });
   }
   static dt_status_t work_wait(dt_work_h w, int64_t timeout_ms) {
-    return guarded(&W(w)->error, [&] { return W(w)->work->wait(timeout_ms); });
+    return guarded(&work_handle(w)->error, [&] { return work_handle(w)->work->wait(timeout_ms); });
   }
   static const char* work_error(dt_work_h w) {
-    auto* h = W(w);
+    auto* h = work_handle(w);
     std::string e = h->work->error();
     if (!e.empty()) h->error = e;
     return h->error.c_str();
   }
-  static void work_release(dt_work_h w) { delete W(w); }
+  static void work_release(dt_work_h w) { delete work_handle(w); }
 };
 
 template <typename Comm>

@@ -25,18 +25,19 @@ namespace dtrain::sdk {
 class OpQueue;
 
 // A collective queued on an OpQueue. Its body runs once, on the thread that
-// waits for it or on the queue's drainer. test() is lock-free until the op is
-// done (the latency path polls it).
+// waits for it or on the queue's drainer. test() reads a lock-free flag (the
+// latency path polls it); on a lazy queue an unfinished test() also wakes
+// the drainer.
 class QueuedWork : public Work {
  public:
   using Body = std::function<void(Clock::time_point deadline)>;
-  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted)
-      : deadline(deadline), submitted(submitted), queue_(std::move(queue)), body_(std::move(body)) {}
+  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted,
+             bool inline_ok)
+      : deadline(deadline), submitted(submitted), inline_ok(inline_ok), queue_(std::move(queue)),
+        body_(std::move(body)) {}
 
-  dt_status_t test() override {
-    // status_ is final once done_ is set (released after complete()).
-    return done_.load(std::memory_order_acquire) ? status_ : DT_IN_PROGRESS;
-  }
+  inline dt_status_t test() override;
+  bool done() const { return done_.load(std::memory_order_acquire); }
   // Runs this op, and the ones queued before it, on the calling thread (see
   // OpQueue for when); else waits for the thread that runs them.
   inline dt_status_t wait(int64_t timeout_ms) override;
@@ -65,6 +66,7 @@ class QueuedWork : public Work {
 
   const Clock::time_point deadline;
   const Clock::time_point submitted;  // precise: the drainer's grace is measured from it
+  const bool inline_ok;               // see OpQueue::submit
 
  private:
   std::shared_ptr<OpQueue> queue_;
@@ -86,13 +88,23 @@ class QueuedWork : public Work {
 //  - false (Gloo): only the op's own deadline ends them, and an abort cannot
 //    reach a thread blocked inside. A waiter runs ops inline only when it is
 //    prepared to wait until the op's deadline anyway (the core's waits are);
-//    a shorter wait leaves the op to the drainer. If an op is still blocked
+//    a shorter wait leaves the op to the drainer, and so does an op submitted
+//    with inline_ok = false (its transport waits may outlast its deadline, as
+//    Gloo's connection-level waits outlast a per-call timeout shorter than
+//    the communicator's). If an op is still blocked
 //    in the transport at shutdown after an abort, the drainer is detached and
 //    finishes on its own (a body must hold, by shared_ptr, what it touches).
 class OpQueue : public std::enable_shared_from_this<OpQueue> {
  public:
   struct Settings {
     bool interruptible = false;
+    // The drainer sleeps until it is needed instead of polling every `poll`
+    // while the communicator is busy: it wakes when an op queues behind
+    // another, when a queued op is tested, when a waiter leaves its op to it,
+    // and for ops submitted with inline_ok = false. No periodic wake-up lands
+    // on the latency path; an op nobody waits for or tests stays queued until
+    // one of those happens (the core's watchdog tests dropped works).
+    bool lazy = false;
     std::chrono::microseconds grace{1000};
     std::chrono::microseconds poll{2000};
     std::chrono::milliseconds idle{500};
@@ -114,9 +126,12 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   const Settings& settings() const { return settings_; }
 
   // Queues body with its deadline (see clock.h: deadline_after()).
-  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline) {
+  // inline_ok = false (non-interruptible queues only): the op never runs on
+  // a waiting thread; the drainer takes it at once.
+  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline, bool inline_ok = true) {
     auto now = Clock::now();
-    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now);
+    inline_ok = inline_ok || settings_.interruptible;
+    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now, inline_ok);
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_ || stop_) {
       w->finish(DT_ERR_ABORTED, aborted_ ? reason_ : "communicator destroyed");
@@ -124,8 +139,10 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     }
     queue_.push_back(w);
     last_submit_ = now;
-    if (deep_sleep_) {
+    bool behind = settings_.lazy && queue_.size() > 1;
+    if (deep_sleep_ || !inline_ok || behind) {
       deep_sleep_ = false;
+      kicked_ = kicked_ || !inline_ok || behind;
       cv_.notify_all();
     }
     return w;
@@ -135,11 +152,16 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   // passes; bodies get min(deadline, cap) as their deadline when
   // cap_bodies, else their own deadline.
   void run_until(QueuedWork* target, Clock::time_point cap, bool cap_bodies) {
-    while (target->test() == DT_IN_PROGRESS) {
+    while (!target->done()) {
       std::shared_ptr<QueuedWork> w;
       {
         std::unique_lock<std::mutex> lk(mu_);
-        if (!claim_head(&w)) {
+        bool head_inline = queue_.empty() || queue_.front()->inline_ok;
+        if (!head_inline) {
+          kicked_ = true;
+          cv_.notify_all();
+        }
+        if (!head_inline || !claim_head(&w)) {
           // Another thread (the drainer) runs ops: wait for it in short slices.
           auto now = Clock::now();
           if (now >= cap) return;
@@ -231,6 +253,21 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   }
   void drain_loop() {
     std::unique_lock<std::mutex> lk(mu_);
+    while (!stop_ && settings_.lazy) {
+      cv_.wait(lk, [&] { return stop_ || (kicked_ && !queue_.empty() && !aborted_); });
+      std::shared_ptr<QueuedWork> w;
+      if (stop_ || !claim_head(&w)) {
+        if (queue_.empty()) kicked_ = false;
+        if (!stop_) cv_.wait_for(lk, std::chrono::milliseconds(1));  // another thread runs the head
+        continue;
+      }
+      running_on_drainer_ = true;
+      lk.unlock();
+      w->run(Clock::time_point::max());
+      release(w);
+      lk.lock();
+      if (queue_.empty()) kicked_ = false;
+    }
     while (!stop_) {
       auto now = Clock::now();
       if (queue_.empty() && now - last_submit_ > settings_.idle) {
@@ -275,8 +312,15 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   std::thread drainer_;
 };
 
-inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
+inline dt_status_t QueuedWork::test() {
+  // status_ is final once done_ is set (released after complete()).
   if (done_.load(std::memory_order_acquire)) return status_;
+  if (queue_->settings().lazy) queue_->kick();
+  return DT_IN_PROGRESS;
+}
+
+inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
+  if (done()) return status_;
   auto cap = timeout_ms < 0 ? Clock::time_point::max() : coarse_now() + std::chrono::milliseconds(timeout_ms);
   if (queue_->settings().interruptible) {
     queue_->run_until(this, cap, true);
@@ -284,7 +328,7 @@ inline dt_status_t QueuedWork::wait(int64_t timeout_ms) {
   }
   // The core waits until the deadline (it passes the time left to it); a
   // tick of slack covers the coarse clock.
-  if (cap + std::chrono::milliseconds(100) >= deadline) {
+  if (inline_ok && cap + std::chrono::milliseconds(100) >= deadline) {
     queue_->run_until(this, Clock::time_point::max(), false);
     return test();
   }

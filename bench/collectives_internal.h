@@ -1,0 +1,91 @@
+#pragma once
+// Internals of `dtrain-bench collectives`, shared by its files: the plan
+// (collectives_plan.cc), the ranks (collectives_ranks.cc), the Open MPI
+// driver (collectives_mpi.cc), the table (collectives_table.cc) and the
+// parent that runs them all (collectives.cc).
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives.h"
+#include "dtrain/buffer.h"
+#include "dtrain/store.h"
+#include "gloo_reference.h"
+
+namespace dtrain::bench::coll {
+
+using Clock = std::chrono::steady_clock;
+inline constexpr const char* kWorkerEnv = "DTRAIN_BENCH_WORKER";  // "rank:world:host:port"
+inline constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";
+inline constexpr const char* kMpiTag = "DTRAIN_BENCH_MPI";
+inline constexpr size_t kSmallBytes = 64 * 1024;  // rows that show the latency difference
+inline constexpr size_t kLargeBytes = 1 << 20;    // rows the bandwidth target applies to
+inline constexpr double kTrialBudgetS = 1.2;      // --trials auto: time per size for both implementations
+
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+enum class Op { Allreduce, Broadcast, Allgather };
+Op parse_op(const std::string& s);
+const char* op_name(Op op);
+// "8", "4K", "64M", "1G" (binary units) to bytes.
+size_t parse_size(const std::string& text);
+std::string human_bytes(size_t b);
+std::string unquote(const std::string& v);
+
+struct Case {
+  size_t bytes = 0;  // the size column: the op's buffer (allgather: the gathered result)
+  size_t count = 0;  // elements per call (allgather: per rank)
+};
+
+struct Plan {
+  Op op = Op::Allreduce;
+  DType dtype = DType::F32;
+  int world = 2;
+  std::vector<Case> cases;
+  int fixed_iters = 0;  // 0: auto
+  std::string config_toml;
+  std::string options_text;  // for the header
+  GlooRefConfig gloo;
+  double busbw_factor = 1;
+  std::string gloo_skip;  // why there is no raw-Gloo reference ("" when there is)
+};
+
+Plan make_plan(const CollectivesOptions& o);
+
+struct Row {
+  Case c;
+  int iters = 0, trials = 0;
+  std::optional<double> dtrain, gloo, mpi;  // seconds per op (median trial)
+  std::vector<double> dtrain_trials, gloo_trials;
+
+  // dtrain against raw Gloo, trial by trial: trial k of both ran back to back,
+  // so the machine's slow drift cancels out in each pair.
+  std::optional<double> paired(bool ratio) const {
+    size_t n = std::min(dtrain_trials.size(), gloo_trials.size());
+    if (!n) return std::nullopt;
+    std::vector<double> v;
+    for (size_t k = 0; k < n; ++k)
+      v.push_back(ratio ? gloo_trials[k] / dtrain_trials[k] : dtrain_trials[k] - gloo_trials[k]);
+    return median(v);
+  }
+};
+
+// The store as a barrier (outside every timed region).
+void store_barrier(Store& s, const std::string& name, int rank, int world);
+// One rank, started by the parent with spec "rank:world:host:port".
+int worker_main(const CollectivesOptions& o, const Plan& p, const std::string& spec);
+// Runs dtrain-bench-mpi under mpirun; fills rows[*].mpi. Returns a note for the header.
+std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>& rows, std::chrono::seconds limit);
+void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on,
+                 bool mpi_on);
+
+}  // namespace dtrain::bench::coll

@@ -1,0 +1,333 @@
+// `dtrain-bench collectives`: one rank (a process started by the parent) running dtrain and raw Gloo.
+#include "collectives_internal.h"
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "dtrain/abi/backend_v1.h"
+#include "dtrain/buffer.h"
+#include "dtrain/communicator.h"
+#include "dtrain/error.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/sdk/support.h"
+#include "dtrain/store.h"
+#include "dtrain/work.h"
+#include "gloo_reference.h"
+#include "options.h"  // sdk/testing: --option key=value as TOML
+#include "process.h"
+
+namespace dtrain::bench::coll {
+
+namespace {
+
+// ---------------------------------------------------------------- buffers
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Mem = std::unique_ptr<char, FreeDeleter>;
+
+Mem alloc_touched(size_t bytes) {
+  size_t n = (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+  char* p = static_cast<char*>(std::aligned_alloc(4096, n));
+  if (!p) throw IoError("cannot allocate " + std::to_string(n) + " bytes");
+  std::memset(p, 0, n);
+  return Mem(p);
+}
+
+template <typename F>
+void with_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::F32: return f(float{});
+    case DType::F64: return f(double{});
+    case DType::I8: return f(int8_t{});
+    case DType::U8: return f(uint8_t{});
+    case DType::I32: return f(int32_t{});
+    case DType::I64: return f(int64_t{});
+    case DType::F16: case DType::BF16: return f(uint16_t{});
+  }
+}
+
+void fill(void* p, size_t n, DType t, double v) {
+  with_dtype(t, [&](auto z) {
+    using T = decltype(z);
+    T x;
+    if (t == DType::F16) x = static_cast<T>(sdk::float_to_half(static_cast<float>(v)));
+    else if (t == DType::BF16) x = static_cast<T>(sdk::float_to_bf16(static_cast<float>(v)));
+    else x = static_cast<T>(v);
+    std::fill(static_cast<T*>(p), static_cast<T*>(p) + n, x);
+  });
+}
+
+// Index of the first element that is not `expect` (n when all are).
+size_t find_mismatch(const void* p, size_t n, DType t, double expect, double* got) {
+  size_t bad = n;
+  with_dtype(t, [&](auto z) {
+    using T = decltype(z);
+    const T* a = static_cast<const T*>(p);
+    for (size_t i = 0; i < n; ++i) {
+      double v = t == DType::F16 ? sdk::half_to_float(static_cast<uint16_t>(a[i]))
+                 : t == DType::BF16 ? sdk::bf16_to_float(static_cast<uint16_t>(a[i]))
+                                   : static_cast<double>(a[i]);
+      if (v != expect) {
+        bad = i;
+        *got = v;
+        return;
+      }
+    }
+  });
+  return bad;
+}
+
+// One implementation under test: runs the op on the shared bench buffers.
+struct Runner {
+  std::string name;
+  std::function<void(const Case&)> op;
+  std::function<void()> barrier;
+};
+
+class Rank {
+ public:
+  Rank(const CollectivesOptions& o, const Plan& p, int rank, std::shared_ptr<Store> store)
+      : o_(o), p_(p), rank_(rank), store_(std::move(store)) {}
+
+  void run() {
+    auto backend = PluginRegistry().load(o_.backend);
+    CommOptions co;
+    co.rank = rank_;
+    co.world_size = p_.world;
+    co.local_rank = rank_;
+    co.local_world_size = p_.world;
+    co.store = store_;
+    co.config_toml = p_.config_toml;
+    co.timeout = std::chrono::minutes(2);
+    co.name = "bench";
+    auto comm = backend->create_communicator(co);
+#ifdef DTRAIN_BENCH_HAVE_GLOO
+    std::unique_ptr<GlooReference> ref;
+    if (p_.gloo_skip.empty())
+      ref = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo", store_),
+                                            p_.gloo, std::chrono::minutes(2));
+#endif
+    size_t esz = dtype_size(p_.dtype);
+    size_t max_bytes = p_.cases.back().bytes;
+    Mem a = alloc_touched(max_bytes);
+    Mem b = alloc_touched(p_.op == Op::Allgather ? max_bytes / p_.world : 0);
+    a_ = a.get();
+    b_ = p_.op == Op::Allgather ? b.get() : nullptr;
+    DType t = p_.dtype;
+    int n = p_.world;
+
+    Runner dt{"dtrain", nullptr, nullptr};
+    dt.op = [&](const Case& c) {
+      switch (p_.op) {
+        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t), ReduceOp::Sum)->wait(); break;
+        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t), 0)->wait(); break;
+        case Op::Allgather: comm->allgather(Buffer(b_, c.count, t), Buffer(a_, c.count * n, t))->wait(); break;
+      }
+    };
+    bool has_barrier = backend->supports(DT_CAP_BARRIER);
+    dt.barrier = [&] {
+      if (has_barrier) {
+        comm->barrier()->wait();
+      } else {
+        float x = 0;
+        comm->allreduce(Buffer::of(&x, 1))->wait();
+      }
+    };
+    std::vector<Runner*> runners;
+#ifdef DTRAIN_BENCH_HAVE_GLOO
+    auto raw_runner = [&](const std::string& name, GlooReference* g) {
+      Runner r{name, nullptr, nullptr};
+      r.op = [&, g](const Case& c) {
+        switch (p_.op) {
+          case Op::Allreduce: g->allreduce(a_, c.count, t); break;
+          case Op::Broadcast: g->broadcast(a_, c.count * esz, 0); break;
+          case Op::Allgather: g->allgather(b_, a_, c.count * esz); break;
+        }
+      };
+      r.barrier = [g] { g->barrier(); };
+      return r;
+    };
+    // --aa: dtrain's column is a second raw-Gloo context, so the ratios show
+    // how far two identical implementations drift apart on this machine.
+    std::unique_ptr<GlooReference> ref2;
+    if (o_.aa && ref) {
+      ref2 = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo2", store_),
+                                             p_.gloo, std::chrono::minutes(2));
+      dt = raw_runner("dtrain", ref2.get());
+    }
+#endif
+    if (!o_.no_dtrain) runners.push_back(&dt);
+#ifdef DTRAIN_BENCH_HAVE_GLOO
+    Runner gl{"gloo", nullptr, nullptr};
+    if (ref) {
+      gl = raw_runner("gloo", ref.get());
+      runners.push_back(&gl);
+    }
+#endif
+
+    if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and the raw-Gloo reference are both off");
+    for (size_t i = 0; i < p_.cases.size(); ++i) {
+      const Case& c = p_.cases[i];
+      if (!o_.no_check)
+        for (auto* r : runners) check(*r, c);
+      // Timed runs reduce zeros: the values stay finite and equal every iteration.
+      std::memset(a_, 0, c.count * esz * (p_.op == Op::Allgather ? n : 1));
+      if (b_) std::memset(b_, 0, c.count * esz);
+
+      // Warm-up; rank 0 sizes the timed runs from the warm-up times.
+      std::vector<double> warm;
+      int nwarm = std::max(o_.warmup, p_.fixed_iters ? 0 : 1);
+      for (int w = 0; w < nwarm; ++w) {
+        auto t0 = Clock::now();
+        runners[0]->op(c);
+        warm.push_back(seconds_since(t0));
+      }
+      int iters = p_.fixed_iters, trials = o_.trials;
+      std::string key = "iters/" + std::to_string(i), tkey = "trials/" + std::to_string(i);
+      if (rank_ == 0) {
+        // The fastest warm-up iteration: the first ones pay for cold caches
+        // and connections.
+        double fastest = warm.empty() ? 0 : std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
+        if (!iters) iters = static_cast<int>(std::clamp(std::ceil(o_.target_ms / 1000.0 / fastest), 5.0, 1e6));
+        // Many short trials: pairs of back-to-back trials cancel the machine's
+        // drift, and the median of many pairs is what repeats.
+        if (!trials)
+          trials = fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (2 * iters * fastest), 7.0, 61.0)) : 21;
+        store_->set(key, std::to_string(iters));
+        store_->set(tkey, std::to_string(trials));
+      } else {
+        iters = std::stoi(store_->get_string(key, std::chrono::minutes(5)));
+        trials = std::stoi(store_->get_string(tkey, std::chrono::minutes(5)));
+      }
+      for (size_t r = 1; r < runners.size(); ++r)
+        for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
+
+      // Trials alternate the implementations (and which one goes first), so
+      // drift on a shared machine hits both alike.
+      std::vector<std::vector<double>> times(runners.size());
+      for (int trial = 0; trial < trials; ++trial) {
+        for (size_t k = 0; k < runners.size(); ++k) {
+          size_t r = trial % 2 ? runners.size() - 1 - k : k;
+          runners[r]->barrier();
+          auto t0 = Clock::now();
+          for (int it = 0; it < iters; ++it) runners[r]->op(c);
+          times[r].push_back(seconds_since(t0) / iters);
+        }
+      }
+      for (size_t r = 0; r < runners.size(); ++r) {
+        std::string v;
+        for (double x : times[r]) v += fmt::format("{:.9e} ", x);
+        store_->set(fmt::format("res/{}/{}/{}", runners[r]->name, i, rank_), v);
+      }
+      if (o_.verbose && rank_ == 0) {
+        std::string line = fmt::format("[rank 0] {:>10} B  iters {:>6}", c.bytes, iters);
+        for (size_t r = 0; r < runners.size(); ++r) {
+          line += fmt::format("  {} us:", runners[r]->name);
+          for (double x : times[r]) line += fmt::format(" {:.1f}", x * 1e6);
+        }
+        fmt::print(stderr, "{}\n", line);
+      }
+    }
+    // Nobody tears down its connections while a peer may still read from them.
+    store_barrier(*store_, "done", rank_, n);
+  }
+
+ private:
+  [[noreturn]] void bad(const Runner& r, const Case& c, const std::string& what) {
+    throw InternalError(fmt::format("{} {} of {} ({} x {}) gave wrong data: {}", r.name, op_name(p_.op),
+                                    human_bytes(c.bytes), dtype_name(p_.dtype), c.count, what));
+  }
+
+  // One call with known inputs; every rank checks its whole result.
+  void check(const Runner& r, const Case& c) {
+    DType t = p_.dtype;
+    int n = p_.world;
+    double got = 0;
+    size_t idx;
+    switch (p_.op) {
+      case Op::Allreduce: {
+        fill(a_, c.count, t, rank_ % 3 + 1);
+        double expect = 0;
+        for (int q = 0; q < n; ++q) expect += q % 3 + 1;
+        r.op(c);
+        if ((idx = find_mismatch(a_, c.count, t, expect, &got)) != c.count)
+          bad(r, c, fmt::format("element {} is {}, expected {}", idx, got, expect));
+        break;
+      }
+      case Op::Broadcast:
+        fill(a_, c.count, t, rank_ == 0 ? 7 : 0);
+        r.op(c);
+        if ((idx = find_mismatch(a_, c.count, t, 7, &got)) != c.count)
+          bad(r, c, fmt::format("element {} is {}, expected 7", idx, got));
+        break;
+      case Op::Allgather: {
+        fill(b_, c.count, t, rank_ % 100 + 1);
+        fill(a_, c.count * n, t, 0);
+        r.op(c);
+        size_t esz = dtype_size(t);
+        for (int q = 0; q < n; ++q)
+          if ((idx = find_mismatch(a_ + q * c.count * esz, c.count, t, q % 100 + 1, &got)) != c.count)
+            bad(r, c, fmt::format("block of rank {} element {} is {}, expected {}", q, idx, got, q % 100 + 1));
+        break;
+      }
+    }
+  }
+
+  const CollectivesOptions& o_;
+  const Plan& p_;
+  int rank_;
+  std::shared_ptr<Store> store_;
+  char* a_ = nullptr;
+  char* b_ = nullptr;
+};
+
+}  // namespace
+
+void store_barrier(Store& s, const std::string& name, int rank, int world) {
+  s.set(name + "/" + std::to_string(rank), std::string("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(name + "/" + std::to_string(r));
+  s.wait(keys, std::chrono::minutes(5));
+}
+
+int worker_main(const CollectivesOptions& o, const Plan& p, const std::string& spec) {
+  int rank = -1;
+  try {
+    // spec: rank:world:host:port
+    auto c1 = spec.find(':'), c2 = spec.find(':', c1 + 1);
+    if (c1 == std::string::npos || c2 == std::string::npos) throw InvalidUsage("bad worker spec '" + spec + "'");
+    rank = std::stoi(spec.substr(0, c1));
+    int world = std::stoi(spec.substr(c1 + 1, c2 - c1 - 1));
+    if (world != p.world) throw InvalidUsage("worker spec names another world size");
+    auto [host, port] = parse_host_port(spec.substr(c2 + 1));
+    const char* token = std::getenv(kTokenEnv);
+    auto client = std::make_shared<TcpStore>(host, port, token ? token : "");
+    auto store = std::make_shared<PrefixStore>("bench", client);
+    Rank(o, p, rank, store).run();
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dtrain-bench: rank {}: {}\n", rank, e.what());
+    return 1;
+  }
+}
+
+}  // namespace dtrain::bench::coll

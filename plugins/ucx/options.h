@@ -1,0 +1,41 @@
+#pragma once
+// The UCX plugin's options ([ucx] table), read once at communicator creation.
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "dtrain/sdk/backend.h"
+#include "fabric.h"
+
+namespace dtrain::ucx_backend {
+
+enum class Algorithm { Auto, RecursiveDoubling, Ring };
+
+// What the algorithms need; every rank must run with the same values (see
+// fingerprint()).
+struct Settings {
+  Algorithm algorithm = Algorithm::Auto;
+  size_t small_bytes = 8 * 1024;    // auto: recursive doubling up to here, ring above
+  size_t chunk_bytes = 128 * 1024;  // ring pipeline chunk
+  int depth = 8;                    // chunks in flight per ring step
+  std::chrono::microseconds spin{2000};
+  bool shm = true;  // shared-memory mailboxes for large messages on one host
+};
+
+// Everything the [ucx] table says, checked: an unknown name or a value out of
+// range fails with DT_ERR_INVALID_USAGE naming the key.
+struct UcxOptions {
+  Settings settings;
+  std::string algorithm_name = "auto";
+  std::string tls;          // "" = UCX's default
+  std::string net_devices;  // after the default (see default_net_devices())
+  ErrorHandling errors = ErrorHandling::Auto;
+  std::chrono::microseconds grace{1000};
+
+  static UcxOptions parse(const sdk::CommInit& init);
+  // The options every rank must share, as text (compared at connection).
+  std::string fingerprint() const;
+};
+
+}  // namespace dtrain::ucx_backend
