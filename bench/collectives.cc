@@ -70,8 +70,10 @@ std::vector<double> collect(Store& s, const std::string& impl, size_t i, int wor
     std::istringstream is(std::string(v->begin(), v->end()));
     double x;
     for (size_t t = 0; is >> x; ++t) {
-      if (worst.size() <= t) worst.push_back(x);
-      else worst[t] = std::max(worst[t], x);
+      if (worst.size() <= t)
+        worst.push_back(x);
+      else
+        worst[t] = std::max(worst[t], x);
     }
   }
   return worst;
@@ -81,28 +83,33 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   install_interrupt_handlers();
   auto start = Clock::now();
   bool gloo_on = p.gloo_skip.empty();
-  fmt::print("# dtrain-bench collectives: {} {}{}, {} ranks as processes on this host, backend '{}'{}\n",
-             op_name(p.op), dtype_name(p.dtype), p.op == Op::Allreduce ? " (sum)" : "", p.world, o.backend,
+  fmt::print("# dtrain-bench collectives: {} {}{}, {} ranks as processes on this host, backend '{}'{}\n", op_name(p.op),
+             dtype_name(p.dtype), p.op == Op::Allreduce ? " (sum)" : "", p.world, o.backend,
              p.options_text.empty() ? "" : " with " + p.options_text);
-  fmt::print("# sizes {} .. {} (x{}), warm-up {}, iterations {}, median of {} trial(s){}\n", human_bytes(p.cases.front().bytes),
-             human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
-             p.fixed_iters ? std::to_string(p.fixed_iters)
-                           : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
-             o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
-             gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
+  fmt::print(
+      "# sizes {} .. {} (x{}), warm-up {}, iterations {}, median of {} trial(s){}\n",
+      human_bytes(p.cases.front().bytes), human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
+      p.fixed_iters ? std::to_string(p.fixed_iters) : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
+      o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
+      gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
   if (o.aa)
-    fmt::print("# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
-               "this machine's noise\n");
-  fmt::print("# time = average per op over a trial's iterations, slowest rank, median trial; "
-             "algbw = size/time; busbw = algbw x {}\n",
-             p.op == Op::Allreduce ? "2(n-1)/n" : p.op == Op::Allgather ? "(n-1)/n" : "1");
+    fmt::print(
+        "# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
+        "this machine's noise\n");
+  fmt::print(
+      "# time = average per op over a trial's iterations, slowest rank, median trial; "
+      "algbw = size/time; busbw = algbw x {}\n",
+      p.op == Op::Allreduce   ? "2(n-1)/n"
+      : p.op == Op::Allgather ? "(n-1)/n"
+                              : "1");
   fmt::print("# raw Gloo: {}\n",
              gloo_on ? "the gloo plugin's algorithm for each size called directly on a gloo::rendezvous::Context "
                        "(TCP on lo), same buffer and iterations"
                      : p.gloo_skip);
   if (gloo_on)
-    fmt::print("# /gloo and dt-gloo: median over trial pairs (trial k of dtrain and of raw Gloo ran back to back) "
-               "of raw time / dtrain time and of dtrain time - raw time\n");
+    fmt::print(
+        "# /gloo and dt-gloo: median over trial pairs (trial k of dtrain and of raw Gloo ran back to back) "
+        "of raw time / dtrain time and of dtrain time - raw time\n");
   std::fflush(stdout);
 
   // Fail here, once, rather than in every rank.
@@ -114,9 +121,8 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   std::vector<Child> kids;
   fmt::print(stderr, "dtrain-bench: running {} ranks of dtrain{} ...\n", p.world, gloo_on ? " and raw Gloo" : "");
   for (int r = 0; r < p.world; ++r) {
-    std::vector<std::string> env{
-        fmt::format("{}={}:{}:{}:{}", kWorkerEnv, r, p.world, server.host(), server.port()),
-        fmt::format("{}={}", kTokenEnv, token)};
+    std::vector<std::string> env{fmt::format("{}={}:{}:{}:{}", kWorkerEnv, r, p.world, server.host(), server.port()),
+                                 fmt::format("{}={}", kTokenEnv, token)};
     kids.push_back({spawn(self, argv, env), "rank " + std::to_string(r)});
   }
   std::string failure = wait_all(kids, std::chrono::seconds(o.time_limit_s));
@@ -154,7 +160,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   }
   bool mpi_on = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.mpi.has_value(); });
   fmt::print("# Open MPI: MPI_{}{} ({})\n",
-             p.op == Op::Allreduce ? "Allreduce" : p.op == Op::Broadcast ? "Bcast" : "Allgather",
+             p.op == Op::Allreduce   ? "Allreduce"
+             : p.op == Op::Broadcast ? "Bcast"
+                                     : "Allgather",
              p.op == Op::Allreduce ? " in place" : "", mpi_note);
   print_table(o, p, rows, gloo_on, mpi_on);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -168,13 +176,11 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
 }  // namespace
 }  // namespace coll
 
-
 using namespace coll;
 
 void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_option("--backend", o.backend, "backend plugin to benchmark (gloo, ucx, nccl, ...)")->required();
-  sub->add_option("--world-size,-n", o.world_size, "number of ranks (processes on this host)")
-      ->capture_default_str();
+  sub->add_option("--world-size,-n", o.world_size, "number of ranks (processes on this host)")->capture_default_str();
   sub->add_option("--op", o.op, "collective: allreduce, broadcast, allgather")->capture_default_str();
   sub->add_option("--dtype", o.dtype, "element type: f32, f64, f16, bf16, i8, u8, i32, i64")->capture_default_str();
   sub->add_option("--min-bytes,-b", o.min_bytes, "smallest size (K, M, G suffixes)")->capture_default_str();

@@ -85,7 +85,6 @@ void store_barrier(Store& s, const std::string& name, int rank, int world);
 int worker_main(const CollectivesOptions& o, const Plan& p, const std::string& spec);
 // Runs dtrain-bench-mpi under mpirun; fills rows[*].mpi. Returns a note for the header.
 std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>& rows, std::chrono::seconds limit);
-void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on,
-                 bool mpi_on);
+void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on, bool mpi_on);
 
 }  // namespace dtrain::bench::coll

@@ -39,13 +39,25 @@ std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>
   if (o.no_reference || o.no_mpi) return "turned off";
   if (p.dtype == DType::F16 || p.dtype == DType::BF16) return std::string("MPI has no ") + dtype_name(p.dtype) + " sum";
   std::string exe = dir_of(self_exe()) + "/dtrain-bench-mpi";
-  struct stat st{};
+  struct stat st {};
   if (::stat(exe.c_str(), &st) != 0) return "skipped: " + exe + " was not built (MPI not found at build time)";
   std::string mpirun = find_in_path("mpirun");
   if (mpirun.empty()) return "skipped: mpirun is not on PATH (Debian: openmpi-bin)";
-  std::vector<std::string> argv{mpirun, "-np", std::to_string(p.world), "--oversubscribe", "--bind-to", "none",
-                                exe, "--op", op_name(p.op), "--dtype", dtype_name(p.dtype),
-                                "--warmup", std::to_string(o.warmup), "--trials", std::to_string(o.trials)};
+  std::vector<std::string> argv{mpirun,
+                                "-np",
+                                std::to_string(p.world),
+                                "--oversubscribe",
+                                "--bind-to",
+                                "none",
+                                exe,
+                                "--op",
+                                op_name(p.op),
+                                "--dtype",
+                                dtype_name(p.dtype),
+                                "--warmup",
+                                std::to_string(o.warmup),
+                                "--trials",
+                                std::to_string(o.trials)};
   for (auto& r : rows) {
     argv.push_back("--case");
     argv.push_back(fmt::format("{}:{}:{}:{}", r.c.bytes, r.c.count, r.iters, r.trials));
@@ -82,8 +94,8 @@ std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>
     if (got.count(r.c.bytes)) r.mpi = got[r.c.bytes];
   std::string what = o.mpi_transport.empty() ? "Open MPI's default transport" : "btl " + o.mpi_transport;
   if (!cap.failure.empty())
-    return "FAILED (mpirun " + cap.failure + "; " + std::to_string(got.size()) + " of " +
-           std::to_string(rows.size()) + " sizes measured), " + what;
+    return "FAILED (mpirun " + cap.failure + "; " + std::to_string(got.size()) + " of " + std::to_string(rows.size()) +
+           " sizes measured), " + what;
   return what;
 }
 

@@ -60,10 +60,17 @@ size_t parse_size(const std::string& text) {
   uint64_t v = std::stoull(text.substr(0, i));
   std::string unit = text.substr(i);
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
-  static const std::map<std::string, uint64_t> mult = {
-      {"", 1},          {"b", 1},          {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
-      {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20}, {"g", 1ull << 30}, {"gb", 1ull << 30},
-      {"gib", 1ull << 30}};
+  static const std::map<std::string, uint64_t> mult = {{"", 1},
+                                                       {"b", 1},
+                                                       {"k", 1ull << 10},
+                                                       {"kb", 1ull << 10},
+                                                       {"kib", 1ull << 10},
+                                                       {"m", 1ull << 20},
+                                                       {"mb", 1ull << 20},
+                                                       {"mib", 1ull << 20},
+                                                       {"g", 1ull << 30},
+                                                       {"gb", 1ull << 30},
+                                                       {"gib", 1ull << 30}};
   auto it = mult.find(unit);
   if (it == mult.end()) throw InvalidUsage("size '" + text + "' has an unknown unit (use K, M or G)");
   return static_cast<size_t>(v * it->second);

@@ -61,7 +61,8 @@ void with_dtype(DType t, F&& f) {
     case DType::U8: return f(uint8_t{});
     case DType::I32: return f(int32_t{});
     case DType::I64: return f(int64_t{});
-    case DType::F16: case DType::BF16: return f(uint16_t{});
+    case DType::F16:
+    case DType::BF16: return f(uint16_t{});
   }
 }
 
@@ -69,9 +70,12 @@ void fill(void* p, size_t n, DType t, double v) {
   with_dtype(t, [&](auto z) {
     using T = decltype(z);
     T x;
-    if (t == DType::F16) x = static_cast<T>(sdk::float_to_half(static_cast<float>(v)));
-    else if (t == DType::BF16) x = static_cast<T>(sdk::float_to_bf16(static_cast<float>(v)));
-    else x = static_cast<T>(v);
+    if (t == DType::F16)
+      x = static_cast<T>(sdk::float_to_half(static_cast<float>(v)));
+    else if (t == DType::BF16)
+      x = static_cast<T>(sdk::float_to_bf16(static_cast<float>(v)));
+    else
+      x = static_cast<T>(v);
     std::fill(static_cast<T*>(p), static_cast<T*>(p) + n, x);
   });
 }
@@ -83,9 +87,9 @@ size_t find_mismatch(const void* p, size_t n, DType t, double expect, double* go
     using T = decltype(z);
     const T* a = static_cast<const T*>(p);
     for (size_t i = 0; i < n; ++i) {
-      double v = t == DType::F16 ? sdk::half_to_float(static_cast<uint16_t>(a[i]))
+      double v = t == DType::F16    ? sdk::half_to_float(static_cast<uint16_t>(a[i]))
                  : t == DType::BF16 ? sdk::bf16_to_float(static_cast<uint16_t>(a[i]))
-                                   : static_cast<double>(a[i]);
+                                    : static_cast<double>(a[i]);
       if (v != expect) {
         bad = i;
         *got = v;
@@ -123,8 +127,8 @@ class Rank {
 #ifdef DTRAIN_BENCH_HAVE_GLOO
     std::unique_ptr<GlooReference> ref;
     if (p_.gloo_skip.empty())
-      ref = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo", store_),
-                                            p_.gloo, std::chrono::minutes(2));
+      ref = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo", store_), p_.gloo,
+                                            std::chrono::minutes(2));
 #endif
     size_t esz = dtype_size(p_.dtype);
     size_t max_bytes = p_.cases.back().bytes;

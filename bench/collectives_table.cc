@@ -56,8 +56,7 @@ std::string fmt_ratio(std::optional<double> num_time, std::optional<double> den_
 
 }  // namespace
 
-void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on,
-                 bool mpi_on) {
+void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on, bool mpi_on) {
   bool allreduce = p.op == Op::Allreduce;
   std::string title = o.aa ? "raw Gloo #2 (--aa)" : "dtrain (" + o.backend + ")";
   fmt::print("#\n");
@@ -65,21 +64,22 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
              "--- " + title + " ---", gloo_on ? "--- raw Gloo ---" : "", mpi_on ? "--- Open MPI ---" : "",
              "busbw ratio", "latency");
   fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
-             "size(B)", "count", "type", "algo", "time(us)", "algbw", "busbw", "time(us)", "busbw", "time(us)",
-             "busbw", "/gloo", "/mpi", "dt-gloo");
-  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
-             "", "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "(us)");
+             "size(B)", "count", "type", "algo", "time(us)", "algbw", "busbw", "time(us)", "busbw", "time(us)", "busbw",
+             "/gloo", "/mpi", "dt-gloo");
+  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n", "",
+             "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "(us)");
   for (auto& r : rows) {
     double bytes = static_cast<double>(r.c.bytes);
-    std::string algo = allreduce && o.backend == "gloo" ? gloo_allreduce_algorithm(p.gloo, p.world, r.c.count * dtype_size(p.dtype)) : "-";
+    std::string algo = allreduce && o.backend == "gloo"
+                           ? gloo_allreduce_algorithm(p.gloo, p.world, r.c.count * dtype_size(p.dtype))
+                           : "-";
     std::string dlat = "-";
     if (r.c.bytes <= kSmallBytes && r.paired(false)) dlat = fmt::format("{:+.1f}", *r.paired(false) * 1e6);
     std::string gloo_ratio = r.paired(true) ? fmt::format("{:.2f}", *r.paired(true)) : "-";
     fmt::print("  {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
-               r.c.bytes, r.c.count, dtype_name(p.dtype), algo, fmt_time(r.dtrain),
-               fmt_bw(r.dtrain, bytes, 1), fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.gloo),
-               fmt_bw(r.gloo, bytes, p.busbw_factor), fmt_time(r.mpi), fmt_bw(r.mpi, bytes, p.busbw_factor),
-               gloo_ratio, fmt_ratio(r.dtrain, r.mpi), dlat);
+               r.c.bytes, r.c.count, dtype_name(p.dtype), algo, fmt_time(r.dtrain), fmt_bw(r.dtrain, bytes, 1),
+               fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.gloo), fmt_bw(r.gloo, bytes, p.busbw_factor),
+               fmt_time(r.mpi), fmt_bw(r.mpi, bytes, p.busbw_factor), gloo_ratio, fmt_ratio(r.dtrain, r.mpi), dlat);
   }
   fmt::print("#\n");
   if (!gloo_on) return;
@@ -106,7 +106,7 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
   // Mean and the half-width of its 95% interval (Student's t: a range has few rows).
   auto mean_ci = [](const std::vector<double>& v) {
     static const double t975[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                  2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
+                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
     double m = 0, ss = 0;
     for (double x : v) m += x;
     m /= v.size();
@@ -121,16 +121,19 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
   std::string who = o.aa ? "raw Gloo (2nd)" : "dtrain";
   if (!log_ratio.empty()) {
     auto [m, h] = mean_ci(log_ratio);
-    fmt::print("# {}/gloo busbw at >= 1 MiB: geometric mean {:.3f} (95% CI {:.3f}-{:.3f}), rows {:.3f} (at {}) .. {:.3f}{}\n",
-               who, std::exp(m), std::exp(m - h), std::exp(m + h), min_ratio, human_bytes(at_min),
-               std::exp(*std::max_element(log_ratio.begin(), log_ratio.end())),
-               targets ? fmt::format("   [target >= 0.95: {}]", std::exp(m) >= 0.95 ? "met" : "NOT met") : "");
+    fmt::print(
+        "# {}/gloo busbw at >= 1 MiB: geometric mean {:.3f} (95% CI {:.3f}-{:.3f}), rows {:.3f} (at {}) .. {:.3f}{}\n",
+        who, std::exp(m), std::exp(m - h), std::exp(m + h), min_ratio, human_bytes(at_min),
+        std::exp(*std::max_element(log_ratio.begin(), log_ratio.end())),
+        targets ? fmt::format("   [target >= 0.95: {}]", std::exp(m) >= 0.95 ? "met" : "NOT met") : "");
   }
   if (!dlat.empty()) {
     auto [m, h] = mean_ci(dlat);
-    fmt::print("# {}-gloo latency at <= 64 KiB: mean {:+.1f} us (95% CI {:+.1f} .. {:+.1f}), rows {:+.1f} .. {:+.1f} (at {}){}\n",
-               who, m, m - h, m + h, *std::min_element(dlat.begin(), dlat.end()), max_dlat, human_bytes(at_max),
-               targets ? fmt::format("   [target <= 10 us: {}]", m <= 10 ? "met" : "NOT met") : "");
+    fmt::print(
+        "# {}-gloo latency at <= 64 KiB: mean {:+.1f} us (95% CI {:+.1f} .. {:+.1f}), rows {:+.1f} .. {:+.1f} (at "
+        "{}){}\n",
+        who, m, m - h, m + h, *std::min_element(dlat.begin(), dlat.end()), max_dlat, human_bytes(at_max),
+        targets ? fmt::format("   [target <= 10 us: {}]", m <= 10 ? "met" : "NOT met") : "");
   }
 }
 

@@ -126,7 +126,7 @@ void GlooReference::allreduce(void* ptr, size_t count, DType t) {
         using T = decltype(z);
         std::vector<T*> ptrs{static_cast<T*>(ptr)};
         auto alg = std::make_unique<::gloo::AllreduceHalvingDoubling<T>>(m.context, ptrs, static_cast<int>(count),
-                                                                          ::gloo::ReductionFunction<T>::sum);
+                                                                         ::gloo::ReductionFunction<T>::sum);
         it = m.hd.emplace(key, std::move(alg)).first;
       });
     }

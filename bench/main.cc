@@ -22,8 +22,8 @@ int main(int argc, char** argv) {
     std::string exe = dtrain::bench::dir_of(dtrain::bench::self_exe()) + "/dtrain-bench-training";
     argv[1] = const_cast<char*>(exe.c_str());
     execv(exe.c_str(), argv + 1);
-    std::fprintf(stderr, "dtrain-bench: cannot run %s: %s (it is built only when libtorch is installed)\n",
-                 exe.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "dtrain-bench: cannot run %s: %s (it is built only when libtorch is installed)\n", exe.c_str(),
+                 std::strerror(errno));
     return 2;
   }
   std::vector<std::string> args(argv, argv + argc);

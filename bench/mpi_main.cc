@@ -55,10 +55,14 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (i + 1 >= argc) die(rank, "option " + a + " needs a value");
     std::string v = argv[++i];
-    if (a == "--op") op = v;
-    else if (a == "--dtype") dtype = v;
-    else if (a == "--warmup") warmup = std::atoi(v.c_str());
-    else if (a == "--trials") trials = std::max(1, std::atoi(v.c_str()));
+    if (a == "--op")
+      op = v;
+    else if (a == "--dtype")
+      dtype = v;
+    else if (a == "--warmup")
+      warmup = std::atoi(v.c_str());
+    else if (a == "--trials")
+      trials = std::max(1, std::atoi(v.c_str()));
     else if (a == "--case") {
       Case c;
       unsigned long long b = 0, n = 0;
@@ -84,9 +88,12 @@ int main(int argc, char** argv) {
   for (auto& c : cases) {
     int n = static_cast<int>(c.count);
     auto once = [&] {
-      if (op == "allreduce") MPI_Allreduce(MPI_IN_PLACE, a.data(), n, type, MPI_SUM, MPI_COMM_WORLD);
-      else if (op == "broadcast") MPI_Bcast(a.data(), n, type, 0, MPI_COMM_WORLD);
-      else MPI_Allgather(b.data(), n, type, a.data(), n, type, MPI_COMM_WORLD);
+      if (op == "allreduce")
+        MPI_Allreduce(MPI_IN_PLACE, a.data(), n, type, MPI_SUM, MPI_COMM_WORLD);
+      else if (op == "broadcast")
+        MPI_Bcast(a.data(), n, type, 0, MPI_COMM_WORLD);
+      else
+        MPI_Allgather(b.data(), n, type, a.data(), n, type, MPI_COMM_WORLD);
     };
     std::memset(a.data(), 0, c.bytes);
     for (int w = 0; w < warmup; ++w) once();
@@ -103,8 +110,7 @@ int main(int argc, char** argv) {
     size_t nt = worst_of_trial.size();
     double med = nt % 2 ? worst_of_trial[nt / 2] : (worst_of_trial[nt / 2 - 1] + worst_of_trial[nt / 2]) / 2;
     if (rank == 0) {
-      std::printf("DTRAIN_BENCH_MPI bytes=%zu count=%zu iters=%d time_us=%.4f\n", c.bytes, c.count, c.iters,
-                  med * 1e6);
+      std::printf("DTRAIN_BENCH_MPI bytes=%zu count=%zu iters=%d time_us=%.4f\n", c.bytes, c.count, c.iters, med * 1e6);
       std::fflush(stdout);
     }
   }

@@ -98,7 +98,7 @@ std::string find_in_path(const std::string& name) {
   for (std::string dir : sdk::split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':', /*skip_empty=*/false)) {
     if (dir.empty()) dir = ".";
     std::string cand = dir + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (::stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(cand.c_str(), X_OK) == 0) return cand;
   }
   return "";
@@ -118,7 +118,7 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const
 }
 
 void install_interrupt_handlers() {
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
@@ -185,8 +185,10 @@ Captured run_capture(const std::string& path, const std::vector<std::string>& ar
       if (::poll(&p, 1, 50) > 0) {
         char buf[4096];
         ssize_t n = ::read(fds[0], buf, sizeof(buf));
-        if (n > 0) c.out.append(buf, static_cast<size_t>(n));
-        else if (n == 0 || (errno != EINTR && errno != EAGAIN)) eof = true;
+        if (n > 0)
+          c.out.append(buf, static_cast<size_t>(n));
+        else if (n == 0 || (errno != EINTR && errno != EAGAIN))
+          eof = true;
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -198,8 +200,7 @@ Captured run_capture(const std::string& path, const std::vector<std::string>& ar
     }
     auto now = std::chrono::steady_clock::now();
     if (!term_sent && (interrupted() || now > deadline)) {
-      c.failure = interrupted() ? "interrupted"
-                                : "the time limit of " + std::to_string(limit.count()) + " s passed";
+      c.failure = interrupted() ? "interrupted" : "the time limit of " + std::to_string(limit.count()) + " s passed";
       ::kill(pid, SIGTERM);  // mpirun forwards it to its ranks and cleans up
       term_sent = true;
       kill_at = now + std::chrono::seconds(5);

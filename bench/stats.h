@@ -41,8 +41,8 @@ inline MeanCi mean_ci(const std::vector<double>& v) {
 }
 
 struct RatioCi {
-  double ratio = 0;      // geometric mean of the paired ratios
-  double lo = 0, hi = 0;  // its 95% interval
+  double ratio = 0;         // geometric mean of the paired ratios
+  double lo = 0, hi = 0;    // its 95% interval
   double min = 0, max = 0;  // the single pairs
   size_t n = 0;
 };

@@ -35,9 +35,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "common/ddp.h"
+#include "cls/cls.h"
 #include "common/models.h"
-#include "common/trainer.h"
+#include "dtrain/torch/data_parallel.h"
 #include "dtrain/communicator.h"
 #include "dtrain/job.h"
 #include "process.h"
@@ -47,6 +47,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace dtrain;
+// With `using namespace dtrain`, `torch` would also name dtrain::torch (the Fleet API).
+namespace torch = ::torch;
 
 struct WorkerArgs {
   std::string job, impl = "dtrain";
@@ -68,15 +70,15 @@ int run_worker(const WorkerArgs& a) {
   int channels = list ? static_cast<int>(cfg.get_int("data.channels", 3)) : 1;
   int size = list ? static_cast<int>(cfg.get_int("data.image_size", 32)) : 28;
   int classes = list ? static_cast<int>(cfg.get_int("data.num_classes", 10)) : 10;
-  auto any = apps::make_model(cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0), channels,
-                              classes);
+  auto any =
+      apps::make_model(cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0), channels, classes);
   auto model = any.ptr();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   torch::manual_seed(1000 + a.rank);
   auto images = torch::randn({batch, channels, size, size});
   auto labels = torch::randint(0, classes, {batch}, torch::kInt64);
 
-  std::unique_ptr<apps::DataParallel> dp;
+  std::unique_ptr<dtrain::torch::DataParallel> dp;
   Job job;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::unique_ptr<c10d::Reducer> reducer;
@@ -89,7 +91,7 @@ int run_worker(const WorkerArgs& a) {
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
     job = join_job(JobOptions::from_config(cfg), resolve_role(&cfg));
-    if (a.impl == "dtrain") dp = std::make_unique<apps::DataParallel>(model, job.comm, so);
+    if (a.impl == "dtrain") dp = std::make_unique<dtrain::torch::DataParallel>(model, job.comm, so);
     barrier = [&] { job.comm->barrier()->wait(); };
   } else {
     c10d::TCPStoreOptions so2;
@@ -150,10 +152,22 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
     std::string out = fmt::format("/tmp/dtrain-bench-training.{}.{}.out", getpid(), r);
     FILE* f = std::fopen(out.c_str(), "w");
     if (!f) throw std::runtime_error("cannot create " + out);
-    std::vector<std::string> argv{exe,      "--worker", impl,    "--rank",  std::to_string(r),       "--world",
-                                  std::to_string(world), "--threads", std::to_string(threads), "--port",
-                                  std::to_string(port),  "--steps",   std::to_string(a.steps), "--warmup",
-                                  std::to_string(a.warmup), a.job};
+    std::vector<std::string> argv{exe,
+                                  "--worker",
+                                  impl,
+                                  "--rank",
+                                  std::to_string(r),
+                                  "--world",
+                                  std::to_string(world),
+                                  "--threads",
+                                  std::to_string(threads),
+                                  "--port",
+                                  std::to_string(port),
+                                  "--steps",
+                                  std::to_string(a.steps),
+                                  "--warmup",
+                                  std::to_string(a.warmup),
+                                  a.job};
     for (const auto& o : a.overrides) argv.insert(argv.end(), {"-o", o});
     kids.push_back({bench::spawn(exe, argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(r)});
     std::fclose(f);
@@ -171,7 +185,8 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
   if (!failure.empty()) throw std::runtime_error(impl + " with " + std::to_string(world) + " workers: " + failure);
   Result r;
   size_t p = text.find("RESULT ");
-  if (p == std::string::npos || std::sscanf(text.c_str() + p, "RESULT %lf %lf %lf", &r.ips, &r.step_ms, &r.comm_ms) != 3)
+  if (p == std::string::npos ||
+      std::sscanf(text.c_str() + p, "RESULT %lf %lf %lf", &r.ips, &r.step_ms, &r.comm_ms) != 3)
     throw std::runtime_error("no result from " + impl + ": " + text);
   return r;
 }
@@ -209,17 +224,17 @@ void print_row(const Config2& c) {
 void print_ratio(const char* name, const Config2& a, const Config2& b, double target) {
   auto r = bench::pooled_ratio(a.ips(), b.ips());
   std::string verdict;
-  if (target > 0)
-    verdict = fmt::format("   [target >= {:.2f}: {}]", target, r.ratio >= target ? "met" : "NOT met");
-  fmt::print("{:<38} {:>7.3f}  (95% CI {:.3f}-{:.3f}; trials {:.3f} .. {:.3f}){}\n", name, r.ratio, r.lo, r.hi,
-             r.min, r.max, verdict);
+  if (target > 0) verdict = fmt::format("   [target >= {:.2f}: {}]", target, r.ratio >= target ? "met" : "NOT met");
+  fmt::print("{:<38} {:>7.3f}  (95% CI {:.3f}-{:.3f}; trials {:.3f} .. {:.3f}){}\n", name, r.ratio, r.lo, r.hi, r.min,
+             r.max, verdict);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"dtrain-bench-training: data-parallel training throughput, dtrain vs libtorch c10d vs this "
-               "machine's ceiling"};
+  CLI::App app{
+      "dtrain-bench-training: data-parallel training throughput, dtrain vs libtorch c10d vs this "
+      "machine's ceiling"};
   WorkerArgs a;
   std::string worker;
   app.add_option("job", a.job, "job file (e.g. apps/cls.toml)")->required();
@@ -227,7 +242,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", a.warmup, "untimed steps first");
   app.add_option("--trials", a.trials, "paired trials (each runs dtrain, c10d, the ceiling and dtrain again)")
       ->check(CLI::Range(2, 100));
-  app.add_option("-o,--override", a.overrides, "key=value applied to the job file (e.g. strategy.fuse_grad_size_in_MB=1)")
+  app.add_option("-o,--override", a.overrides,
+                 "key=value applied to the job file (e.g. strategy.fuse_grad_size_in_MB=1)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local");
@@ -243,14 +259,16 @@ int main(int argc, char** argv) {
     }
     bench::install_interrupt_handlers();
     Config cfg = apps::load_cls_config(a.job, a.overrides);
-    fmt::print("# dtrain-bench training {}{}: model {} width {:g}, batch {} per worker, {} timed steps (+{} warm-up), "
-               "bucket {:g} MB, {} paired trials\n",
-               a.job, a.overrides.empty() ? "" : " -o " + fmt::format("{}", fmt::join(a.overrides, " -o ")),
-               cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
-               cfg.get_int("train.batch_size", 128), a.steps, a.warmup,
-               cfg.get_float("strategy.fuse_grad_size_in_MB", 32), a.trials);
-    fmt::print("# images/s: median over trials (range); 2-worker rows count both workers' images; comm wait: "
-               "dtrain's time blocked on all-reduces after backward, per step\n");
+    fmt::print(
+        "# dtrain-bench training {}{}: model {} width {:g}, batch {} per worker, {} timed steps (+{} warm-up), "
+        "bucket {:g} MB, {} paired trials\n",
+        a.job, a.overrides.empty() ? "" : " -o " + fmt::format("{}", fmt::join(a.overrides, " -o ")),
+        cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
+        cfg.get_int("train.batch_size", 128), a.steps, a.warmup, cfg.get_float("strategy.fuse_grad_size_in_MB", 32),
+        a.trials);
+    fmt::print(
+        "# images/s: median over trials (range); 2-worker rows count both workers' images; comm wait: "
+        "dtrain's time blocked on all-reduces after backward, per step\n");
     int port = free_port();
     Config2 one{"dtrain 1 worker x 1 thread", "dtrain", 1, 1, {}};
     Config2 two_thr{"dtrain 1 worker x 2 threads", "dtrain", 1, 2, {}};
@@ -266,7 +284,11 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < paired.size(); ++k) {
         Config2* c = paired[(k + size_t(t)) % paired.size()];
         c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
-        line += fmt::format(" {} {:.0f}", c == &dt ? "dtrain" : c == &c10 ? "c10d" : c == &ceil ? "ceiling" : "dtrain#2",
+        line += fmt::format(" {} {:.0f}",
+                            c == &dt     ? "dtrain"
+                            : c == &c10  ? "c10d"
+                            : c == &ceil ? "ceiling"
+                                         : "dtrain#2",
                             c->runs.back().ips);
       }
       fmt::print("{}\n", line);
@@ -279,7 +301,7 @@ int main(int argc, char** argv) {
     print_ratio("dtrain 2x1 / c10d 2x1", dt, c10, 1.0);
     print_ratio("c10d 2x1 / ceiling", c10, ceil, 0);
     print_ratio("A/A: dtrain 2x1 / dtrain 2x1 #2", dt, dt2, 0);
-    fmt::print("{:<38} {:>7.3f}  (median ceiling / the single 1x1 run)\n", "machine's 2-worker gain", 
+    fmt::print("{:<38} {:>7.3f}  (median ceiling / the single 1x1 run)\n", "machine's 2-worker gain",
                bench::median(ceil.ips()) / one.runs[0].ips);
     return 0;
   } catch (const c10::Error& e) {

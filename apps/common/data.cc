@@ -79,16 +79,20 @@ class ListDataset : public Dataset {
  public:
   ListDataset(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<int> lines,
               std::string list_file, int classes, int size, int channels)
-      : paths_(std::move(paths)), labels_(std::move(labels)), lines_(std::move(lines)),
-        list_file_(std::move(list_file)), classes_(classes), size_(size), channels_(channels) {}
+      : paths_(std::move(paths)),
+        labels_(std::move(labels)),
+        lines_(std::move(lines)),
+        list_file_(std::move(list_file)),
+        classes_(classes),
+        size_(size),
+        channels_(channels) {}
   size_t size() const override { return paths_.size(); }
   int channels() const override { return channels_; }
   int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
     cv::Mat m = cv::imread(paths_[i], channels_ == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
     if (m.empty())
-      throw IoError("cannot decode image '" + paths_[i] + "' (" + list_file_ + ":" + std::to_string(lines_[i]) +
-                    ")");
+      throw IoError("cannot decode image '" + paths_[i] + "' (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
     if (m.rows != size_ || m.cols != size_) {
       cv::Mat r;
       cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
@@ -134,8 +138,8 @@ std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, si
     throw IoError("data file '" + lpath + "' is not an IDX label file (bad magic or truncated header)");
   size_t n = be32(images, 4), h = be32(images, 8), w = be32(images, 12), nl = be32(labels, 4);
   if (n != nl)
-    throw IoError("'" + ipath + "' has " + std::to_string(n) + " images but '" + lpath + "' has " +
-                  std::to_string(nl) + " labels");
+    throw IoError("'" + ipath + "' has " + std::to_string(n) + " images but '" + lpath + "' has " + std::to_string(nl) +
+                  " labels");
   if (images.size() < 16 + n * h * w) throw IoError("data file '" + ipath + "' is truncated");
   if (labels.size() < 8 + n) throw IoError("data file '" + lpath + "' is truncated");
   if (limit > 0 && limit < n) n = limit;
@@ -192,8 +196,8 @@ std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const s
     if (limit > 0 && paths.size() >= limit) break;
   }
   if (paths.empty()) throw InvalidUsage("list file '" + list_file + "' has no entries");
-  return std::make_shared<ListDataset>(std::move(paths), std::move(labels), std::move(lines), list_file,
-                                       num_classes, size, channels);
+  return std::make_shared<ListDataset>(std::move(paths), std::move(labels), std::move(lines), list_file, num_classes,
+                                       size, channels);
 }
 
 std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle) {
@@ -213,8 +217,15 @@ std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, 
 BatchLoader::BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> indices, int64_t batch_size,
                          bool drop_last, AugmentOptions augment, bool train, uint64_t seed, int64_t epoch,
                          int64_t first_batch, int prefetch)
-    : dataset_(std::move(dataset)), indices_(std::move(indices)), batch_size_(batch_size), augment_(augment),
-      train_(train), seed_(seed), epoch_(epoch), next_batch_(first_batch), prefetch_(std::max(1, prefetch)) {
+    : dataset_(std::move(dataset)),
+      indices_(std::move(indices)),
+      batch_size_(batch_size),
+      augment_(augment),
+      train_(train),
+      seed_(seed),
+      epoch_(epoch),
+      next_batch_(first_batch),
+      prefetch_(std::max(1, prefetch)) {
   int64_t n = static_cast<int64_t>(indices_.size());
   num_batches_ = drop_last ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
   thread_ = std::thread([this] { run(); });

@@ -53,8 +53,7 @@ std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const s
 // are shuffled with a generator seeded by (seed, epoch), padded to a multiple
 // of world by repeating the first ones, and rank r takes every world-th from r.
 // Every rank gets the same count and the shards are disjoint (up to the padding).
-std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch,
-                                  bool shuffle);
+std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle);
 
 struct AugmentOptions {
   int crop_padding = 0;  // random crop after zero padding on every side (0: none)

@@ -41,8 +41,12 @@ TORCH_MODULE(BasicBlock);
 
 struct BottleneckImpl : nn::Module {
   BottleneckImpl(int in, int mid, int stride)
-      : conv1(conv(in, mid, 1, 1)), bn1(mid), conv2(conv(mid, mid, 3, stride)), bn2(mid),
-        conv3(conv(mid, mid * 4, 1, 1)), bn3(mid * 4) {
+      : conv1(conv(in, mid, 1, 1)),
+        bn1(mid),
+        conv2(conv(mid, mid, 3, stride)),
+        bn2(mid),
+        conv3(conv(mid, mid * 4, 1, 1)),
+        bn3(mid * 4) {
     register_module("conv1", conv1);
     register_module("bn1", bn1);
     register_module("conv2", conv2);
@@ -156,10 +160,8 @@ torch::nn::AnyModule make_model(const std::string& name, double width, int in_ch
   if (name == "resnet20") return nn::AnyModule(cifar_resnet(20, width, in_channels, num_classes));
   if (name == "resnet32") return nn::AnyModule(cifar_resnet(32, width, in_channels, num_classes));
   if (name == "resnet56") return nn::AnyModule(cifar_resnet(56, width, in_channels, num_classes));
-  if (name == "resnet18")
-    return nn::AnyModule(imagenet_resnet(false, {2, 2, 2, 2}, width, in_channels, num_classes));
-  if (name == "resnet50")
-    return nn::AnyModule(imagenet_resnet(true, {3, 4, 6, 3}, width, in_channels, num_classes));
+  if (name == "resnet18") return nn::AnyModule(imagenet_resnet(false, {2, 2, 2, 2}, width, in_channels, num_classes));
+  if (name == "resnet50") return nn::AnyModule(imagenet_resnet(true, {3, 4, 6, 3}, width, in_channels, num_classes));
   std::string known;
   for (auto& k : known_models()) known += (known.empty() ? "" : ", ") + k;
   throw InvalidUsage("unknown model '" + name + "'; known models: " + known);

@@ -46,7 +46,8 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("log.every_steps", ConfigType::Int, "50", "progress line every N steps");
   s.add("log.tensorboard", ConfigType::String, "\"\"", "folder for TensorBoard event files");
   s.add("debug.dump_params", ConfigType::String, "\"\"", "write raw parameters at the end; {rank} is replaced");
-  s.add("debug.kill_at_step", ConfigType::Int, "0", "SIGKILL every worker after this micro-step, first attempt only (tests)");
+  s.add("debug.kill_at_step", ConfigType::Int, "0",
+        "SIGKILL every worker after this micro-step, first attempt only (tests)");
 }
 
 Config load_job_config(const std::string& path, const std::vector<std::string>& overrides,
@@ -132,8 +133,8 @@ void fsync_path(const std::string& path, bool dir) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                     const RunState& st, int world) {
+void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt, const RunState& st,
+                     int world) {
   fs::create_directories(dir);
   std::string final_path = (fs::path(dir) / "latest.pt").string();
   std::string tmp = final_path + ".tmp." + std::to_string(getpid());
@@ -248,11 +249,12 @@ void Trainer::setup() {
   size_t per_rank = (train_set_->size() + world_ - 1) / world_;
   steps_per_epoch_ = static_cast<int64_t>(per_rank) / batch_;
   if (steps_per_epoch_ < 1)
-    config_error(cfg_, "train.batch_size",
-                 fmt::format("is larger than a worker's share of the data ({} images): no full batch per epoch",
-                             per_rank));
+    config_error(
+        cfg_, "train.batch_size",
+        fmt::format("is larger than a worker's share of the data ({} images): no full batch per epoch", per_rank));
   steps_per_epoch_ = steps_per_epoch_ / k_merge_ * k_merge_;
-  if (steps_per_epoch_ < 1) config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
+  if (steps_per_epoch_ < 1)
+    config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
   lr_ = LrSchedule::from_config(cfg_, epochs_, steps_per_epoch_, k_merge_);
 
   std::string tbdir = cfg_.get_string("log.tensorboard", "");
@@ -261,11 +263,12 @@ void Trainer::setup() {
   int64_t params = 0;
   for (auto& p : model_->parameters()) params += p.numel();
   auto comm = fleet::communicator();
-  log_line(fmt::format("dtrain-{}: rank {}/{} ({}), backend {}, {} ({} parameters), {} train / {} eval images, batch {} "
-                       "per worker ({} global), {} steps per epoch, {} threads, strategy: {}",
-                       app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
-                       describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
-                       steps_per_epoch_, torch::get_num_threads(), so.describe()));
+  log_line(
+      fmt::format("dtrain-{}: rank {}/{} ({}), backend {}, {} ({} parameters), {} train / {} eval images, batch {} "
+                  "per worker ({} global), {} steps per epoch, {} threads, strategy: {}",
+                  app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
+                  describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
+                  steps_per_epoch_, torch::get_num_threads(), so.describe()));
   resume();
 }
 
@@ -273,8 +276,8 @@ void Trainer::checkpoint() {
   sync_buffers();  // every rank, so the saved statistics are everyone's
   if (rank_ != 0) return;
   save_checkpoint(ckpt_dir_, *model_, *sgd_, state_, world_);
-  log_line(fmt::format("checkpoint: {} (epoch {}, step {})", (fs::path(ckpt_dir_) / "latest.pt").string(),
-                       state_.epoch, state_.global_step));
+  log_line(fmt::format("checkpoint: {} (epoch {}, step {})", (fs::path(ckpt_dir_) / "latest.pt").string(), state_.epoch,
+                       state_.global_step));
 }
 
 void Trainer::resume() {
@@ -337,12 +340,12 @@ void Trainer::train() {
         double per_step = run_secs / double(std::max<int64_t>(1, st.global_step - run_start_step));
         int64_t left = (max_steps > 0 ? std::min(total_steps, max_steps) : total_steps) - st.global_step;
         auto sync = opt_->stats();
-        log_line(fmt::format("epoch {}/{} step {}/{} loss {:.6f} acc {:.4f} lr {:.6f} images/s {:.1f} eta {} "
-                             "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step",
-                             st.epoch + 1, epochs_, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count,
-                             win_correct / win_count, lr, ips, hms(per_step * double(left)),
-                             1e3 * sync.wait_seconds / std::max(1.0, win_count / double(batch_)),
-                             1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(batch_))));
+        log_line(fmt::format(
+            "epoch {}/{} step {}/{} loss {:.6f} acc {:.4f} lr {:.6f} images/s {:.1f} eta {} "
+            "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step",
+            st.epoch + 1, epochs_, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count, win_correct / win_count,
+            lr, ips, hms(per_step * double(left)), 1e3 * sync.wait_seconds / std::max(1.0, win_count / double(batch_)),
+            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(batch_))));
         if (tb_) {
           tb_->add_scalar("train/loss", float(win_loss / win_count), st.global_step);
           tb_->add_scalar("train/acc", float(win_correct / win_count), st.global_step);

@@ -85,8 +85,8 @@ uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model);
 // ---- the loop ---------------------------------------------------------------
 // What one training micro-step reports.
 struct StepOutput {
-  torch::Tensor loss;   // the mean loss of the batch (backward is run on it)
-  double correct = 0;   // for the progress line's accuracy
+  torch::Tensor loss;  // the mean loss of the batch (backward is run on it)
+  double correct = 0;  // for the progress line's accuracy
 };
 
 // The epoch/step loop skeleton. An app derives from it and provides its data,

@@ -25,8 +25,8 @@ int list_plugins(const std::vector<std::string>& extra_dirs) {
   auto plugins = registry.list(&errors);
   std::cout << fmt::format("{:<10} {:<20} {:<5} {}\n", "backend", "version", "abi", "capabilities");
   for (const PluginInfo& p : plugins)
-    std::cout << fmt::format("{:<10} {:<20} {:<5} {}\n", p.name, p.version, fmt::format("{}.{}", p.abi_major, p.abi_minor),
-                             p.caps_string());
+    std::cout << fmt::format("{:<10} {:<20} {:<5} {}\n", p.name, p.version,
+                             fmt::format("{}.{}", p.abi_major, p.abi_minor), p.caps_string());
   for (const PluginInfo& p : plugins) std::cout << fmt::format("  {}: {} ({})\n", p.name, p.description, p.path);
   for (const std::string& e : errors) std::cout << "  not loadable: " << e << "\n";
   std::string dirs;
@@ -51,7 +51,9 @@ std::string plugin_versions(std::vector<std::string>* errors) {
 
 int run_check(const CheckOptions& o) {
   std::vector<Row> rows;
-  auto add = [&](std::string c, bool ok, std::string d) { rows.push_back({std::move(c), ok ? "ok" : "FAIL", std::move(d)}); };
+  auto add = [&](std::string c, bool ok, std::string d) {
+    rows.push_back({std::move(c), ok ? "ok" : "FAIL", std::move(d)});
+  };
   const int timeout_ms = static_cast<int>(o.timeout_s * 1000);
 
   // The same layout as the job's: the check tests the addresses the job will use.
@@ -64,9 +66,12 @@ int run_check(const CheckOptions& o) {
     // Still probe the store the other machines would use.
     m.node = -1;
     m.nnodes = std::max<int>(o.machines.nnodes, static_cast<int>(o.machines.ips.size()));
-    if (!o.machines.ips.empty()) m.store_host = o.machines.ips[0];
-    else if (!o.machines.master.empty()) m.store_host = parse_host_port(o.machines.master).first;
-    else m.store_host = "127.0.0.1";
+    if (!o.machines.ips.empty())
+      m.store_host = o.machines.ips[0];
+    else if (!o.machines.master.empty())
+      m.store_host = parse_host_port(o.machines.master).first;
+    else
+      m.store_host = "127.0.0.1";
     if (!o.machines.master.empty()) m.store_port = parse_host_port(o.machines.master).second;
     if (m.store_port == 0 && o.machines.start_port) m.store_port = o.machines.start_port;
   }
@@ -76,14 +81,15 @@ int run_check(const CheckOptions& o) {
   const std::string& store_host = m.store_host;
   if (node >= 0) {
     std::string iface = local_iface_of(m.my_ip);
-    add("interface", !iface.empty(), iface.empty() ? m.my_ip + " is not on any interface of this machine"
-                                                  : fmt::format("{} ({})", iface, m.my_ip));
+    add("interface", !iface.empty(),
+        iface.empty() ? m.my_ip + " is not on any interface of this machine" : fmt::format("{} ({})", iface, m.my_ip));
   }
 
   if (!o.backend.empty()) {
     try {
       auto be = PluginRegistry().load(o.backend);
-      add("backend " + o.backend, true, fmt::format("{} {} ({})", be->info().name, be->info().version, be->info().path));
+      add("backend " + o.backend, true,
+          fmt::format("{} {} ({})", be->info().name, be->info().version, be->info().path));
     } catch (const std::exception& e) {
       add("backend " + o.backend, false, e.what());
     }

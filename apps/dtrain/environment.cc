@@ -10,8 +10,8 @@ namespace dtrain::launch {
 std::map<std::string, std::string> process_environment(const JobPlan& p, const Slot& s, int attempt) {
   const LaunchOptions& o = p.options;
   const std::string workers = sdk::join(p.worker_eps);
-  int local_same = static_cast<int>(
-      std::count_if(p.slots.begin(), p.slots.end(), [&](const Slot& x) { return x.role == s.role; }));
+  int local_same =
+      static_cast<int>(std::count_if(p.slots.begin(), p.slots.end(), [&](const Slot& x) { return x.role == s.role; }));
   std::map<std::string, std::string> env = {
       {"DTRAIN_ROLE", s.role_name()},
       {"DTRAIN_WORLD_SIZE", std::to_string(p.worker_eps.size())},

@@ -117,8 +117,7 @@ class JobRun {
     for (int attempt = 0;; ++attempt) {
       code = run_attempt(attempt);
       if (code == 0 || g_signal || attempt >= p_.options.max_restarts) break;
-      std::cout << fmt::format("dtrain: restarting the job ({} of {} restarts)\n", attempt + 1,
-                               p_.options.max_restarts)
+      std::cout << fmt::format("dtrain: restarting the job ({} of {} restarts)\n", attempt + 1, p_.options.max_restarts)
                 << std::flush;
       if (!sync_nodes(fmt::format("a{}/ready", attempt + 1))) break;
     }
@@ -148,9 +147,10 @@ class JobRun {
       try {
         server_ = std::make_unique<TcpStoreServer>(m.bind_host, static_cast<uint16_t>(m.store_port), p_.token);
       } catch (const std::exception& e) {
-        throw IoError(fmt::format("cannot serve the job store on {}: {} (another job on this port? choose one "
-                                  "with --start_port)",
-                                  format_host_port(m.bind_host, static_cast<uint16_t>(m.store_port)), e.what()));
+        throw IoError(
+            fmt::format("cannot serve the job store on {}: {} (another job on this port? choose one "
+                        "with --start_port)",
+                        format_host_port(m.bind_host, static_cast<uint16_t>(m.store_port)), e.what()));
       }
       m.store_port = server_->port();
     }
@@ -163,13 +163,14 @@ class JobRun {
   NodeInfo wait_for_node(int n, Clock::time_point deadline) {
     const std::string key = fmt::format("node/{}", n);
     for (;;) {
-      if (g_signal) throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
+      if (g_signal)
+        throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
       if (auto v = store_->try_get(key)) return NodeInfo::decode(text(*v), "launch/" + key);
       if (Clock::now() > deadline)
-        throw TimeoutError(fmt::format("machine {} of {} ({}) has not joined the job after {} s; start the same "
-                                       "dtrain command there, or check `dtrain check`",
-                                       n, nnodes(), o().ips.size() > static_cast<size_t>(n) ? o().ips[n] : "?",
-                                       o().join_timeout_s));
+        throw TimeoutError(
+            fmt::format("machine {} of {} ({}) has not joined the job after {} s; start the same "
+                        "dtrain command there, or check `dtrain check`",
+                        n, nnodes(), o().ips.size() > static_cast<size_t>(n) ? o().ips[n] : "?", o().join_timeout_s));
       std::this_thread::sleep_for(kPollInterval);
     }
   }
@@ -187,9 +188,10 @@ class JobRun {
     for (int n = 0; n < nnodes(); ++n) {
       p_.nodes[n] = wait_for_node(n, deadline);
       if (p_.nodes[n].version != me.version)
-        throw InvalidUsage(fmt::format("machine {} ({}) runs dtrain {} but this one runs {}: install the same "
-                                       "version everywhere",
-                                       n, p_.nodes[n].ip, p_.nodes[n].version, me.version));
+        throw InvalidUsage(
+            fmt::format("machine {} ({}) runs dtrain {} but this one runs {}: install the same "
+                        "version everywhere",
+                        n, p_.nodes[n].ip, p_.nodes[n].version, me.version));
     }
     if (p_.listed) {
       p_.worker_eps = o().workers;
@@ -224,8 +226,10 @@ class JobRun {
       auto proc = std::make_unique<Process>();
       std::string log = p_.log_file(s);
       std::filesystem::remove(p_.error_file(s));
-      if (a.number == 0) std::ofstream(log, std::ios::trunc);
-      else std::ofstream(log, std::ios::app) << fmt::format("\n===== dtrain: restart {} =====\n", a.number);
+      if (a.number == 0)
+        std::ofstream(log, std::ios::trunc);
+      else
+        std::ofstream(log, std::ios::app) << fmt::format("\n===== dtrain: restart {} =====\n", a.number);
       proc->start(o().command, process_environment(p_, s, a.number), log);
       procs_.push_back(std::move(proc));
     }

@@ -51,7 +51,8 @@ MachineLayout layout_machines(const MachineOptions& o) {
     m.node = o.node_rank < 0 ? 0 : o.node_rank;
     if (m.nnodes > 1 && o.node_rank < 0)
       throw InvalidUsage("--master with --nnodes > 1 needs --rank (this machine's index)");
-    if (m.node >= m.nnodes) throw InvalidUsage(fmt::format("--rank {} is out of range for --nnodes {}", m.node, m.nnodes));
+    if (m.node >= m.nnodes)
+      throw InvalidUsage(fmt::format("--rank {} is out of range for --nnodes {}", m.node, m.nnodes));
     m.store_host = host;
     m.store_port = p;
     m.bind_host = resolve_host(host);
@@ -66,9 +67,10 @@ MachineLayout layout_machines(const MachineOptions& o) {
   if (m.my_ip.empty()) m.my_ip = "127.0.0.1";
   if (m.bind_host.empty()) throw InvalidUsage("cannot resolve the store's host " + m.store_host);
   if (m.node == 0 && local_iface_of(m.bind_host).empty())
-    throw InvalidUsage(fmt::format("this machine is node 0 and serves the job store, but {} is not one of its addresses "
-                                   "({}): name this machine's address in {}",
-                                   m.store_host, address_list(), o.ips.empty() ? "--master" : "--ips"));
+    throw InvalidUsage(
+        fmt::format("this machine is node 0 and serves the job store, but {} is not one of its addresses "
+                    "({}): name this machine's address in {}",
+                    m.store_host, address_list(), o.ips.empty() ? "--master" : "--ips"));
   return m;
 }
 

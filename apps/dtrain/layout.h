@@ -25,10 +25,10 @@ constexpr int kDefaultStorePort = 6170;
 
 struct MachineLayout {
   int nnodes = 1;
-  int node = 0;           // this machine's index
-  std::string my_ip;      // this machine's address in the job: its endpoints, DTRAIN_HOST_IP
-  std::string store_host; // where every machine connects to the store
-  int store_port = 0;     // 0: any free port (one machine only)
+  int node = 0;            // this machine's index
+  std::string my_ip;       // this machine's address in the job: its endpoints, DTRAIN_HOST_IP
+  std::string store_host;  // where every machine connects to the store
+  int store_port = 0;      // 0: any free port (one machine only)
   // Node 0 serves the store on this address only (never the wildcard): the
   // address this machine has in --ips, the one --master names, or loopback.
   std::string bind_host;
@@ -50,7 +50,9 @@ struct Slot {
   std::string endpoint;
   std::string device;
   std::string role_name() const { return role == SlotRole::Worker ? "worker" : "server"; }
-  std::string log_name() const { return (role == SlotRole::Worker ? "workerlog." : "serverlog.") + std::to_string(index); }
+  std::string log_name() const {
+    return (role == SlotRole::Worker ? "workerlog." : "serverlog.") + std::to_string(index);
+  }
   std::string name() const {
     return role == SlotRole::Worker ? "worker rank " + std::to_string(index) : "server " + std::to_string(index);
   }

@@ -51,30 +51,36 @@ int main(int argc, char** argv) {
     args.push_back(argv[i]);
   }
 
-  CLI::App app{"dtrain: starts a distributed training job on one or many machines.\n\n"
-               "  dtrain [options] JOB.toml              runs the job file's [job] program\n"
-               "  dtrain [options] -- PROGRAM ARGS...    runs any program\n"
-               "  dtrain plugins | dtrain check          installed backends | pre-flight checks\n\n"
-               "Every process gets DTRAIN_RANK, DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_STORE, DTRAIN_JOB_TOKEN,\n"
-               "DTRAIN_RESTART_COUNT ... and Paddle's PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,\n"
-               "PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST. When one process fails, the job\n"
-               "stops on every machine and one root-cause report names it.",
-               "dtrain"};
+  CLI::App app{
+      "dtrain: starts a distributed training job on one or many machines.\n\n"
+      "  dtrain [options] JOB.toml              runs the job file's [job] program\n"
+      "  dtrain [options] -- PROGRAM ARGS...    runs any program\n"
+      "  dtrain plugins | dtrain check          installed backends | pre-flight checks\n\n"
+      "Every process gets DTRAIN_RANK, DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_STORE, DTRAIN_JOB_TOKEN,\n"
+      "DTRAIN_RESTART_COUNT ... and Paddle's PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,\n"
+      "PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST. When one process fails, the job\n"
+      "stops on every machine and one root-cause report names it.",
+      "dtrain"};
   app.set_version_flag("--version", std::string("dtrain ") + core_version());
   LaunchOptions lo;
   std::string job_file, gpus, ips, servers, workers;
   std::vector<std::string> overrides;
   app.add_option("job", job_file, "job file (TOML) whose [job] program is started");
-  auto* nproc = app.add_option("--nproc_per_node", lo.nproc_per_node, "worker processes on this machine (collective mode)");
-  app.add_option("--gpus,--devices", gpus, "devices, one worker each, e.g. 0,1 (sets FLAGS_selected_gpus, DTRAIN_DEVICE)");
-  app.add_option("--ips", ips, "every machine's address, comma separated; run the same command on each (default: this machine only)");
+  auto* nproc =
+      app.add_option("--nproc_per_node", lo.nproc_per_node, "worker processes on this machine (collective mode)");
+  app.add_option("--gpus,--devices", gpus,
+                 "devices, one worker each, e.g. 0,1 (sets FLAGS_selected_gpus, DTRAIN_DEVICE)");
+  app.add_option("--ips", ips,
+                 "every machine's address, comma separated; run the same command on each (default: this machine only)");
   app.add_option("--master", lo.master, "host:port of the job store, instead of --ips (with --nnodes and --rank)");
   app.add_option("--nnodes", lo.nnodes, "number of machines with --master")->capture_default_str();
   app.add_option("--rank", lo.node_rank, "this machine's index (with --master; optional with --ips)");
-  app.add_option("--start_port", lo.start_port,
-                 "port of the job store (default: FLAGS_START_PORT, else 6170 on several machines, any free port on one); "
-                 "every other listener binds a free port");
-  app.add_option("--log_dir", lo.log_dir, "folder for workerlog.N, serverlog.N and endpoints.log")->capture_default_str();
+  app.add_option(
+      "--start_port", lo.start_port,
+      "port of the job store (default: FLAGS_START_PORT, else 6170 on several machines, any free port on one); "
+      "every other listener binds a free port");
+  app.add_option("--log_dir", lo.log_dir, "folder for workerlog.N, serverlog.N and endpoints.log")
+      ->capture_default_str();
   app.add_option("--server_num", lo.server_num, "parameter servers on this machine (parameter-server mode)");
   app.add_option("--worker_num", lo.worker_num, "workers on this machine (parameter-server mode)");
   app.add_option("--servers", servers, "server endpoints ip:port,... over all machines (parameter-server mode)");
@@ -87,12 +93,15 @@ int main(int argc, char** argv) {
                "run a job on several machines without a secret: any host that reaches the store can join it");
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
   app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)");
-  app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")->capture_default_str();
+  app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")
+      ->capture_default_str();
   app.add_option("--log_level", lo.log_level, "trace, debug, info, warn, error (DTRAIN_LOG_LEVEL of every process)");
-  app.add_option("--grace_period", lo.grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")->capture_default_str();
+  app.add_option("--grace_period", lo.grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")
+      ->capture_default_str();
   app.add_option("--join_timeout", lo.join_timeout_s, "seconds to wait for the other machines")->capture_default_str();
 
-  auto* plugins_cmd = app.add_subcommand("plugins", "list the installed backend plugins (name, version, ABI, capabilities)");
+  auto* plugins_cmd =
+      app.add_subcommand("plugins", "list the installed backend plugins (name, version, ABI, capabilities)");
   std::vector<std::string> plugin_dirs;
   plugins_cmd->add_option("--plugin-path", plugin_dirs, "extra folder to search");
 
@@ -137,10 +146,12 @@ int main(int argc, char** argv) {
       std::string program = cfg.get_string("job.program");
       if (program.empty()) {
         ConfigLocation loc = cfg.location_of("job");
-        throw ConfigError(job_file, loc.line, loc.column, "job.program",
-                          "the job file has no [job] program: name the program that runs it, e.g. program = \"dtrain-cls\"");
+        throw ConfigError(
+            job_file, loc.line, loc.column, "job.program",
+            "the job file has no [job] program: name the program that runs it, e.g. program = \"dtrain-cls\"");
       }
-      if (!nproc->count() && cfg.has("job.nproc_per_node")) lo.nproc_per_node = static_cast<int>(cfg.get_int("job.nproc_per_node"));
+      if (!nproc->count() && cfg.has("job.nproc_per_node"))
+        lo.nproc_per_node = static_cast<int>(cfg.get_int("job.nproc_per_node"));
       if (lo.job_id.empty()) lo.job_id = cfg.get_string("job.job_id");
       if (lo.backend.empty()) lo.backend = cfg.get_string("job.backend");
       command = {resolve_program(program), fs::absolute(job_file).string()};
@@ -149,7 +160,8 @@ int main(int argc, char** argv) {
       if (cfg.has("job.args"))
         for (auto& a : cfg.get_string_list("job.args")) command.push_back(a);
     } else if (!command.empty()) {
-      if (!overrides.empty()) throw InvalidUsage("-o overrides keys of a job file; with `-- PROGRAM` pass options to the program");
+      if (!overrides.empty())
+        throw InvalidUsage("-o overrides keys of a job file; with `-- PROGRAM` pass options to the program");
       command[0] = resolve_program(command[0]);
     } else {
       std::cerr << app.help() << "\n";

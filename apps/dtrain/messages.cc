@@ -33,9 +33,12 @@ std::string to_text(const toml::table& t) {
 }  // namespace
 
 std::string NodeInfo::encode() const {
-  return to_text(toml::table{{"node", node},           {"ip", ip},
-                             {"hostname", hostname},   {"version", version},
-                             {"workers", to_array(workers)}, {"servers", to_array(servers)}});
+  return to_text(toml::table{{"node", node},
+                             {"ip", ip},
+                             {"hostname", hostname},
+                             {"version", version},
+                             {"workers", to_array(workers)},
+                             {"servers", to_array(servers)}});
 }
 
 NodeInfo NodeInfo::decode(const std::string& text, const std::string& key) {
@@ -43,8 +46,8 @@ NodeInfo NodeInfo::decode(const std::string& text, const std::string& key) {
   try {
     t = toml::parse(text);
   } catch (const toml::parse_error& e) {
-    throw InvalidUsage("store key " + key + " does not hold a machine's description (" +
-                       std::string(e.description()) + "): another program wrote it, or mixed dtrain versions");
+    throw InvalidUsage("store key " + key + " does not hold a machine's description (" + std::string(e.description()) +
+                       "): another program wrote it, or mixed dtrain versions");
   }
   const toml::table& c = t;
   NodeInfo n;
@@ -58,11 +61,8 @@ NodeInfo NodeInfo::decode(const std::string& text, const std::string& key) {
 }
 
 std::string Failure::encode() const {
-  return to_text(toml::table{{"time_ms", time_ms},
-                             {"signal", signal},
-                             {"consequence", consequence},
-                             {"summary", summary},
-                             {"text", text}});
+  return to_text(toml::table{
+      {"time_ms", time_ms}, {"signal", signal}, {"consequence", consequence}, {"summary", summary}, {"text", text}});
 }
 
 Failure Failure::decode(const std::string& value) {

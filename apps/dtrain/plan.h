@@ -22,7 +22,7 @@ struct JobPlan {
   bool listed = false;      // slots come from --servers/--workers
   std::vector<NodeInfo> nodes;
   std::vector<std::string> worker_eps, server_eps;  // the whole job's, in rank order
-  std::string error_dir;  // where the processes' communicators write their first abort
+  std::string error_dir;                            // where the processes' communicators write their first abort
 
   std::string log_file(const Slot& s) const { return options.log_dir + "/" + s.log_name(); }
   std::string error_file(const Slot& s) const { return error_dir + "/" + s.log_name(); }

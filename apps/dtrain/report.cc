@@ -50,10 +50,11 @@ Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int 
   f.consequence = std::getline(ef, kind) && kind == "peer";
   f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", s.name(), how, node, ip, p.pid(),
                           f.consequence ? " after losing a peer" : "");
-  f.text = fmt::format("root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), attempt {}, at {}\n"
-                       "  log {} (last lines):\n{}",
-                       s.name(), how, s.role_name(), s.index, s.local, node, ip, attempt, format_time(f.time_ms),
-                       plan.log_file(s), indent(p.log_tail(kLogTailLines), "    | "));
+  f.text = fmt::format(
+      "root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), attempt {}, at {}\n"
+      "  log {} (last lines):\n{}",
+      s.name(), how, s.role_name(), s.index, s.local, node, ip, attempt, format_time(f.time_ms), plan.log_file(s),
+      indent(p.log_tail(kLogTailLines), "    | "));
   return f;
 }
 

@@ -32,9 +32,10 @@ std::string read_token_file(const std::string& path) {
     throw InvalidUsage(fmt::format("--token_file {}: {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode)) throw InvalidUsage(fmt::format("--token_file {} is not a regular file", path));
   if (st.st_mode & (S_IRWXG | S_IRWXO))
-    throw InvalidUsage(fmt::format("--token_file {} is accessible by group or others (mode {:04o}): anyone on this "
-                                   "machine could join the job; make it private with `chmod 600 {}`, as for an SSH key",
-                                   path, st.st_mode & 07777, path));
+    throw InvalidUsage(
+        fmt::format("--token_file {} is accessible by group or others (mode {:04o}): anyone on this "
+                    "machine could join the job; make it private with `chmod 600 {}`, as for an SSH key",
+                    path, st.st_mode & 07777, path));
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
     throw InvalidUsage(fmt::format("--token_file {} belongs to user {}, not to this user ({}): use your own file", path,
                                    st.st_uid, ::geteuid()));
@@ -47,9 +48,10 @@ std::string read_token_file(const std::string& path) {
 
 void check_strength(const std::string& secret, const std::string& where) {
   if (secret.size() < kMinSecretLength)
-    throw InvalidUsage(fmt::format("the job secret from {} has {} characters; at least {} are needed so that it "
-                                   "cannot be guessed; {}",
-                                   where, secret.size(), kMinSecretLength, kHowTo));
+    throw InvalidUsage(
+        fmt::format("the job secret from {} has {} characters; at least {} are needed so that it "
+                    "cannot be guessed; {}",
+                    where, secret.size(), kMinSecretLength, kHowTo));
 }
 
 }  // namespace

@@ -50,8 +50,10 @@ pid_t spawn(const SpawnOptions& o) {
       int devnull = open("/dev/null", O_RDONLY);
       if (devnull >= 0) dup2(devnull, 0);
     }
-    if (o.program.empty()) execvpe(program, args.data(), envp.data());
-    else execve(program, args.data(), envp.data());
+    if (o.program.empty())
+      execvpe(program, args.data(), envp.data());
+    else
+      execve(program, args.data(), envp.data());
     const char* msg = ": cannot start ";
     (void)!write(2, program_invocation_short_name, std::strlen(program_invocation_short_name));
     (void)!write(2, msg, std::strlen(msg));

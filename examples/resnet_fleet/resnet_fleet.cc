@@ -39,12 +39,14 @@ torch::Tensor read_idx(const std::string& path, int64_t limit) {
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(int64_t in, int64_t out, int64_t stride)
-      : c1(register_module("c1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
+      : c1(register_module(
+            "c1", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)))),
         b1(register_module("b1", torch::nn::BatchNorm2d(out))),
         c2(register_module("c2", torch::nn::Conv2d(torch::nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
         b2(register_module("b2", torch::nn::BatchNorm2d(out))) {
     if (stride != 1 || in != out)
-      down = register_module("down", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      down =
+          register_module("down", torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
   }
   torch::Tensor forward(torch::Tensor x) {
     auto y = b2(c2(torch::relu(b1(c1(x)))));
@@ -78,11 +80,16 @@ int main(int argc, char** argv) try {
   std::string data = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--epochs") epochs = std::atoll(argv[i + 1]);
-    else if (k == "--batches") batches = std::atoll(argv[i + 1]);
-    else if (k == "--batch_size") batch_size = std::atoll(argv[i + 1]);
-    else if (k == "--data") data = argv[i + 1];
-    else throw std::runtime_error("unknown option " + k);
+    if (k == "--epochs")
+      epochs = std::atoll(argv[i + 1]);
+    else if (k == "--batches")
+      batches = std::atoll(argv[i + 1]);
+    else if (k == "--batch_size")
+      batch_size = std::atoll(argv[i + 1]);
+    else if (k == "--data")
+      data = argv[i + 1];
+    else
+      throw std::runtime_error("unknown option " + k);
   }
   torch::set_num_threads(1);
 
@@ -97,7 +104,12 @@ int main(int argc, char** argv) try {
 
   // Each worker reads its own share: batch b of rank r is images [(b*world + r)*B, +B).
   const int64_t n = batches * batch_size * world;
-  auto images = read_idx(data + "/train-images-idx3-ubyte.gz", n).unsqueeze(1).to(torch::kFloat32).div_(255).sub_(0.286).div_(0.353);
+  auto images = read_idx(data + "/train-images-idx3-ubyte.gz", n)
+                    .unsqueeze(1)
+                    .to(torch::kFloat32)
+                    .div_(255)
+                    .sub_(0.286)
+                    .div_(0.353);
   auto labels = read_idx(data + "/train-labels-idx1-ubyte.gz", n).to(torch::kInt64);
 
   double correct = 0, seen = 0;

@@ -53,9 +53,7 @@ Algorithm parse_algorithm(const std::string& s) {
 
 // Gloo's reduction callback for one (dtype, op): the SDK's kernels; f16/bf16
 // travel as 16-bit and are reduced through float.
-::gloo::AllreduceOptions::Func reduce_fn(int32_t dtype, int32_t op) {
-  return sdk::reduce_fn(dtype, op);
-}
+::gloo::AllreduceOptions::Func reduce_fn(int32_t dtype, int32_t op) { return sdk::reduce_fn(dtype, op); }
 
 template <typename F>
 void with_type(int32_t dtype, F&& f) {
@@ -66,7 +64,8 @@ void with_type(int32_t dtype, F&& f) {
     case DT_DTYPE_U8: return f(uint8_t{});
     case DT_DTYPE_I32: return f(int32_t{});
     case DT_DTYPE_I64: return f(int64_t{});
-    case DT_DTYPE_F16: case DT_DTYPE_BF16: return f(uint16_t{});
+    case DT_DTYPE_F16:
+    case DT_DTYPE_BF16: return f(uint16_t{});
   }
   sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
 }
@@ -116,8 +115,7 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     throw;
   } catch (const std::exception& e) {
     rethrow_gloo(e, "gloo: connecting rank " + std::to_string(rank_) + " to its " + std::to_string(size_ - 1) +
-                        " peers over " + (iface.empty() ? "host " + attr.hostname : "interface " + iface) +
-                        " failed");
+                        " peers over " + (iface.empty() ? "host " + attr.hostname : "interface " + iface) + " failed");
   }
   p2p_ = std::make_unique<sdk::P2pTracker>(sdk::P2pTracker::Mode::Thread);
   sdk::OpQueue::Settings q;
@@ -169,8 +167,7 @@ Algorithm Mesh::pick(size_t bytes) const {
   return bytes <= small_bytes ? Algorithm::Bcube : Algorithm::Ring;
 }
 
-void Mesh::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op,
-                                         Clock::time_point deadline) {
+void Mesh::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline) {
   if (count == 0 || size == 1) return;
   size_t esz = sdk::dtype_size(dtype);
   Algorithm a = pick(count * esz);
@@ -218,13 +215,19 @@ void Mesh::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, in
   auto& e = it->second;
   auto* src = static_cast<uint16_t*>(ptr);
   auto* f = reinterpret_cast<float*>(e.staging.data());
-  if (dtype == DT_DTYPE_F16) sdk::half_to_float_n(src, f, count);
-  else if (dtype == DT_DTYPE_BF16) sdk::bf16_to_float_n(src, f, count);
-  else std::memcpy(e.staging.data(), ptr, e.staging.size());
+  if (dtype == DT_DTYPE_F16)
+    sdk::half_to_float_n(src, f, count);
+  else if (dtype == DT_DTYPE_BF16)
+    sdk::bf16_to_float_n(src, f, count);
+  else
+    std::memcpy(e.staging.data(), ptr, e.staging.size());
   e.algorithm->run();
-  if (dtype == DT_DTYPE_F16) sdk::float_to_half_n(f, src, count);
-  else if (dtype == DT_DTYPE_BF16) sdk::float_to_bf16_n(f, src, count);
-  else std::memcpy(ptr, e.staging.data(), e.staging.size());
+  if (dtype == DT_DTYPE_F16)
+    sdk::float_to_half_n(f, src, count);
+  else if (dtype == DT_DTYPE_BF16)
+    sdk::float_to_bf16_n(f, src, count);
+  else
+    std::memcpy(ptr, e.staging.data(), e.staging.size());
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
@@ -361,8 +364,10 @@ std::shared_ptr<sdk::Work> GlooCommunicator::post(const Buf& buf, int32_t peer, 
     // Zero-byte transfers still need a real buffer address in Gloo.
     static char dummy;
     auto ub = mesh_->context->createUnboundBuffer(buf.count ? buf.ptr : &dummy, sdk::bytes_of(buf));
-    if (is_send) ub->send(peer, slot);
-    else ub->recv(peer, slot);
+    if (is_send)
+      ub->send(peer, slot);
+    else
+      ub->recv(peer, slot);
     auto w = std::make_shared<P2pWork>(std::move(ub), is_send, peer, sdk::deadline_after(o.timeout_ms, timeout_ms_));
     p2p_->add(w);
     return w;

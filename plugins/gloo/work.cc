@@ -22,8 +22,10 @@ void P2pWork::finish() {
     auto left = sdk::remaining_ms(deadline_, kGlooSlack);
     int rank = -1;
     bool ok = is_send_ ? buf_->waitSend(&rank, left) : buf_->waitRecv(&rank, left);
-    if (ok) complete(DT_OK);
-    else complete(DT_ERR_ABORTED, what() + " aborted");
+    if (ok)
+      complete(DT_OK);
+    else
+      complete(DT_ERR_ABORTED, what() + " aborted");
   } catch (const std::exception& e) {
     try {
       rethrow_gloo(e, what());
@@ -34,8 +36,10 @@ void P2pWork::finish() {
 }
 
 void P2pWork::cancel(const std::string& reason) {
-  if (is_send_) buf_->abortWaitSend();
-  else buf_->abortWaitRecv();
+  if (is_send_)
+    buf_->abortWaitSend();
+  else
+    buf_->abortWaitRecv();
   complete(DT_ERR_ABORTED, reason);
 }
 

@@ -114,15 +114,13 @@ class Algorithms {
 
   // In-place all-reduce of a small buffer: flat through the mailboxes when
   // every rank is on this host, else recursive doubling over tag messages.
-  void small_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-                       Clock::time_point deadline);
+  void small_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq, Clock::time_point deadline);
 
   // Every rank publishes its data in its mailbox, then reduces all ranks'
   // data in rank order (the same result everywhere) and acknowledges.
   void flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
 
-  void recursive_doubling(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-                          Clock::time_point deadline);
+  void recursive_doubling(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq, Clock::time_point deadline);
 
   // Ring reduce-scatter over blocks of `count`: afterwards dst holds this
   // rank's fully reduced block (block rank()), written to final_dst instead

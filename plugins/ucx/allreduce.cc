@@ -5,7 +5,7 @@
 namespace dtrain::ucx_backend {
 
 void Algorithms::allreduce(const void* src, void* dst, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-               Clock::time_point deadline) {
+                           Clock::time_point deadline) {
   size_t esz = sdk::dtype_size(dtype);
   if (count == 0) return;
   if (world() == 1 || !use_ring(count, esz)) {
@@ -19,9 +19,10 @@ void Algorithms::allreduce(const void* src, void* dst, size_t count, int32_t dty
 }
 
 void Algorithms::small_allreduce(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-                     Clock::time_point deadline) {
+                                 Clock::time_point deadline) {
   size_t bytes = count * sdk::dtype_size(dtype);
-  if (settings.shm && fabric_->mailbox_mine() && world() <= MailboxLayout::kMaxFlatRanks && bytes <= settings.small_bytes)
+  if (settings.shm && fabric_->mailbox_mine() && world() <= MailboxLayout::kMaxFlatRanks &&
+      bytes <= settings.small_bytes)
     flat_allreduce(buf, count, dtype, op, deadline);
   else
     recursive_doubling(buf, count, dtype, op, seq, deadline);
@@ -31,7 +32,8 @@ void Algorithms::flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t 
   size_t bytes = count * sdk::dtype_size(dtype);
   sdk::ReduceFn fn = sdk::reduce_fn(dtype, op);
   uint64_t k = small_ops_++;
-  size_t at_k = MailboxLayout::small_at(settings.chunk_bytes, settings.depth, settings.small_bytes, static_cast<int>(k % 2));
+  size_t at_k =
+      MailboxLayout::small_at(settings.chunk_bytes, settings.depth, settings.small_bytes, static_cast<int>(k % 2));
   char* mine = fabric_->mailbox_mine();
   Clock::time_point start{};
   auto wait_for = [&](std::atomic<uint64_t>& c, uint64_t v, int peer) {
@@ -58,11 +60,12 @@ void Algorithms::flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t 
     for (int p = 2; p < world(); ++p) fn(buf, buf, fabric_->mailbox_of(p) + at_k, count);
   }
   for (int p = 0; p < world(); ++p)
-    if (p != rank()) counter(fabric_->mailbox_of(p), MailboxLayout::kAck + 64 * rank()).store(k + 1, std::memory_order_release);
+    if (p != rank())
+      counter(fabric_->mailbox_of(p), MailboxLayout::kAck + 64 * rank()).store(k + 1, std::memory_order_release);
 }
 
 void Algorithms::recursive_doubling(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-                        Clock::time_point deadline) {
+                                    Clock::time_point deadline) {
   size_t bytes = count * sdk::dtype_size(dtype);
   sdk::ReduceFn fn = sdk::reduce_fn(dtype, op);
   char* tmp = grow(small_, bytes);
@@ -99,7 +102,7 @@ void Algorithms::recursive_doubling(void* buf, size_t count, int32_t dtype, int3
 }
 
 void Algorithms::reduce_scatter(const void* send, void* recv, size_t count, int32_t dtype, int32_t op, uint64_t seq,
-                    Clock::time_point deadline) {
+                                Clock::time_point deadline) {
   size_t esz = sdk::dtype_size(dtype), total = count * world();
   if (world() == 1 || !use_ring(total, esz)) {
     char* tmp = grow(full_, total * esz);
@@ -114,7 +117,7 @@ void Algorithms::reduce_scatter(const void* send, void* recv, size_t count, int3
 }
 
 void Algorithms::reduce(const void* send, void* recv, size_t count, int32_t dtype, int32_t op, int root, uint64_t seq,
-            Clock::time_point deadline) {
+                        Clock::time_point deadline) {
   size_t esz = sdk::dtype_size(dtype), bytes = count * esz;
   bool is_root = rank() == root;
   if (world() == 1 || !use_ring(count, esz)) {
@@ -129,10 +132,11 @@ void Algorithms::reduce(const void* send, void* recv, size_t count, int32_t dtyp
     if (is_root) {
       for (int p = 0; p < world(); ++p)
         if (p != root)
-          b.add(fabric().irecv(p, Fabric::coll_tag(p, seq), at(recv, block_off(count, p) * esz), block_len(count, p) * esz));
+          b.add(fabric().irecv(p, Fabric::coll_tag(p, seq), at(recv, block_off(count, p) * esz),
+                               block_len(count, p) * esz));
     } else {
       b.add(fabric().isend(root, Fabric::coll_tag(rank(), seq), at(acc, block_off(count, rank()) * esz),
-                      block_len(count, rank()) * esz));
+                           block_len(count, rank()) * esz));
     }
     b.wait(deadline, "reduce");
   }

@@ -19,7 +19,7 @@ constexpr uint64_t kCollBit = 1ull << 63;
 constexpr int kSrcShift = 40;
 constexpr uint64_t kSeqMask = (1ull << kSrcShift) - 1;
 constexpr uint64_t kHelloSeq = kSeqMask;  // the connection handshake
-char g_dummy;                              // address for zero-byte transfers
+char g_dummy;                             // address for zero-byte transfers
 
 std::string status_text(ucs_status_t st) { return ucs_status_string(st); }
 std::string host_identity();
@@ -109,9 +109,8 @@ uint64_t Fabric::coll_tag(int src, uint64_t seq) {
   return kCollBit | (static_cast<uint64_t>(src) << kSrcShift) | (seq & kSeqMask);
 }
 
-Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices,
-               ErrorHandling errors, std::chrono::microseconds spin, size_t mailbox_bytes,
-               const std::string& fingerprint)
+Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::string& net_devices, ErrorHandling errors,
+               std::chrono::microseconds spin, size_t mailbox_bytes, const std::string& fingerprint)
     : rank_(init.rank), size_(init.world_size), spin_(spin) {
   if (size_ > (1 << 22)) sdk::fail(DT_ERR_NOT_SUPPORTED, "ucx: at most 4194304 ranks");
   ucp_config_t* cfg = nullptr;
@@ -207,9 +206,8 @@ Fabric::Fabric(const sdk::CommInit& init, const std::string& tls, const std::str
     b.wait(deadline, "connecting");
     if (size_ > 1 && mailbox_bytes) attach_mailboxes(init, all_local, peer_rkeys);
     sdk::Log::debug("ucx: rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " connected: " +
-                    std::to_string(local_peers) + " peer(s) on this host, " +
-                    std::to_string(size_ - 1 - local_peers) + " on other hosts; transports \"" +
-                    (tls.empty() ? std::string("default") : tls) + "\", devices \"" +
+                    std::to_string(local_peers) + " peer(s) on this host, " + std::to_string(size_ - 1 - local_peers) +
+                    " on other hosts; transports \"" + (tls.empty() ? std::string("default") : tls) + "\", devices \"" +
                     (net_devices.empty() ? std::string("default") : net_devices) + "\"; shared-memory mailboxes " +
                     (mbox_mine_ ? "on" : "off"));
   } catch (...) {
@@ -266,8 +264,7 @@ void Fabric::attach_mailboxes(const sdk::CommInit& init, bool all_local, const s
   // Every rank must take the same path: publish, then agree.
   init.store.set("ucx/shm/" + std::to_string(rank_), ok ? "1" : "0");
   bool all = true;
-  for (int p = 0; p < size_; ++p)
-    all = all && init.store.get("ucx/shm/" + std::to_string(p), init.timeout_ms) == "1";
+  for (int p = 0; p < size_; ++p) all = all && init.store.get("ucx/shm/" + std::to_string(p), init.timeout_ms) == "1";
   if (!all) {
     mbox_of_.clear();
     mbox_mine_ = nullptr;
@@ -318,9 +315,12 @@ Request Fabric::isend(int peer, uint64_t tag, const void* ptr, size_t bytes) {
   r.is_send = true;
   ucp_request_param_t prm{};
   void* h = ucp_tag_send_nbx(eps_[peer], bytes ? ptr : &g_dummy, bytes, tag, &prm);
-  if (h == nullptr) r.status = UCS_OK;
-  else if (UCS_PTR_IS_ERR(h)) r.status = UCS_PTR_STATUS(h);
-  else r.handle = h;
+  if (h == nullptr)
+    r.status = UCS_OK;
+  else if (UCS_PTR_IS_ERR(h))
+    r.status = UCS_PTR_STATUS(h);
+  else
+    r.handle = h;
   return r;
 }
 
@@ -329,9 +329,12 @@ Request Fabric::irecv(int peer, uint64_t tag, void* ptr, size_t bytes) {
   r.peer = peer;
   ucp_request_param_t prm{};
   void* h = ucp_tag_recv_nbx(worker_, bytes ? ptr : &g_dummy, bytes, tag, ~0ull, &prm);
-  if (h == nullptr) r.status = UCS_OK;
-  else if (UCS_PTR_IS_ERR(h)) r.status = UCS_PTR_STATUS(h);
-  else r.handle = h;
+  if (h == nullptr)
+    r.status = UCS_OK;
+  else if (UCS_PTR_IS_ERR(h))
+    r.status = UCS_PTR_STATUS(h);
+  else
+    r.handle = h;
   return r;
 }
 
@@ -370,8 +373,8 @@ void Fabric::check(const Request& r, const char* what) const {
     sdk::fail(DT_ERR_INVALID_USAGE, std::string("ucx: ") + what + dir + std::to_string(r.peer) +
                                         ": the message is larger than the buffer (counts differ between ranks?)");
   if (r.status == UCS_ERR_CANCELED && aborted()) sdk::fail(DT_ERR_ABORTED, std::string("ucx: ") + what + " aborted");
-  sdk::fail(DT_ERR_REMOTE, std::string("ucx: ") + what + dir + std::to_string(r.peer) + " failed: " +
-                               status_text(r.status) + " (rank " + std::to_string(r.peer) + " lost?)");
+  sdk::fail(DT_ERR_REMOTE, std::string("ucx: ") + what + dir + std::to_string(r.peer) +
+                               " failed: " + status_text(r.status) + " (rank " + std::to_string(r.peer) + " lost?)");
 }
 
 void Fabric::fail_timeout(int peer, const char* what) const {

@@ -126,8 +126,8 @@ class Fabric {
   std::vector<ucp_rkey_h> rkeys_;
   char* mbox_mine_ = nullptr;
   std::vector<char*> mbox_of_;  // every rank's mailbox, mapped here
-  int efd_ = -1;    // the worker's event fd
-  int epfd_ = -1;   // epoll over efd_ and wake_fd_
+  int efd_ = -1;                // the worker's event fd
+  int epfd_ = -1;               // epoll over efd_ and wake_fd_
   int wake_fd_ = -1;
   std::atomic<bool> aborted_{false};
 };

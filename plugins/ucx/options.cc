@@ -18,7 +18,8 @@ ErrorHandling parse_error_handling(const std::string& s) {
   if (s == "auto") return ErrorHandling::Auto;
   if (s == "peer") return ErrorHandling::Peer;
   if (s == "none") return ErrorHandling::None;
-  sdk::fail(DT_ERR_INVALID_USAGE, "ucx.error_handling = \"" + s + "\" is not known; use \"auto\", \"peer\" or \"none\"");
+  sdk::fail(DT_ERR_INVALID_USAGE,
+            "ucx.error_handling = \"" + s + "\" is not known; use \"auto\", \"peer\" or \"none\"");
 }
 
 }  // namespace
@@ -47,8 +48,8 @@ UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
 
 std::string UcxOptions::fingerprint() const {
   return "algorithm=" + algorithm_name + " small_message_bytes=" + std::to_string(settings.small_bytes) +
-         " chunk_bytes=" + std::to_string(settings.chunk_bytes) + " pipeline_depth=" +
-         std::to_string(settings.depth) + " shared_memory=" + (settings.shm ? "true" : "false");
+         " chunk_bytes=" + std::to_string(settings.chunk_bytes) + " pipeline_depth=" + std::to_string(settings.depth) +
+         " shared_memory=" + (settings.shm ? "true" : "false");
 }
 
 }  // namespace dtrain::ucx_backend

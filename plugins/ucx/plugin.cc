@@ -20,7 +20,8 @@ const dt_config_key_v1_t kKeys[] = {
     {"small_message_bytes", "int", "8192", "auto: messages up to this size use recursive doubling"},
     {"chunk_bytes", "int", "131072", "ring pipeline chunk: each chunk is reduced as soon as it lands"},
     {"pipeline_depth", "int", "8", "ring chunks in flight per step"},
-    {"spin_us", "int", "2000", "busy-poll this long before sleeping on the worker's event fd (or in 20 us steps on shared memory)"},
+    {"spin_us", "int", "2000",
+     "busy-poll this long before sleeping on the worker's event fd (or in 20 us steps on shared memory)"},
     {"grace_us", "int", "1000",
      "a collective nobody waits for is run by the communicator's background thread after this long"},
 };
@@ -32,5 +33,5 @@ constexpr uint64_t kCaps = DT_CAP_ALLREDUCE | DT_CAP_BROADCAST | DT_CAP_ALLGATHE
 }  // namespace
 
 DTRAIN_EXPORT_BACKEND_V1(dtrain::ucx_backend::UcxCommunicator, "ucx", "0.1.0 (UCX 1.13)",
-                         "CPU collectives over UCX: shared memory and CMA on one host, TCP or RDMA across hosts",
-                         kCaps, kKeys)
+                         "CPU collectives over UCX: shared memory and CMA on one host, TCP or RDMA across hosts", kCaps,
+                         kKeys)

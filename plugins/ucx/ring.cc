@@ -4,8 +4,8 @@
 
 namespace dtrain::ucx_backend {
 
-void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst, size_t count, int32_t dtype, int32_t op,
-                         uint64_t seq, Clock::time_point deadline) {
+void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst, size_t count, int32_t dtype,
+                                     int32_t op, uint64_t seq, Clock::time_point deadline) {
   size_t esz = sdk::dtype_size(dtype);
   sdk::ReduceFn fn = sdk::reduce_fn(dtype, op);
   int r = rank(), next = wrap(r + 1), prev = wrap(r - 1);
@@ -20,11 +20,12 @@ void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst
     char* out = (step == world() - 2 && final_dst) ? static_cast<char*>(final_dst) : at(dst, roff * esz);
     const char* mine = at(src, roff * esz);
     if (shm_ok(count * esz)) {
-      shm_step(sptr, slen * esz, rlen * esz, chunk * esz,
-               [&](size_t k, const char* data, size_t bytes) {
-                 fn(out + k * chunk * esz, mine + k * chunk * esz, data, bytes / esz);
-               },
-               deadline, "ring reduce-scatter");
+      shm_step(
+          sptr, slen * esz, rlen * esz, chunk * esz,
+          [&](size_t k, const char* data, size_t bytes) {
+            fn(out + k * chunk * esz, mine + k * chunk * esz, data, bytes / esz);
+          },
+          deadline, "ring reduce-scatter");
       continue;
     }
     Batch sends(fabric());
@@ -56,16 +57,17 @@ void Algorithms::ring_allgather(void* buf, size_t count, size_t esz, uint64_t se
     int sb = wrap(r - step), rb = wrap(r - step - 1);
     if (shm_ok(count * esz)) {
       char* dst = at(buf, block_off(count, rb) * esz);
-      shm_step(at(buf, block_off(count, sb) * esz), block_len(count, sb) * esz, block_len(count, rb) * esz, chunk,
-               [&](size_t k, const char* data, size_t bytes) { std::memcpy(dst + k * chunk, data, bytes); },
-               deadline, "ring all-gather");
+      shm_step(
+          at(buf, block_off(count, sb) * esz), block_len(count, sb) * esz, block_len(count, rb) * esz, chunk,
+          [&](size_t k, const char* data, size_t bytes) { std::memcpy(dst + k * chunk, data, bytes); }, deadline,
+          "ring all-gather");
       continue;
     }
     Batch b(fabric());
     b.add(fabric().irecv(prev, Fabric::coll_tag(prev, seq), at(buf, block_off(count, rb) * esz),
-                    block_len(count, rb) * esz));
+                         block_len(count, rb) * esz));
     b.add(fabric().isend(next, Fabric::coll_tag(r, seq), at(buf, block_off(count, sb) * esz),
-                    block_len(count, sb) * esz));
+                         block_len(count, sb) * esz));
     b.wait(deadline, "ring all-gather");
   }
 }

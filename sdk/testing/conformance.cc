@@ -16,8 +16,7 @@ namespace dtrain::conformance {
 
 namespace {
 
-const DType kTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16,
-                        DType::I8,  DType::U8,  DType::I32, DType::I64};
+const DType kTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I8, DType::U8, DType::I32, DType::I64};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
 
 bool is_signed(DType t) { return t != DType::U8; }
@@ -62,7 +61,8 @@ double reduce_expected(int n, size_t i, DType t, ReduceOp op) {
   for (int r = 1; r < n; ++r) {
     double v = value(r, i, t, op);
     switch (op) {
-      case ReduceOp::Sum: case ReduceOp::Avg: acc += v; break;
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: acc += v; break;
       case ReduceOp::Prod: acc *= v; break;
       case ReduceOp::Max: acc = std::max(acc, v); break;
       case ReduceOp::Min: acc = std::min(acc, v); break;
@@ -86,7 +86,8 @@ struct HostBuffer {
   std::vector<uint8_t> bytes;
   DType t;
   size_t n;
-  HostBuffer(size_t count, DType type) : bytes(std::max<size_t>(count * dtype_size(type), 1), 0xA5), t(type), n(count) {}
+  HostBuffer(size_t count, DType type)
+      : bytes(std::max<size_t>(count * dtype_size(type), 1), 0xA5), t(type), n(count) {}
   void* data() { return bytes.data(); }
   Buffer buf() { return Buffer(n ? data() : nullptr, n, t); }
 };
@@ -143,39 +144,38 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
                            HostBuffer s(c * n, t), r(c, t);
                            for (size_t i = 0; i < c * n; ++i) write(s.data(), i, t, value(me, i, t, op));
                            comm.reduce_scatter(s.buf(), r.buf(), op)->wait();
-                           return check(r.data(), c, t, tolerance(t, op), [&](size_t i) {
-                             return reduce_expected(n, me * c + i, t, op);
-                           });
+                           return check(r.data(), c, t, tolerance(t, op),
+                                        [&](size_t i) { return reduce_expected(n, me * c + i, t, op); });
                          }});
       }
-      cases.push_back({"allreduce_out_of_place" + suffix + nc, DT_CAP_ALLREDUCE, [&comm, c, t, n, me] {
-                         HostBuffer s(c, t), r(c, t);
-                         for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
-                         comm.allreduce(s.buf(), r.buf(), ReduceOp::Sum)->wait();
-                         std::string e = check(r.data(), c, t, 0, [&](size_t i) {
-                           return reduce_expected(n, i, t, ReduceOp::Sum);
-                         });
-                         if (!e.empty()) return e;
-                         return check(s.data(), c, t, 0, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); })
-                                        .empty()
-                                    ? std::string()
-                                    : std::string("the send buffer was modified");
-                       }});
+      cases.push_back(
+          {"allreduce_out_of_place" + suffix + nc, DT_CAP_ALLREDUCE, [&comm, c, t, n, me] {
+             HostBuffer s(c, t), r(c, t);
+             for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
+             comm.allreduce(s.buf(), r.buf(), ReduceOp::Sum)->wait();
+             std::string e =
+                 check(r.data(), c, t, 0, [&](size_t i) { return reduce_expected(n, i, t, ReduceOp::Sum); });
+             if (!e.empty()) return e;
+             return check(s.data(), c, t, 0, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); }).empty()
+                        ? std::string()
+                        : std::string("the send buffer was modified");
+           }});
       int root = iteration++ % n;
-      cases.push_back({"broadcast" + suffix + nc + "/root=" + std::to_string(root), DT_CAP_BROADCAST,
-                       [&comm, c, t, me, root] {
-                         HostBuffer b(c, t);
-                         if (me == root)
-                           for (size_t i = 0; i < c; ++i) write(b.data(), i, t, value(root, i, t, ReduceOp::Sum));
-                         comm.broadcast(b.buf(), root)->wait();
-                         return check(b.data(), c, t, 0, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
-                       }});
+      cases.push_back(
+          {"broadcast" + suffix + nc + "/root=" + std::to_string(root), DT_CAP_BROADCAST, [&comm, c, t, me, root] {
+             HostBuffer b(c, t);
+             if (me == root)
+               for (size_t i = 0; i < c; ++i) write(b.data(), i, t, value(root, i, t, ReduceOp::Sum));
+             comm.broadcast(b.buf(), root)->wait();
+             return check(b.data(), c, t, 0, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
+           }});
       cases.push_back({"allgather" + suffix + nc, DT_CAP_ALLGATHER, [&comm, c, t, n, me] {
                          HostBuffer s(c, t), r(c * n, t);
                          for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
                          comm.allgather(s.buf(), r.buf())->wait();
-                         return check(r.data(), c * n, t, 0,
-                                      [&](size_t i) { return value(static_cast<int>(i / c), i % c, t, ReduceOp::Sum); });
+                         return check(r.data(), c * n, t, 0, [&](size_t i) {
+                           return value(static_cast<int>(i / c), i % c, t, ReduceOp::Sum);
+                         });
                        }});
       cases.push_back({"alltoall" + suffix + nc, DT_CAP_ALLTOALL, [&comm, c, t, n, me] {
                          HostBuffer s(c * n, t), r(c * n, t);
@@ -223,9 +223,8 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
                              works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
                          for (auto& w : works) w->wait();
                          for (int k = 0; k < kTags * kPerTag; ++k) {
-                           std::string e = check(recvs[k].data(), c, t, 0, [&](size_t i) {
-                             return value(prev, i + 31 * k, t, ReduceOp::Sum);
-                           });
+                           std::string e = check(recvs[k].data(), c, t, 0,
+                                                 [&](size_t i) { return value(prev, i + 31 * k, t, ReduceOp::Sum); });
                            if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
                          }
                          return std::string();
@@ -273,9 +272,7 @@ Result run_failures(Communicator& comm, const CommFactory& make_comm, const Opti
   const int n = comm.size(), me = comm.rank();
   const uint64_t caps = comm.backend()->info().caps;
   using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t0) {
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
+  auto seconds_since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   auto run_case = [&](const std::string& name, uint64_t cap, const std::function<std::string()>& body) {
     if (!o.filter.empty() && name.find(o.filter) == std::string::npos) return;
     if (n == 1 || !(caps & cap)) {
@@ -309,8 +306,10 @@ Result run_failures(Communicator& comm, const CommFactory& make_comm, const Opti
         err = "an all-reduce the other ranks never joined completed";
       } catch (const TimeoutError&) {
         double s = seconds_since(t0);
-        if (s < 0.4 || s > 10) err = "timed out after " + std::to_string(s) + " s; the timeout is 0.5 s";
-        else if (!fresh->is_poisoned()) err = "the timed-out communicator is not poisoned";
+        if (s < 0.4 || s > 10)
+          err = "timed out after " + std::to_string(s) + " s; the timeout is 0.5 s";
+        else if (!fresh->is_poisoned())
+          err = "the timed-out communicator is not poisoned";
       } catch (const std::exception& e) {
         err = std::string("failed with '") + e.what() + "' instead of a timeout";
       }

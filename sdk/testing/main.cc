@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
       skipped += r.skipped;
       for (auto& f : r.failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
     }
-    std::printf("conformance of backend '%s' %s, %d rank%s%s, %.1f s\n", be->name().c_str(),
-                be->info().version.c_str(), world, world == 1 ? "" : "s",
+    std::printf("conformance of backend '%s' %s, %d rank%s%s, %.1f s\n", be->name().c_str(), be->info().version.c_str(),
+                world, world == 1 ? "" : "s",
                 results.size() == 1 && world > 1 ? " (this process is one of them)" : " (threads)", secs);
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed == 0 && passed > 0 ? 0 : 1;

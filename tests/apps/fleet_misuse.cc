@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
     auto model = std::make_shared<torch::nn::LinearImpl>(4, 2);
     ok &= expect_error("distributed_model", [&] { fleet::distributed_model(model); });
     ok &= expect_error("distributed_optimizer", [&] {
-      fleet::distributed_optimizer(std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)));
+      fleet::distributed_optimizer(
+          std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1)));
     });
     ok &= expect_error("worker_index", [] { fleet::worker_index(); });
     ok &= expect_error("metrics::sum", [] { fleet::metrics::sum(1.0); });

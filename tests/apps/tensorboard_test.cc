@@ -77,9 +77,11 @@ TEST(EventWriter, ScalarsReadBackThroughGeneratedClasses) {
 TEST(EventWriter, WireBytesMatchTensorBoardFieldNumbers) {
   // An Event with step 7 and one simple_value, encoded by hand from
   // TensorBoard's event.proto/summary.proto numbers, must parse the same.
-  std::string summary_value = std::string("\x0a\x01x", 3) + std::string("\x15\x00\x00\x80\x3f", 5);  // tag=1, simple_value=2
-  std::string summary = "\x0a" + std::string(1, char(summary_value.size())) + summary_value;      // value=1
-  std::string event = std::string("\x10\x07", 2) + "\x2a" + std::string(1, char(summary.size())) + summary;  // step=2, summary=5
+  std::string summary_value =
+      std::string("\x0a\x01x", 3) + std::string("\x15\x00\x00\x80\x3f", 5);                   // tag=1, simple_value=2
+  std::string summary = "\x0a" + std::string(1, char(summary_value.size())) + summary_value;  // value=1
+  std::string event =
+      std::string("\x10\x07", 2) + "\x2a" + std::string(1, char(summary.size())) + summary;  // step=2, summary=5
   dtrain::tensorboard::Event e;
   ASSERT_TRUE(e.ParseFromString(event));
   EXPECT_EQ(e.step(), 7);

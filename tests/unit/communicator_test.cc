@@ -44,8 +44,12 @@ class CommunicatorTest : public ::testing::TestWithParam<std::string> {
 TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
   const auto timeout = milliseconds(1500);
   std::atomic<int> done{0};
+  // A failed op's buffers may still be touched by a transport that cannot be
+  // interrupted (Gloo) until its own timeout, even after the communicator is
+  // gone (work.h): they outlive the test.
+  static std::vector<std::vector<float>> buffers(3, std::vector<float>(1024, 1.0f));
   run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
-    std::vector<float> v(1024, 1.0f);
+    std::vector<float>& v = buffers[r];
     comm.allreduce(Buffer::of(v.data(), v.size()))->wait();  // everyone arrives once
     if (r == 2) {
       // Rank 2 withholds the second collective until the others gave up.

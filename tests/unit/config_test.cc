@@ -174,8 +174,7 @@ TEST(ConfigTest, OpenTablesAreSkipped) {
   Config bad = Config::from_string("[plugins]\ngloo = 3\n", "job.toml");
   EXPECT_THAT(config_error([&] { bad.validate(train_schema()); }).what(), HasSubstr("must be table, got int 3"));
   Config sibling = Config::from_string("[plugins.ucx]\nanything = 1\n", "job.toml");
-  EXPECT_THAT(config_error([&] { sibling.validate(train_schema()); }).what(),
-              HasSubstr("unknown key 'plugins.ucx'"));
+  EXPECT_THAT(config_error([&] { sibling.validate(train_schema()); }).what(), HasSubstr("unknown key 'plugins.ucx'"));
 }
 
 TEST(ConfigTest, OverrideTypes) {

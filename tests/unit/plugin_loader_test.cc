@@ -26,9 +26,7 @@ std::string load_error(const std::string& name) {
 }
 
 // These tests load the gloo plugin; a build without it skips them.
-bool gloo_built() {
-  return access((std::string(DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_gloo.so").c_str(), F_OK) == 0;
-}
+bool gloo_built() { return access((std::string(DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_gloo.so").c_str(), F_OK) == 0; }
 #define REQUIRE_GLOO() \
   if (!gloo_built()) GTEST_SKIP() << "the gloo plugin was not built (DTRAIN_WITH_GLOO=OFF or Gloo missing)"
 
@@ -53,8 +51,8 @@ TEST(PluginLoader, UnknownBackendListsInstalledOnes) {
     reg.load("nosuchbackend");
     FAIL() << "expected an error";
   } catch (const NotSupported& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("no backend 'nosuchbackend'"), HasSubstr("Installed backends:"),
-                                HasSubstr("gloo")));
+    EXPECT_THAT(e.what(),
+                AllOf(HasSubstr("no backend 'nosuchbackend'"), HasSubstr("Installed backends:"), HasSubstr("gloo")));
   }
 }
 
@@ -117,8 +115,9 @@ TEST(PluginLoader, UnknownPluginOptionIsAConfigError) {
 // The SDK reads a plugin's options as typed TOML literals: a value of the
 // wrong type is an error that names the key, never a silent 0.
 TEST(PluginOptions, ReadsTypedTomlLiterals) {
-  sdk::Options o("chunk_bytes = 131_072\nmask = 0xff\nratio = -2.5e-1\non = true\n"
-                 "name = \"a \\\"q\\\" \\u00e9\"\nraw = 'C:\\x'\n");
+  sdk::Options o(
+      "chunk_bytes = 131_072\nmask = 0xff\nratio = -2.5e-1\non = true\n"
+      "name = \"a \\\"q\\\" \\u00e9\"\nraw = 'C:\\x'\n");
   EXPECT_EQ(o.get_int("chunk_bytes", 0), 131072);
   EXPECT_EQ(o.get_int("mask", 0), 255);
   EXPECT_DOUBLE_EQ(o.get_float("ratio", 0), -0.25);
@@ -129,8 +128,9 @@ TEST(PluginOptions, ReadsTypedTomlLiterals) {
 }
 
 TEST(PluginOptions, AValueThePluginCannotReadNamesTheKey) {
-  sdk::Options o("chunk_bytes = \"128k\"\ndepth = 12x\nspin = 1__0\non = yes\nratio = 1.5.2\nname = 42\n"
-                 "huge = 99999999999999999999\n");
+  sdk::Options o(
+      "chunk_bytes = \"128k\"\ndepth = 12x\nspin = 1__0\non = yes\nratio = 1.5.2\nname = 42\n"
+      "huge = 99999999999999999999\n");
   auto error_of = [](auto&& f) -> std::string {
     try {
       f();

@@ -176,9 +176,8 @@ TEST(EnvRoleMakerTest, PaddlePserverNotInListFails) {
                                   {"PADDLE_TRAINERS_NUM", "2"}});
   EXPECT_THAT(pod, HasSubstr("POD_IP:PADDLE_PORT=127.0.0.1:7009 is not in PADDLE_PSERVERS_IP_PORT_LIST"));
 
-  std::string none = env_error(Env{{"TRAINING_ROLE", "PSERVER"},
-                                   {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7000"},
-                                   {"PADDLE_TRAINERS_NUM", "2"}});
+  std::string none = env_error(Env{
+      {"TRAINING_ROLE", "PSERVER"}, {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7000"}, {"PADDLE_TRAINERS_NUM", "2"}});
   EXPECT_THAT(none, HasSubstr("PADDLE_CURRENT_ENDPOINT"));
 }
 
@@ -200,8 +199,7 @@ TEST(EnvRoleMakerTest, BadValuesNameTheVariable) {
               HasSubstr("DTRAIN_RANK='abc' is not an integer"));
   EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "1"}, {"DTRAIN_WORLD_SIZE", "2x"}}),
               HasSubstr("DTRAIN_WORLD_SIZE='2x' is not an integer"));
-  EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "99999999999"}, {"DTRAIN_WORLD_SIZE", "2"}}),
-              HasSubstr("DTRAIN_RANK"));
+  EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "99999999999"}, {"DTRAIN_WORLD_SIZE", "2"}}), HasSubstr("DTRAIN_RANK"));
 
   std::string range = env_error(Env{{"DTRAIN_RANK", "4"}, {"DTRAIN_WORLD_SIZE", "4"}});
   EXPECT_THAT(range, HasSubstr("DTRAIN_RANK=4"));
@@ -223,18 +221,17 @@ TEST(EnvRoleMakerTest, BadValuesNameTheVariable) {
   EXPECT_THAT(env_error(Env{{"PADDLE_TRAINERS_NUM", "2"}}), HasSubstr("PADDLE_TRAINER_ID is not set"));
   EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "0"}, {"DTRAIN_WORLD_SIZE", "1"}, {"DTRAIN_STORE", "nohost"}}),
               HasSubstr("DTRAIN_STORE='nohost' is not host:port"));
-  EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "0"},
-                            {"DTRAIN_WORLD_SIZE", "3"},
-                            {"DTRAIN_WORKER_ENDPOINTS", "127.0.0.1:1,127.0.0.1:2"}}),
-              HasSubstr("DTRAIN_WORKER_ENDPOINTS lists 2 endpoints but DTRAIN_WORLD_SIZE=3"));
+  EXPECT_THAT(
+      env_error(Env{
+          {"DTRAIN_RANK", "0"}, {"DTRAIN_WORLD_SIZE", "3"}, {"DTRAIN_WORKER_ENDPOINTS", "127.0.0.1:1,127.0.0.1:2"}}),
+      HasSubstr("DTRAIN_WORKER_ENDPOINTS lists 2 endpoints but DTRAIN_WORLD_SIZE=3"));
   EXPECT_THAT(env_error(Env{{"PADDLE_TRAINER_ID", "0"}, {"PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:x"}}),
               HasSubstr("PADDLE_TRAINER_ENDPOINTS entry '127.0.0.1:x' is not host:port"));
   EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "0"}, {"DTRAIN_WORLD_SIZE", "2"}, {"DTRAIN_LOCAL_RANK", "2"}}),
               HasSubstr("DTRAIN_LOCAL_RANK=2 is out of range for DTRAIN_LOCAL_WORLD_SIZE=2"));
   EXPECT_THAT(env_error(Env{{"DTRAIN_RANK", "0"}, {"DTRAIN_WORLD_SIZE", "2"}, {"DTRAIN_NODE_RANK", "1"}}),
               HasSubstr("DTRAIN_NODE_RANK=1 is out of range for DTRAIN_NNODES=1"));
-  EXPECT_THAT(env_error(Env{{"DTRAIN_ROLE", "server"}, {"DTRAIN_WORLD_SIZE", "2"}}),
-              HasSubstr("DTRAIN_SERVER_INDEX"));
+  EXPECT_THAT(env_error(Env{{"DTRAIN_ROLE", "server"}, {"DTRAIN_WORLD_SIZE", "2"}}), HasSubstr("DTRAIN_SERVER_INDEX"));
 }
 
 TEST(EnvRoleMakerTest, CurrentEnvironmentSnapshot) {

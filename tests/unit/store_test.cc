@@ -281,9 +281,22 @@ TYPED_TEST(StoreTest, ConcurrentAddIsAtomic) {
 }
 
 TYPED_TEST(StoreTest, OddKeysStayDistinct) {
-  std::vector<std::string> keys = {"", ".", "..", ".lock", "a/b/../c", "a%2Fb", "a/b", "with space",
-                                   "tab\there", "\xc3\xbcnic\xc3\xb6" "de", "A", "%41", std::string(1000, 'k'),
-                                   std::string(999, 'k') + "j", std::string("nul\0byte", 8)};
+  std::vector<std::string> keys = {"",
+                                   ".",
+                                   "..",
+                                   ".lock",
+                                   "a/b/../c",
+                                   "a%2Fb",
+                                   "a/b",
+                                   "with space",
+                                   "tab\there",
+                                   "\xc3\xbcnic\xc3\xb6"
+                                   "de",
+                                   "A",
+                                   "%41",
+                                   std::string(1000, 'k'),
+                                   std::string(999, 'k') + "j",
+                                   std::string("nul\0byte", 8)};
   for (size_t i = 0; i < keys.size(); ++i) this->store().set(keys[i], "value" + std::to_string(i));
   for (size_t i = 0; i < keys.size(); ++i)
     EXPECT_EQ(this->store().get_string(keys[i], 1s), "value" + std::to_string(i)) << "key #" << i;
@@ -313,9 +326,7 @@ TYPED_TEST(StoreTest, PrefixStoreIsolatesKeys) {
   EXPECT_EQ(a.base(), base);
 }
 
-TEST(PrefixStore, NullBaseIsInvalidUsage) {
-  EXPECT_THROW(dtrain::PrefixStore("p", nullptr), dtrain::InvalidUsage);
-}
+TEST(PrefixStore, NullBaseIsInvalidUsage) { EXPECT_THROW(dtrain::PrefixStore("p", nullptr), dtrain::InvalidUsage); }
 
 // ---------------------------------------------------------------------------
 // FileStore

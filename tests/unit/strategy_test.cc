@@ -34,9 +34,9 @@ Config strategy_config(const std::string& text) {
 }  // namespace
 
 TEST(StrategyOptions, ReadsPaddleNames) {
-  auto o = StrategyOptions::from_config(strategy_config(
-      "[strategy]\nfuse_all_reduce_ops = false\nfuse_grad_size_in_MB = 4\nfp16_allreduce = true\n"
-      "fp16_allreduce_dtype = \"bf16\"\n[strategy.gradient_merge]\nk_steps = 4\navg = false\n"));
+  auto o = StrategyOptions::from_config(
+      strategy_config("[strategy]\nfuse_all_reduce_ops = false\nfuse_grad_size_in_MB = 4\nfp16_allreduce = true\n"
+                      "fp16_allreduce_dtype = \"bf16\"\n[strategy.gradient_merge]\nk_steps = 4\navg = false\n"));
   EXPECT_FALSE(o.fuse_all_reduce_ops);
   EXPECT_EQ(o.bucket_bytes(), 4u << 20);
   EXPECT_TRUE(o.fp16_allreduce);
@@ -68,8 +68,7 @@ TEST(StrategyOptions, ParameterServerKeysSayNotAvailable) {
     EXPECT_THAT(e.what(), HasSubstr("strategy.a_sync"));
     EXPECT_THAT(e.what(), HasSubstr("parameter-server mode is not available yet"));
   }
-  EXPECT_THROW(StrategyOptions::from_config(strategy_config("[strategy.a_sync_configs]\nk_steps = 5\n")),
-               ConfigError);
+  EXPECT_THROW(StrategyOptions::from_config(strategy_config("[strategy.a_sync_configs]\nk_steps = 5\n")), ConfigError);
   EXPECT_NO_THROW(StrategyOptions::from_config(strategy_config("[strategy]\na_sync = false\n")));
 }
 
@@ -147,8 +146,7 @@ TEST_P(BucketSync, AveragesAcrossRanksInAnyMarkOrder) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, BucketSync,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Modes, BucketSync, ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(GradientBuckets, UnmarkedTensorsCountAsZeroAndAreLeftAlone) {
   run_ranks(2, [](int r, std::shared_ptr<Communicator> comm) {
@@ -159,8 +157,10 @@ TEST(GradientBuckets, UnmarkedTensorsCountAsZeroAndAreLeftAlone) {
     if (r == 0) b.mark_ready(0, Buffer::of(g0.data(), 2));
     b.finish();
     EXPECT_EQ(g1, (std::vector<float>{10, 20}));
-    if (r == 0) EXPECT_EQ(g0, (std::vector<float>{0.5f, 1}));
-    else EXPECT_EQ(g0, (std::vector<float>{1, 2}));
+    if (r == 0)
+      EXPECT_EQ(g0, (std::vector<float>{0.5f, 1}));
+    else
+      EXPECT_EQ(g0, (std::vector<float>{1, 2}));
   });
 }
 

@@ -55,7 +55,8 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   check_same_layout(*comm_, names, shapes);
   for (auto& p : model_->parameters()) state.push_back(f32_view(p));
   for (auto& b : model_->buffers()) {
-    if (b.scalar_type() == ::torch::kFloat32) state.push_back(f32_view(b));
+    if (b.scalar_type() == ::torch::kFloat32)
+      state.push_back(f32_view(b));
     else if (b.scalar_type() == ::torch::kInt64)
       state.push_back(Buffer(b.data_ptr<int64_t>(), static_cast<size_t>(b.numel()), DType::I64));
   }

@@ -29,8 +29,9 @@ detail::FleetState& detail::state(const char* what) {
 void init(const InitOptions& o) {
   if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
   if (!o.is_collective)
-    throw NotSupported("dtrain::torch::init: the parameter-server mode (is_collective = false) is not available in "
-                       "dtrain::torch yet; use is_collective = true (data parallelism)");
+    throw NotSupported(
+        "dtrain::torch::init: the parameter-server mode (is_collective = false) is not available in "
+        "dtrain::torch yet; use is_collective = true (data parallelism)");
   Config file;
   const Config* cfg = o.config.get();
   if (!cfg && !o.job_file.empty()) {
@@ -51,12 +52,15 @@ void init(const InitOptions& o) {
 
   RoleInfo role = resolve_role(cfg);
   if (role.role != Role::Worker)
-    throw NotSupported("dtrain::torch::init: this process's role is '" + std::string(to_string(role.role)) +
-                       "' (" + role.source + "), but only collective workers are supported; parameter servers are not "
+    throw NotSupported("dtrain::torch::init: this process's role is '" + std::string(to_string(role.role)) + "' (" +
+                       role.source +
+                       "), but only collective workers are supported; parameter servers are not "
                        "available in dtrain::torch yet");
   JobOptions jo = JobOptions::from_config(*cfg);
-  if (!o.backend.empty()) jo.backend = o.backend;
-  else if (const char* env = std::getenv("DTRAIN_BACKEND"); env && *env) jo.backend = env;
+  if (!o.backend.empty())
+    jo.backend = o.backend;
+  else if (const char* env = std::getenv("DTRAIN_BACKEND"); env && *env)
+    jo.backend = env;
   if (jo.backend != cfg->get_string("job.backend", "gloo")) jo.config_toml = cfg->table_as_flat_toml(jo.backend);
   if (o.timeout.count() > 0) jo.timeout = o.timeout;
 

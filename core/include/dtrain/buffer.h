@@ -43,13 +43,32 @@ struct Buffer {
   size_t bytes() const { return count * dtype_size(dtype); }
 };
 
-template <typename T> struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::F32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::F64; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::I8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
+template <typename T>
+struct DTypeOf;
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::F32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::F64;
+};
+template <>
+struct DTypeOf<int8_t> {
+  static constexpr DType value = DType::I8;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::U8;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::I32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::I64;
+};
 
 template <typename T>
 Buffer Buffer::of(T* p, size_t n) {

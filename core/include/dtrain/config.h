@@ -34,8 +34,7 @@ struct ConfigKey {
 
 class ConfigSchema {
  public:
-  ConfigSchema& add(std::string path, ConfigType type, std::string default_text = "",
-                    std::string description = "");
+  ConfigSchema& add(std::string path, ConfigType type, std::string default_text = "", std::string description = "");
   // Declares a table whose contents validate() does not check (validated elsewhere).
   ConfigSchema& add_open_table(std::string path);
   const std::vector<ConfigKey>& keys() const { return keys_; }

@@ -29,9 +29,9 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-#define DTRAIN_DEFINE_ERROR(Name, Kind) \
-  class Name : public Error {           \
-   public:                              \
+#define DTRAIN_DEFINE_ERROR(Name, Kind)                                \
+  class Name : public Error {                                          \
+   public:                                                             \
     explicit Name(const std::string& m) : Error(ErrorKind::Kind, m) {} \
   };
 DTRAIN_DEFINE_ERROR(InvalidUsage, InvalidUsage)

@@ -37,11 +37,11 @@ void add_job_keys(ConfigSchema& schema);
 RoleInfo resolve_role(const Config* config = nullptr);
 
 struct JobOptions {
-  std::string backend;                     // required
-  std::string config_toml;                 // the backend's own table, flat
+  std::string backend;      // required
+  std::string config_toml;  // the backend's own table, flat
   std::vector<std::string> plugin_dirs;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  std::string name = "default";            // communicator name (store scope)
+  std::string name = "default";  // communicator name (store scope)
   // Reads backend, timeout, plugin path and the backend's table from a job file.
   static JobOptions from_config(const Config& config);
 };

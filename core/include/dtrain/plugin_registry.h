@@ -20,7 +20,7 @@ struct PluginInfo {
   std::string path;  // the file it was loaded from
   uint32_t abi_major = 0;
   uint32_t abi_minor = 0;
-  uint64_t caps = 0;  // DT_CAP_* bits
+  uint64_t caps = 0;                   // DT_CAP_* bits
   std::vector<ConfigKey> config_keys;  // its own table's keys, paths relative to the table
   // "allreduce broadcast ... sendrecv cpu" — the capability bits as words.
   std::string caps_string() const;

@@ -21,7 +21,7 @@ struct RoleInfo {
   int local_world_size = 1;  // processes of this role on this machine
   int node_rank = 0;
   int nnodes = 1;
-  int server_index = -1;     // for servers: index in server_endpoints
+  int server_index = -1;                      // for servers: index in server_endpoints
   std::vector<std::string> worker_endpoints;  // PADDLE_TRAINER_ENDPOINTS
   std::vector<std::string> server_endpoints;  // PADDLE_PSERVERS_IP_PORT_LIST
   std::string current_endpoint;               // PADDLE_CURRENT_ENDPOINT
@@ -32,7 +32,7 @@ struct RoleInfo {
   // No launcher serves the store (Slurm, mpirun, torchrun): rank 0 serves it
   // on store_endpoint's port and the others connect to it.
   bool self_hosted_store = false;
-  std::string source;  // which maker produced it: "dtrain env", "paddle env", "toml", ...
+  std::string source;            // which maker produced it: "dtrain env", "paddle env", "toml", ...
   std::string describe() const;  // one line for logs
 };
 

@@ -37,7 +37,7 @@ struct StrategyOptions {
   DType wire_dtype = DType::F16;  // used when fp16_allreduce
   int gradient_merge_k_steps = 1;
   bool gradient_merge_avg = true;
-  int localsgd_k_steps = 1;       // > 1 enables local SGD
+  int localsgd_k_steps = 1;  // > 1 enables local SGD
   int localsgd_begin_step = 1;
 
   bool localsgd() const { return localsgd_k_steps > 1; }
@@ -128,9 +128,9 @@ class GradientBuckets {
   StrategyOptions options_;
   std::vector<size_t> counts_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;     // tensor -> bucket
-  std::vector<size_t> slot_of_;       // tensor -> member index in its bucket
-  std::vector<Buffer> targets_;       // where results go back
+  std::vector<size_t> bucket_of_;  // tensor -> bucket
+  std::vector<size_t> slot_of_;    // tensor -> member index in its bucket
+  std::vector<Buffer> targets_;    // where results go back
   size_t next_launch_ = 0;
   bool active_ = false;
   std::mutex mu_;

@@ -22,6 +22,14 @@ struct WorkState;
 //
 // Dropping a Work without waiting is allowed: the op still runs to completion,
 // and its buffers must stay valid until it has.
+//
+// Buffers of a failed op (timeout, abort, peer lost): a backend whose
+// transport calls can be interrupted (UCX) lets go of them before the
+// communicator's destructor returns. One whose calls cannot (Gloo's TCP
+// pairs) may still read or write them until the transport's own timeout
+// ends the call (the op's deadline, at most the communicator's timeout,
+// later), even after the communicator is destroyed: keep them alive that
+// long, or give a failed job's buffers to a process that is about to exit.
 class Work {
  public:
   explicit Work(std::shared_ptr<detail::WorkState> state);

@@ -16,8 +16,7 @@ namespace dtrain::detail {
 
 namespace {
 int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 // A rank whose heartbeat is older than this is reported as unresponsive.
@@ -80,9 +79,12 @@ struct KindStatus {
   dt_status_t status;
 };
 constexpr KindStatus kKindStatus[] = {
-    {ErrorKind::InvalidUsage, DT_ERR_INVALID_USAGE}, {ErrorKind::Io, DT_ERR_SYSTEM},
-    {ErrorKind::Internal, DT_ERR_INTERNAL},          {ErrorKind::Remote, DT_ERR_REMOTE},
-    {ErrorKind::Timeout, DT_ERR_TIMEOUT},            {ErrorKind::NotSupported, DT_ERR_NOT_SUPPORTED},
+    {ErrorKind::InvalidUsage, DT_ERR_INVALID_USAGE},
+    {ErrorKind::Io, DT_ERR_SYSTEM},
+    {ErrorKind::Internal, DT_ERR_INTERNAL},
+    {ErrorKind::Remote, DT_ERR_REMOTE},
+    {ErrorKind::Timeout, DT_ERR_TIMEOUT},
+    {ErrorKind::NotSupported, DT_ERR_NOT_SUPPORTED},
     {ErrorKind::Aborted, DT_ERR_ABORTED},
 };
 }  // namespace
@@ -141,8 +143,10 @@ void CommState::track(const std::shared_ptr<WorkState>& w) {
 void CommState::untrack(WorkState* w) {
   std::lock_guard<std::mutex> lk(mu);
   if (!w->tracked.load(std::memory_order_relaxed)) return;
-  if (w->prev) w->prev->next = w->next;
-  else inflight = w->next;
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    inflight = w->next;
   if (w->next) w->next->prev = w->prev;
   w->prev = w->next = nullptr;
   w->tracked.store(false, std::memory_order_release);
@@ -177,8 +181,7 @@ void CommState::poison(const std::string& why, bool peer_lost) {
   }
   logger().error("communicator '{}' (backend '{}') rank {} aborted: {}", name, backend->name(), rank, why);
   table->comm_abort(handle, why.c_str());
-  for (auto& w : victims)
-    w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
+  for (auto& w : victims) w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
 }
 
 void CommState::expire(const std::shared_ptr<WorkState>& w) {
@@ -254,8 +257,8 @@ std::string CommState::peer_status(const WorkState& w) {
     is >> seq >> at;
     int64_t age = now_ms - at;
     if (age > kStaleHeartbeatMs) {
-      missing.push_back("rank " + std::to_string(r) + " (unresponsive: no heartbeat for " +
-                        std::to_string(age) + " ms, last at collective #" + std::to_string(seq) + ")");
+      missing.push_back("rank " + std::to_string(r) + " (unresponsive: no heartbeat for " + std::to_string(age) +
+                        " ms, last at collective #" + std::to_string(seq) + ")");
     } else if (w.peer < 0 && seq < w.seq) {
       missing.push_back("rank " + std::to_string(r) + " (has not reached collective #" + std::to_string(w.seq) +
                         "; it is at #" + std::to_string(seq) + ")");

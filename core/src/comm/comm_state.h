@@ -31,13 +31,13 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   std::shared_ptr<CommState> comm;
   dt_work_h handle = nullptr;
   // What the op is, kept as parts: the text is built only for messages.
-  const char* op_name = "";       // "allreduce"
+  const char* op_name = "";         // "allreduce"
   const char* op_detail = nullptr;  // "sum", or null
-  int32_t dtype = -1;             // of its buffer, -1 if none
+  int32_t dtype = -1;               // of its buffer, -1 if none
   size_t count = 0;
   bool collective = true;
-  uint64_t seq = 0;      // collective sequence number (0 for p2p)
-  int peer = -1;         // p2p peer
+  uint64_t seq = 0;  // collective sequence number (0 for p2p)
+  int peer = -1;     // p2p peer
   Clock::time_point submitted;
   std::atomic<int64_t> deadline_ns{0};  // steady clock
   // Links of the communicator's in-flight list (guarded by comm->mu).

@@ -110,8 +110,8 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   const auto& info = impl_->info;
   if (o.world_size < 1) throw InvalidUsage("world_size must be >= 1, got " + std::to_string(o.world_size));
   if (o.rank < 0 || o.rank >= o.world_size)
-    throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " +
-                       std::to_string(o.world_size) + " ranks");
+    throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " + std::to_string(o.world_size) +
+                       " ranks");
   if (o.timeout.count() <= 0) throw InvalidUsage("communicator timeout must be positive");
   auto store = o.store ? o.store : std::make_shared<MemoryStore>();
   if (!o.store && o.world_size > 1)
@@ -158,10 +158,10 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   dt_status_t st = state->table->comm_create(&init, &h);
   if (st != DT_OK || !h) {
     const char* e = state->table->backend_last_error ? state->table->backend_last_error() : nullptr;
-    std::rethrow_exception(detail::make_backend_error(
-        info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
-        "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
-            std::to_string(o.world_size) + " ranks: " + (e && *e ? e : "no reason given")));
+    std::rethrow_exception(
+        detail::make_backend_error(info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
+                                   "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
+                                       std::to_string(o.world_size) + " ranks: " + (e && *e ? e : "no reason given")));
   }
   state->handle = h;
   detail::Watchdog::instance().add(state);
@@ -192,12 +192,12 @@ void check_buffer(const CommState& s, const Buffer& b, const char* role, const c
   int t = static_cast<int>(b.dtype);
   if (t < 0 || t >= kNumDTypes)
     throw InvalidUsage(std::string(op) + ": " + role + " buffer has an unknown dtype code " + std::to_string(t));
-  if (b.count > 0 && !b.ptr) throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " +
-                                                std::to_string(b.count));
+  if (b.count > 0 && !b.ptr)
+    throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " + std::to_string(b.count));
   uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
   if (!s.backend->supports(need))
-    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() +
-                       " buffers (" + op + ")");
+    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() + " buffers (" + op +
+                       ")");
 }
 
 dt_buffer_v1_t to_abi(const Buffer& b) {
@@ -236,8 +236,8 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
     throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
                        "') is aborted and refuses new work: " + s->reason());
   if (!s->backend->supports(d.cap))
-    throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name + " (it supports: " +
-                       s->backend->info().caps_string() + ")");
+    throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name +
+                       " (it supports: " + s->backend->info().caps_string() + ")");
   auto w = std::make_shared<WorkState>();
   w->comm = s;
   w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
@@ -314,15 +314,14 @@ std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& 
   check_buffer(s, recv, "recv", "allgather");
   check_same_type(send, recv, "allgather");
   if (recv.count != send.count * static_cast<size_t>(s.size))
-    throw InvalidUsage("allgather: recv must hold send.count x world size = " +
-                       std::to_string(send.count * s.size) + " elements, it has " + std::to_string(recv.count));
+    throw InvalidUsage("allgather: recv must hold send.count x world size = " + std::to_string(send.count * s.size) +
+                       " elements, it has " + std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
   return submit(state_, kAllgather, &send, nullptr, -1, o,
                 [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); });
 }
 
-std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op,
-                                                   CallOptions o) {
+std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op, CallOptions o) {
   auto& s = *state_;
   check_buffer(s, send, "send", "reduce_scatter");
   check_buffer(s, recv, "recv", "reduce_scatter");

@@ -79,8 +79,10 @@ void Watchdog::run() {
       for (auto& w : live) {
         if (w->deadline() > now) continue;
         dt_status_t st = c->table->work_test(w->handle);
-        if (st == DT_IN_PROGRESS) c->expire(w);
-        else c->settle(w, st);
+        if (st == DT_IN_PROGRESS)
+          c->expire(w);
+        else
+          c->settle(w, st);
       }
     }
     // Dropped works: keep them (and their plugin handles) until finished.
@@ -89,8 +91,10 @@ void Watchdog::run() {
       if (w->finished()) continue;
       dt_status_t st = w->comm->table->work_test(w->handle);
       if (st == DT_IN_PROGRESS && !w->comm->poisoned.load()) {
-        if (w->deadline() <= now) w->comm->expire(w);
-        else keep.push_back(std::move(w));
+        if (w->deadline() <= now)
+          w->comm->expire(w);
+        else
+          keep.push_back(std::move(w));
       } else if (st != DT_IN_PROGRESS) {
         w->comm->settle(w, st);
       }

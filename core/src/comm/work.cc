@@ -45,8 +45,8 @@ void Work::wait(std::chrono::milliseconds timeout) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - now).count();
     dt_status_t st = s.comm->table->work_wait(s.handle, std::max<int64_t>(left, 10));
     if (st == DT_IN_PROGRESS) {
-      if (s.comm->poisoned.load()) s.finish(std::make_exception_ptr(
-          AbortedError(s.what() + " aborted: " + s.comm->reason())));
+      if (s.comm->poisoned.load())
+        s.finish(std::make_exception_ptr(AbortedError(s.what() + " aborted: " + s.comm->reason())));
       continue;
     }
     s.comm->settle(state_, st);

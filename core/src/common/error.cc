@@ -16,8 +16,8 @@ const char* to_string(ErrorKind kind) {
   return "error";
 }
 
-static std::string config_message(const std::string& file, int line, int column,
-                                  const std::string& key, const std::string& message) {
+static std::string config_message(const std::string& file, int line, int column, const std::string& key,
+                                  const std::string& message) {
   std::string s = file;
   if (line > 0) s += ":" + std::to_string(line) + (column > 0 ? ":" + std::to_string(column) : "");
   s += ": ";
@@ -27,6 +27,9 @@ static std::string config_message(const std::string& file, int line, int column,
 
 ConfigError::ConfigError(std::string file, int line, int column, std::string key, const std::string& message)
     : Error(ErrorKind::Config, config_message(file, line, column, key, message)),
-      file_(std::move(file)), line_(line), column_(column), key_(std::move(key)) {}
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      key_(std::move(key)) {}
 
 }  // namespace dtrain

@@ -72,9 +72,8 @@ std::string quote_string(const std::string& s) {
 }
 
 std::string format_key(const std::string& k) {
-  bool bare = !k.empty() && std::all_of(k.begin(), k.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '_' || c == '-';
-  });
+  bool bare = !k.empty() &&
+              std::all_of(k.begin(), k.end(), [](unsigned char c) { return std::isalnum(c) || c == '_' || c == '-'; });
   return bare ? k : quote_string(k);
 }
 
@@ -198,8 +197,7 @@ const char* to_string(ConfigType t) {
   return "unknown";
 }
 
-ConfigSchema& ConfigSchema::add(std::string path, ConfigType type, std::string default_text,
-                                std::string description) {
+ConfigSchema& ConfigSchema::add(std::string path, ConfigType type, std::string default_text, std::string description) {
   keys_.push_back(ConfigKey{std::move(path), type, std::move(default_text), std::move(description)});
   return *this;
 }
@@ -275,8 +273,7 @@ struct Config::Impl {
 
   void forget(const std::string& path) {
     auto it = locations.lower_bound(path);
-    while (it != locations.end() &&
-           (it->first == path || it->first.compare(0, path.size() + 1, path + ".") == 0))
+    while (it != locations.end() && (it->first == path || it->first.compare(0, path.size() + 1, path + ".") == 0))
       it = locations.erase(it);
   }
 
@@ -303,7 +300,7 @@ struct Config::Impl {
   }
 
   std::vector<std::pair<std::string, const toml::node*>> ordered(const toml::table& table,
-                                                                  const std::string& prefix) const {
+                                                                 const std::string& prefix) const {
     std::vector<std::tuple<uint64_t, std::string, const toml::node*>> items;
     for (auto&& [k, v] : table) {
       std::string key(k.str());
@@ -318,11 +315,9 @@ struct Config::Impl {
     return out;
   }
 
-  [[noreturn]] void type_error(const std::string& path, const toml::node& node,
-                               const std::string& expected) const {
+  [[noreturn]] void type_error(const std::string& path, const toml::node& node, const std::string& expected) const {
     ConfigLocation loc = value_location(path);
-    throw ConfigError(loc.file, loc.line, loc.column, path,
-                      "must be " + expected + ", got " + describe_value(node));
+    throw ConfigError(loc.file, loc.line, loc.column, path, "must be " + expected + ", got " + describe_value(node));
   }
 
   const toml::table* table_at(const std::string& path) const {
@@ -364,11 +359,10 @@ struct Config::Impl {
       table = existing->as_table();
     }
     std::string full = join_path(path, parts.back());
-    if (const toml::node* existing = table->get(parts.back());
-        existing && existing->is_table() && !node.is_table()) {
+    if (const toml::node* existing = table->get(parts.back()); existing && existing->is_table() && !node.is_table()) {
       throw ConfigError(error_file, 0, 0, full,
-                        "is a table and cannot be replaced by " + describe_value(node) +
-                            "; set its keys instead ('" + full + ".KEY=value')");
+                        "is a table and cannot be replaced by " + describe_value(node) + "; set its keys instead ('" +
+                            full + ".KEY=value')");
     }
     table->insert_or_assign(parts.back(), std::move(node));
     forget(full);
@@ -433,8 +427,7 @@ Config Config::from_file(const std::string& path, const std::vector<std::string>
     throw ConfigError(path, 0, 0, "", "cannot read the configuration file: it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    throw ConfigError(path, 0, 0, "",
-                      std::string("cannot read the configuration file: ") + std::strerror(errno));
+    throw ConfigError(path, 0, 0, "", std::string("cannot read the configuration file: ") + std::strerror(errno));
   }
   std::ostringstream text;
   text << in.rdbuf();
@@ -449,8 +442,8 @@ Config Config::from_string(const std::string& text, const std::string& source_na
   try {
     config.impl_->doc = toml::parse(std::string_view(text), std::string_view(source_name));
   } catch (const toml::parse_error& e) {
-    throw ConfigError(source_name, static_cast<int>(e.source().begin.line),
-                      static_cast<int>(e.source().begin.column), "", std::string(e.description()));
+    throw ConfigError(source_name, static_cast<int>(e.source().begin.line), static_cast<int>(e.source().begin.column),
+                      "", std::string(e.description()));
   }
   config.impl_->index_parsed(config.impl_->doc, "");
   for (const std::string& o : overrides) config.apply_override(o);

@@ -8,8 +8,7 @@ namespace dtrain {
 
 std::pair<std::string, uint16_t> parse_host_port(const std::string& endpoint) {
   auto bad = [&](const std::string& why) -> InvalidUsage {
-    return InvalidUsage("invalid endpoint '" + endpoint + "': " + why +
-                        " (expected host:port, IPv6 as [addr]:port)");
+    return InvalidUsage("invalid endpoint '" + endpoint + "': " + why + " (expected host:port, IPv6 as [addr]:port)");
   };
   std::string host, port_text;
   if (!endpoint.empty() && endpoint[0] == '[') {

@@ -139,8 +139,8 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
   const dt_backend_v1_t* t = entry(host_v1());
   if (!t) throw InvalidUsage("plugin '" + path.string() + "': " + DT_BACKEND_V1_ENTRY + " returned no table");
   if (t->abi_major != DT_BACKEND_V1_MAJOR)
-    throw InvalidUsage("plugin '" + path.string() + "' is built for backend ABI " + std::to_string(t->abi_major) +
-                       "." + std::to_string(t->abi_minor) + " but exports it as " + DT_BACKEND_V1_ENTRY +
+    throw InvalidUsage("plugin '" + path.string() + "' is built for backend ABI " + std::to_string(t->abi_major) + "." +
+                       std::to_string(t->abi_minor) + " but exports it as " + DT_BACKEND_V1_ENTRY +
                        "; this core speaks ABI " + std::to_string(DT_BACKEND_V1_MAJOR) + "." +
                        std::to_string(DT_BACKEND_V1_MINOR) + ". Rebuild the plugin against this dtrain SDK");
   if (t->struct_size < offsetof(dt_backend_v1_t, reserved))
@@ -247,9 +247,9 @@ std::shared_ptr<Backend> PluginRegistry::load(const std::string& name) const {
   for (auto& n : names) installed += (installed.empty() ? "" : ", ") + n;
   std::string dirs;
   for (auto& d : search_path()) dirs += (dirs.empty() ? "" : ", ") + d;
-  throw NotSupported("no backend '" + name + "' is installed. Installed backends: " +
-                     (installed.empty() ? "none" : installed) + ". Searched: " + dirs +
-                     " (add folders with DTRAIN_PLUGIN_PATH or [plugins] path)");
+  throw NotSupported("no backend '" + name +
+                     "' is installed. Installed backends: " + (installed.empty() ? "none" : installed) +
+                     ". Searched: " + dirs + " (add folders with DTRAIN_PLUGIN_PATH or [plugins] path)");
 }
 
 std::shared_ptr<Backend> PluginRegistry::load_file(const std::string& path) const {
@@ -257,8 +257,7 @@ std::shared_ptr<Backend> PluginRegistry::load_file(const std::string& path) cons
   fs::path canon = fs::weakly_canonical(path, ec);
   if (ec) canon = path;
   if (!fs::exists(canon)) throw InvalidUsage("plugin file '" + path + "' does not exist");
-  if (name_from_file(canon).empty())
-    throw InvalidUsage("plugin file '" + path + "' is not named libdtrain_<name>.so");
+  if (name_from_file(canon).empty()) throw InvalidUsage("plugin file '" + path + "' is not named libdtrain_<name>.so");
   std::lock_guard<std::mutex> lk(g_loaded_mu);
   auto it = g_loaded.find(canon.string());
   if (it != g_loaded.end()) return it->second;

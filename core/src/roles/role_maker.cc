@@ -42,8 +42,7 @@ bool is_host_port(const std::string& s) {
 
 // Role fields as read from one source, before defaults and checks.
 struct RawRole {
-  std::optional<int> rank, world_size, local_rank, local_world_size, node_rank, nnodes, server_index,
-      restart_count;
+  std::optional<int> rank, world_size, local_rank, local_world_size, node_rank, nnodes, server_index, restart_count;
   std::optional<std::string> current_endpoint, store;
   std::optional<std::vector<std::string>> worker_endpoints, server_endpoints;
   std::string job_id, job_token;
@@ -74,9 +73,7 @@ class EnvNamer : public Namer {
   std::string show_list(const std::string& field, const std::vector<std::string>& v) const override {
     return name(field) + "=" + join(v, ",");
   }
-  [[noreturn]] void fail(const std::string&, const std::string& message) const override {
-    throw InvalidUsage(message);
-  }
+  [[noreturn]] void fail(const std::string&, const std::string& message) const override { throw InvalidUsage(message); }
 
  private:
   std::map<std::string, std::string> names_;
@@ -109,8 +106,7 @@ void check_endpoint(const Namer& n, const std::string& field, const std::optiona
   if (ep && !is_host_port(*ep)) n.fail(field, n.show(field, "'" + *ep + "'") + " is not host:port");
 }
 
-void check_endpoints(const Namer& n, const std::string& field,
-                     const std::optional<std::vector<std::string>>& eps) {
+void check_endpoints(const Namer& n, const std::string& field, const std::optional<std::vector<std::string>>& eps) {
   if (!eps) return;
   for (const std::string& ep : *eps)
     if (!is_host_port(ep))
@@ -119,21 +115,22 @@ void check_endpoints(const Namer& n, const std::string& field,
 
 void check_min(const Namer& n, const std::string& field, const std::optional<int>& v, int min) {
   if (v && *v < min)
-    n.fail(field, n.show(field, *v) + (min == 0 ? " must not be negative" : " must be at least " + std::to_string(min)));
+    n.fail(field,
+           n.show(field, *v) + (min == 0 ? " must not be negative" : " must be at least " + std::to_string(min)));
 }
 
-void check_below(const Namer& n, const std::string& field, int value, const std::string& limit_field,
-                 int limit, const std::string& what) {
+void check_below(const Namer& n, const std::string& field, int value, const std::string& limit_field, int limit,
+                 const std::string& what) {
   if (value >= limit)
-    n.fail(field, n.show(field, value) + " is out of range for " + n.show(limit_field, limit) + " (" + what +
-                      " 0.." + std::to_string(limit - 1) + ")");
+    n.fail(field, n.show(field, value) + " is out of range for " + n.show(limit_field, limit) + " (" + what + " 0.." +
+                      std::to_string(limit - 1) + ")");
 }
 
 RoleInfo build(const RawRole& r, Role role, const Namer& n, const std::string& source) {
-  for (auto [field, value] : {std::make_pair("rank", &r.rank), std::make_pair("local_rank", &r.local_rank),
-                              std::make_pair("node_rank", &r.node_rank),
-                              std::make_pair("server_index", &r.server_index),
-                              std::make_pair("restart_count", &r.restart_count)})
+  for (auto [field, value] :
+       {std::make_pair("rank", &r.rank), std::make_pair("local_rank", &r.local_rank),
+        std::make_pair("node_rank", &r.node_rank), std::make_pair("server_index", &r.server_index),
+        std::make_pair("restart_count", &r.restart_count)})
     check_min(n, field, *value, 0);
   check_min(n, "world_size", r.world_size, 1);
   check_min(n, "local_world_size", r.local_world_size, 1);
@@ -159,13 +156,12 @@ RoleInfo build(const RawRole& r, Role role, const Namer& n, const std::string& s
   } else if (!info.worker_endpoints.empty()) {
     info.world_size = static_cast<int>(info.worker_endpoints.size());
   } else {
-    n.fail("world_size", n.name("world_size") + " is not set (nor " + n.name("worker_endpoints") +
-                             " to count the workers)");
+    n.fail("world_size",
+           n.name("world_size") + " is not set (nor " + n.name("worker_endpoints") + " to count the workers)");
   }
   if (!info.worker_endpoints.empty() && static_cast<int>(info.worker_endpoints.size()) != info.world_size)
-    n.fail("worker_endpoints", n.name("worker_endpoints") + " lists " +
-                                   std::to_string(info.worker_endpoints.size()) + " endpoints but " +
-                                   n.show("world_size", info.world_size));
+    n.fail("worker_endpoints", n.name("worker_endpoints") + " lists " + std::to_string(info.worker_endpoints.size()) +
+                                   " endpoints but " + n.show("world_size", info.world_size));
 
   int count = info.world_size;
   if (role == Role::Worker) {
@@ -194,15 +190,14 @@ RoleInfo build(const RawRole& r, Role role, const Namer& n, const std::string& s
                                        n.show_list("server_endpoints", servers));
       index = static_cast<int>(it - servers.begin());
     } else {
-      n.fail("current_endpoint", "a server needs " + n.name("server_index") + ", or " +
-                                     n.name("current_endpoint") + " listed in " + n.name("server_endpoints"));
+      n.fail("current_endpoint", "a server needs " + n.name("server_index") + ", or " + n.name("current_endpoint") +
+                                     " listed in " + n.name("server_endpoints"));
     }
     if (!servers.empty()) {
       if (index >= static_cast<int>(servers.size()))
         n.fail(r.server_index ? "server_index" : "rank",
                n.show(r.server_index ? "server_index" : "rank", index) + " is out of range for " +
-                   n.show_list("server_endpoints", servers) + " (" + std::to_string(servers.size()) +
-                   " servers)");
+                   n.show_list("server_endpoints", servers) + " (" + std::to_string(servers.size()) + " servers)");
       if (info.current_endpoint.empty()) info.current_endpoint = servers[index];
     }
     info.server_index = index;
@@ -282,8 +277,8 @@ void read_common(const EnvReader& e, RawRole& r) {
 }
 
 const std::map<std::string, std::string> kCommonNames = {
-    {"local_rank", "DTRAIN_LOCAL_RANK"}, {"local_world_size", "DTRAIN_LOCAL_WORLD_SIZE"},
-    {"node_rank", "DTRAIN_NODE_RANK"},   {"nnodes", "DTRAIN_NNODES"},
+    {"local_rank", "DTRAIN_LOCAL_RANK"},       {"local_world_size", "DTRAIN_LOCAL_WORLD_SIZE"},
+    {"node_rank", "DTRAIN_NODE_RANK"},         {"nnodes", "DTRAIN_NNODES"},
     {"restart_count", "DTRAIN_RESTART_COUNT"}, {"store", "DTRAIN_STORE"}};
 
 bool has_dtrain_rank(const EnvReader& e) {
@@ -345,8 +340,9 @@ RoleInfo resolve_paddle(const EnvReader& e) {
     auto ip = e.get("POD_IP");
     auto port = e.get("PADDLE_PORT");
     if (!ip || !port)
-      throw InvalidUsage("TRAINING_ROLE=PSERVER needs PADDLE_CURRENT_ENDPOINT, or POD_IP and PADDLE_PORT, "
-                         "to find this server in PADDLE_PSERVERS_IP_PORT_LIST");
+      throw InvalidUsage(
+          "TRAINING_ROLE=PSERVER needs PADDLE_CURRENT_ENDPOINT, or POD_IP and PADDLE_PORT, "
+          "to find this server in PADDLE_PSERVERS_IP_PORT_LIST");
     r.current_endpoint = *ip + ":" + *port;
     names["current_endpoint"] = "POD_IP:PADDLE_PORT";
   }
@@ -503,8 +499,7 @@ EnvRoleMaker::EnvRoleMaker(std::map<std::string, std::string> env) : env_(std::m
 
 bool EnvRoleMaker::applies() const {
   EnvReader e(env_);
-  return has_dtrain_rank(e) || has_paddle_rank(e) || has_torchrun_rank(e) || has_ompi_rank(e) ||
-         has_slurm_rank(e);
+  return has_dtrain_rank(e) || has_paddle_rank(e) || has_torchrun_rank(e) || has_ompi_rank(e) || has_slurm_rank(e);
 }
 
 RoleInfo EnvRoleMaker::resolve() const {
@@ -528,8 +523,9 @@ TomlRoleMaker::TomlRoleMaker(const Config& config, std::string table)
 RoleInfo TomlRoleMaker::resolve() const {
   const Config& c = *config_;
   static const std::vector<std::string> kKeys = {
-      "role",     "rank",     "world_size",       "local_rank",       "local_world_size", "node_rank",
-      "nnodes",   "worker_endpoints", "server_endpoints", "current_endpoint", "store", "job_id"};
+      "role",      "rank",   "world_size",       "local_rank",       "local_world_size",
+      "node_rank", "nnodes", "worker_endpoints", "server_endpoints", "current_endpoint",
+      "store",     "job_id"};
   if (!c.has(table_))
     throw ConfigError(c.source(), 0, 0, "", "the [" + table_ + "] table is missing (it says who this process is)");
   for (const std::string& key : c.keys_of(table_)) {

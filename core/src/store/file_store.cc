@@ -39,8 +39,8 @@ std::string escape_key(const std::string& key) {
   out.reserve(key.size());
   for (size_t i = 0; i < key.size(); ++i) {
     unsigned char c = static_cast<unsigned char>(key[i]);
-    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                c == '-' || (c == '.' && i > 0);
+    bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                (c == '.' && i > 0);
     if (safe) {
       out += static_cast<char>(c);
     } else {
@@ -94,8 +94,8 @@ void write_atomic(const std::string& dir, const std::string& path, const Bytes& 
   // pid + a random nonce keeps names unique across hosts sharing the folder.
   static const uint64_t nonce = std::random_device{}();
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = dir + "/.tmp." + std::to_string(::getpid()) + "." + std::to_string(nonce) + "." +
-                    std::to_string(counter++);
+  std::string tmp =
+      dir + "/.tmp." + std::to_string(::getpid()) + "." + std::to_string(nonce) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw IoError("file store: cannot create '" + tmp + "': " + errno_text(errno));
   auto fail = [&](const std::string& what) {
@@ -157,8 +157,7 @@ FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) throw IoError("file store: cannot create the folder '" + dir_ + "': " + ec.message());
-  if (!std::filesystem::is_directory(dir_, ec))
-    throw IoError("file store: '" + dir_ + "' exists but is not a folder");
+  if (!std::filesystem::is_directory(dir_, ec)) throw IoError("file store: '" + dir_ + "' exists but is not a folder");
   if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
     throw IoError("file store: cannot use the folder '" + dir_ + "': " + errno_text(errno));
 }
@@ -176,8 +175,7 @@ Bytes FileStore::get(const std::string& key, std::chrono::milliseconds timeout) 
   for (;;) {
     if (auto v = read_file(path)) return std::move(*v);
     auto now = store_detail::Clock::now();
-    if (now >= deadline)
-      throw TimeoutError(store_detail::timeout_message({key}, timeout, "the file store at " + dir_));
+    if (now >= deadline) throw TimeoutError(store_detail::timeout_message({key}, timeout, "the file store at " + dir_));
     std::this_thread::sleep_for(std::min<store_detail::Clock::duration>(kPollInterval, deadline - now));
   }
 }

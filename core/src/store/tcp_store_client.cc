@@ -111,8 +111,10 @@ bool TcpStore::Impl::try_connect_once(Clock::time_point deadline, std::string& l
         while ((prc = ::poll(&p, 1, poll_timeout_ms(deadline))) < 0 && errno == EINTR) {
         }
         socklen_t len = sizeof err;
-        if (prc == 0) err = ETIMEDOUT;
-        else if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        if (prc == 0)
+          err = ETIMEDOUT;
+        else if (::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+          err = errno;
       }
     }
     if (err == 0) {
@@ -145,9 +147,8 @@ void TcpStore::Impl::connect(const std::string& token, milliseconds connect_time
   while (!try_connect_once(deadline, last_error)) {
     auto now = Clock::now();
     if (now >= deadline)
-      throw IoError("cannot connect to the store at " + address + " within " +
-                    std::to_string(connect_timeout.count()) + " ms: " + last_error +
-                    " (is the launcher or rank 0 serving it?)");
+      throw IoError("cannot connect to the store at " + address + " within " + std::to_string(connect_timeout.count()) +
+                    " ms: " + last_error + " (is the launcher or rank 0 serving it?)");
     std::this_thread::sleep_for(std::min<Clock::duration>(kConnectRetry, deadline - now));
   }
   auto hello_deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
@@ -156,8 +157,10 @@ void TcpStore::Impl::connect(const std::string& token, milliseconds connect_time
   // exchange() takes the mutex; nobody else can hold this object yet, but it keeps
   // the decoding in one place.
   exchange(frame, hello_deadline, connect_timeout, [&](Status s, Reader& r) {
-    if (s == Status::Refused) refusal = r.str();
-    else if (s != Status::Ok) throw_status(s, r);
+    if (s == Status::Refused)
+      refusal = r.str();
+    else if (s != Status::Ok)
+      throw_status(s, r);
   });
   if (!refusal.empty()) {
     broken = "refused: " + refusal;

@@ -348,8 +348,8 @@ void TcpStoreServer::Impl::handle(Conn& c, Reader& r) {
       int64_t value;
       try {
         auto it = data.find(key);
-        value = store_detail::checked_add(key, it == data.end() ? 0 : store_detail::parse_counter(key, it->second),
-                                          delta);
+        value =
+            store_detail::checked_add(key, it == data.end() ? 0 : store_detail::parse_counter(key, it->second), delta);
       } catch (const Error& e) {
         return reply(c, Writer().u8(uint8_t(Status::Error)).str(e.what()).frame());
       }
@@ -394,8 +394,7 @@ void TcpStoreServer::Impl::handle(Conn& c, Reader& r) {
       bool existed = data.erase(key) > 0;
       return reply(c, Writer().u8(uint8_t(Status::Ok)).u8(existed ? 1 : 0).frame());
     }
-    default:
-      throw ProtocolError("unknown operation " + std::to_string(int(op)));
+    default: throw ProtocolError("unknown operation " + std::to_string(int(op)));
   }
 }
 

@@ -21,9 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void check_f32_cpu(const Buffer& b, const char* what) {
   if (b.dtype != DType::F32)
@@ -151,8 +149,7 @@ void GradientBuckets::finish() {
   }
 }
 
-void average_buffers(Communicator& comm, const std::vector<Buffer>& buffers, size_t bucket_bytes,
-                     SyncStats* stats) {
+void average_buffers(Communicator& comm, const std::vector<Buffer>& buffers, size_t bucket_bytes, SyncStats* stats) {
   for (auto& b : buffers) check_f32_cpu(b, "average_buffers");
   if (comm.size() == 1) return;
   const size_t cap = std::max<size_t>(1, bucket_bytes / sizeof(float));
@@ -262,9 +259,8 @@ void check_same_layout(Communicator& comm, const std::vector<std::string>& names
   comm.allreduce(Buffer::of(&global, 1), ReduceOp::Min)->wait();
   if (global == none) return;
   size_t g = static_cast<size_t>(global);
-  auto here = g < names.size() ? "'" + names[g] + "' " + shape_str(shapes[g]) : std::string("(none: only ") +
-                                                                                   std::to_string(names.size()) +
-                                                                                   " tensors)";
+  auto here = g < names.size() ? "'" + names[g] + "' " + shape_str(shapes[g])
+                               : std::string("(none: only ") + std::to_string(names.size()) + " tensors)";
   auto there = g < ref.size() ? "'" + ref[g].first + "' " + ref[g].second
                               : std::string("(none: only ") + std::to_string(ref.size()) + " tensors)";
   std::ostringstream os;

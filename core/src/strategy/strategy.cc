@@ -42,9 +42,12 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   if (!(o.fuse_grad_size_in_MB > 0)) bad_value(c, "strategy.fuse_grad_size_in_MB", "must be > 0");
   o.fp16_allreduce = c.get_bool("strategy.fp16_allreduce", o.fp16_allreduce);
   std::string wd = c.get_string("strategy.fp16_allreduce_dtype", "f16");
-  if (wd == "f16" || wd == "fp16" || wd == "float16") o.wire_dtype = DType::F16;
-  else if (wd == "bf16" || wd == "bfloat16") o.wire_dtype = DType::BF16;
-  else bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
+  if (wd == "f16" || wd == "fp16" || wd == "float16")
+    o.wire_dtype = DType::F16;
+  else if (wd == "bf16" || wd == "bfloat16")
+    o.wire_dtype = DType::BF16;
+  else
+    bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
   int64_t k = c.get_int("strategy.gradient_merge.k_steps", 1);
   if (k < 1) bad_value(c, "strategy.gradient_merge.k_steps", "must be >= 1, got " + std::to_string(k));
   o.gradient_merge_k_steps = static_cast<int>(k);
@@ -80,9 +83,7 @@ bool Strategy::sync_gradients_at(int64_t step) const {
   return optimizer_step_at(step);
 }
 
-bool Strategy::optimizer_step_at(int64_t step) const {
-  return (step + 1) % options_.gradient_merge_k_steps == 0;
-}
+bool Strategy::optimizer_step_at(int64_t step) const { return (step + 1) % options_.gradient_merge_k_steps == 0; }
 
 double Strategy::gradient_scale() const {
   return options_.gradient_merge_avg ? 1.0 / options_.gradient_merge_k_steps : 1.0;

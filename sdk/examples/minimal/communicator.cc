@@ -66,8 +66,10 @@ std::shared_ptr<dtrain::sdk::Work> ExampleCommunicator::reduce_scatter(const Buf
 std::shared_ptr<dtrain::sdk::Work> ExampleCommunicator::broadcast(const Buf& buf, const Opts& o) {
   int root = o.root;
   return round(o, [this, buf, root](const StoreRound& r) {
-    if (rank_ == root) r.publish(buf.ptr, bytes_of(buf));
-    else r.publish(nullptr, 0);
+    if (rank_ == root)
+      r.publish(buf.ptr, bytes_of(buf));
+    else
+      r.publish(nullptr, 0);
     std::string b = r.read(root);
     if (rank_ != root && !b.empty()) std::memcpy(buf.ptr, b.data(), b.size());
   });
@@ -118,8 +120,9 @@ std::shared_ptr<dtrain::sdk::Work> ExampleCommunicator::recv(const Buf& buf, int
       [this, buf, key](dtrain::sdk::Clock::time_point deadline) {
         std::string b = get_until(store_, key, deadline, aborted_);
         if (b.size() != bytes_of(buf))
-          dtrain::sdk::fail(DT_ERR_INVALID_USAGE, "recv of " + std::to_string(bytes_of(buf)) + " bytes matched a send of " +
-                                                      std::to_string(b.size()) + " bytes");
+          dtrain::sdk::fail(DT_ERR_INVALID_USAGE, "recv of " + std::to_string(bytes_of(buf)) +
+                                                      " bytes matched a send of " + std::to_string(b.size()) +
+                                                      " bytes");
         if (!b.empty()) std::memcpy(buf.ptr, b.data(), b.size());
         store_.remove(key);
       },

@@ -20,7 +20,11 @@ class StoreRound {
  public:
   StoreRound(const dtrain::sdk::Store& store, uint64_t round, int rank, int size,
              dtrain::sdk::Clock::time_point deadline, const std::atomic<bool>& aborted)
-      : store_(store), prefix_("c" + std::to_string(round) + "/"), rank_(rank), size_(size), deadline_(deadline),
+      : store_(store),
+        prefix_("c" + std::to_string(round) + "/"),
+        rank_(rank),
+        size_(size),
+        deadline_(deadline),
         aborted_(aborted) {}
   void publish(const void* data, size_t bytes) const;
   std::string read(int from) const;

@@ -33,14 +33,14 @@ extern "C" {
 /* ---- status codes: every call returns one ---- */
 typedef int32_t dt_status_t;
 #define DT_OK 0
-#define DT_IN_PROGRESS 1            /* work not finished yet (test/wait only)   */
-#define DT_ERR_INVALID_USAGE (-1)   /* caller broke the contract (bad args)     */
-#define DT_ERR_SYSTEM (-2)          /* OS / transport failure (socket, memory)  */
-#define DT_ERR_INTERNAL (-3)        /* bug in the plugin                        */
-#define DT_ERR_REMOTE (-4)          /* a peer failed or went away               */
-#define DT_ERR_TIMEOUT (-5)         /* the transport's own deadline passed      */
-#define DT_ERR_NOT_SUPPORTED (-6)   /* op, dtype or device not implemented      */
-#define DT_ERR_ABORTED (-7)         /* comm_abort was called                    */
+#define DT_IN_PROGRESS 1          /* work not finished yet (test/wait only)   */
+#define DT_ERR_INVALID_USAGE (-1) /* caller broke the contract (bad args)     */
+#define DT_ERR_SYSTEM (-2)        /* OS / transport failure (socket, memory)  */
+#define DT_ERR_INTERNAL (-3)      /* bug in the plugin                        */
+#define DT_ERR_REMOTE (-4)        /* a peer failed or went away               */
+#define DT_ERR_TIMEOUT (-5)       /* the transport's own deadline passed      */
+#define DT_ERR_NOT_SUPPORTED (-6) /* op, dtype or device not implemented      */
+#define DT_ERR_ABORTED (-7)       /* comm_abort was called                    */
 
 /* ---- data types (values of dt_buffer_v1_t.dtype) ---- */
 #define DT_DTYPE_F32 0
@@ -55,7 +55,7 @@ typedef int32_t dt_status_t;
 
 /* ---- reduction operations ---- */
 #define DT_OP_SUM 0
-#define DT_OP_AVG 1   /* sum / world size; integer types truncate toward zero */
+#define DT_OP_AVG 1 /* sum / world size; integer types truncate toward zero */
 #define DT_OP_MAX 2
 #define DT_OP_MIN 3
 #define DT_OP_PROD 4
@@ -111,14 +111,14 @@ typedef struct dt_buffer_v1 {
   int32_t device_type; /* DT_DEVICE_* */
   int32_t device_id;   /* CUDA ordinal; 0 for CPU */
   int32_t reserved0;
-  void* stream;        /* cudaStream_t for CUDA buffers, else NULL */
+  void* stream; /* cudaStream_t for CUDA buffers, else NULL */
 } dt_buffer_v1_t;
 
 /* Per-call options. */
 typedef struct dt_call_opts_v1 {
   uint32_t struct_size;
-  int32_t root;       /* broadcast / reduce root rank */
-  int32_t tag;        /* send / recv matching tag (>= 0) */
+  int32_t root; /* broadcast / reduce root rank */
+  int32_t tag;  /* send / recv matching tag (>= 0) */
   int32_t reserved0;
   int64_t timeout_ms; /* the op's deadline; the transport may use it for its own
                          timeouts, but the core's watchdog enforces it anyway */
@@ -133,8 +133,7 @@ typedef struct dt_store_v1 {
   dt_status_t (*set)(void* ctx, const char* key, const void* value, uint64_t len);
   /* Blocks until key exists or timeout_ms passes (DT_ERR_TIMEOUT). On success
    * *value is allocated by the core; release it with free_value. */
-  dt_status_t (*get)(void* ctx, const char* key, int64_t timeout_ms, void** value,
-                     uint64_t* len);
+  dt_status_t (*get)(void* ctx, const char* key, int64_t timeout_ms, void** value, uint64_t* len);
   void (*free_value)(void* ctx, void* value);
   /* Atomically adds delta to an integer key (created as 0) and returns the new value. */
   dt_status_t (*add)(void* ctx, const char* key, int64_t delta, int64_t* result);
@@ -168,8 +167,8 @@ typedef struct dt_comm_init_v1 {
   int32_t world_size;
   int32_t local_rank;
   int32_t local_world_size;
-  int32_t role;              /* DT_ROLE_* */
-  int64_t timeout_ms;        /* default op timeout */
+  int32_t role;       /* DT_ROLE_* */
+  int64_t timeout_ms; /* default op timeout */
   const dt_store_v1_t* store;
   /* The plugin's own TOML table, as flat "key = value" lines (dotted keys for
    * nested tables, TOML literals for values); already checked by the core
@@ -207,10 +206,10 @@ typedef struct dt_backend_v1 {
   uint32_t abi_minor;   /* DT_BACKEND_V1_MINOR the plugin was built with */
   uint32_t struct_size; /* sizeof(dt_backend_v1_t) the plugin was built with */
   uint32_t reserved0;
-  const char* name;     /* must equal the NAME in libdtrain_NAME.so */
-  const char* version;  /* the plugin's own version, free-form */
+  const char* name;    /* must equal the NAME in libdtrain_NAME.so */
+  const char* version; /* the plugin's own version, free-form */
   const char* description;
-  uint64_t caps;        /* DT_CAP_* */
+  uint64_t caps; /* DT_CAP_* */
   const dt_config_key_v1_t* config_keys;
   uint32_t num_config_keys;
   uint32_t reserved1;
@@ -239,25 +238,23 @@ typedef struct dt_backend_v1 {
    * reduce: recv is used only on root.
    * alltoall: send.count == recv.count, divisible by world_size; block j of
    *           send goes to rank j, block i of recv comes from rank i. */
-  dt_status_t (*allreduce)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv,
-                           int32_t op, const dt_call_opts_v1_t* opts, dt_work_h* out);
-  dt_status_t (*broadcast)(dt_comm_h, const dt_buffer_v1_t* buf, const dt_call_opts_v1_t* opts,
-                           dt_work_h* out);
+  dt_status_t (*allreduce)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv, int32_t op,
+                           const dt_call_opts_v1_t* opts, dt_work_h* out);
+  dt_status_t (*broadcast)(dt_comm_h, const dt_buffer_v1_t* buf, const dt_call_opts_v1_t* opts, dt_work_h* out);
   dt_status_t (*allgather)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv,
                            const dt_call_opts_v1_t* opts, dt_work_h* out);
-  dt_status_t (*reduce_scatter)(dt_comm_h, const dt_buffer_v1_t* send,
-                                const dt_buffer_v1_t* recv, int32_t op,
+  dt_status_t (*reduce_scatter)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv, int32_t op,
                                 const dt_call_opts_v1_t* opts, dt_work_h* out);
-  dt_status_t (*reduce)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv,
-                        int32_t op, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  dt_status_t (*reduce)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv, int32_t op,
+                        const dt_call_opts_v1_t* opts, dt_work_h* out);
   dt_status_t (*alltoall)(dt_comm_h, const dt_buffer_v1_t* send, const dt_buffer_v1_t* recv,
                           const dt_call_opts_v1_t* opts, dt_work_h* out);
   dt_status_t (*barrier)(dt_comm_h, const dt_call_opts_v1_t* opts, dt_work_h* out);
   /* Point-to-point; matched by (peer, opts->tag) in order of posting. */
-  dt_status_t (*send)(dt_comm_h, const dt_buffer_v1_t* buf, int32_t peer,
-                      const dt_call_opts_v1_t* opts, dt_work_h* out);
-  dt_status_t (*recv)(dt_comm_h, const dt_buffer_v1_t* buf, int32_t peer,
-                      const dt_call_opts_v1_t* opts, dt_work_h* out);
+  dt_status_t (*send)(dt_comm_h, const dt_buffer_v1_t* buf, int32_t peer, const dt_call_opts_v1_t* opts,
+                      dt_work_h* out);
+  dt_status_t (*recv)(dt_comm_h, const dt_buffer_v1_t* buf, int32_t peer, const dt_call_opts_v1_t* opts,
+                      dt_work_h* out);
 
   /* Work handles. test: DT_OK (done), DT_IN_PROGRESS, or the op's error.
    * wait: like test but blocks up to timeout_ms (< 0: no limit); returns

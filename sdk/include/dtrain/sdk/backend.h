@@ -282,12 +282,12 @@ const dt_backend_v1_t* make_backend_v1(const dt_host_v1_t* host, const char* nam
 
 // Exports dtrain_backend_v1 for CommClass. KEYS is a dt_config_key_v1_t array
 // (its size is taken with sizeof), or use DTRAIN_EXPORT_BACKEND_V1_NOKEYS.
-#define DTRAIN_EXPORT_BACKEND_V1(CommClass, NAME, VERSION, DESCRIPTION, CAPS, KEYS)                          \
-  DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                 \
-    return ::dtrain::sdk::detail::make_backend_v1<CommClass>(host, NAME, VERSION, DESCRIPTION, CAPS, KEYS,   \
+#define DTRAIN_EXPORT_BACKEND_V1(CommClass, NAME, VERSION, DESCRIPTION, CAPS, KEYS)                                    \
+  DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                            \
+    return ::dtrain::sdk::detail::make_backend_v1<CommClass>(host, NAME, VERSION, DESCRIPTION, CAPS, KEYS,             \
                                                              static_cast<uint32_t>(sizeof(KEYS) / sizeof((KEYS)[0]))); \
   }
-#define DTRAIN_EXPORT_BACKEND_V1_NOKEYS(CommClass, NAME, VERSION, DESCRIPTION, CAPS)                           \
-  DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                   \
+#define DTRAIN_EXPORT_BACKEND_V1_NOKEYS(CommClass, NAME, VERSION, DESCRIPTION, CAPS)                              \
+  DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                       \
     return ::dtrain::sdk::detail::make_backend_v1<CommClass>(host, NAME, VERSION, DESCRIPTION, CAPS, nullptr, 0); \
   }

@@ -27,10 +27,14 @@ class Error : public std::runtime_error {
 
 inline size_t dtype_size(int32_t dtype) {
   switch (dtype) {
-    case DT_DTYPE_F32: case DT_DTYPE_I32: return 4;
-    case DT_DTYPE_F64: case DT_DTYPE_I64: return 8;
-    case DT_DTYPE_F16: case DT_DTYPE_BF16: return 2;
-    case DT_DTYPE_I8: case DT_DTYPE_U8: return 1;
+    case DT_DTYPE_F32:
+    case DT_DTYPE_I32: return 4;
+    case DT_DTYPE_F64:
+    case DT_DTYPE_I64: return 8;
+    case DT_DTYPE_F16:
+    case DT_DTYPE_BF16: return 2;
+    case DT_DTYPE_I8:
+    case DT_DTYPE_U8: return 1;
   }
   fail(DT_ERR_INVALID_USAGE, "unknown dtype code " + std::to_string(dtype));
 }

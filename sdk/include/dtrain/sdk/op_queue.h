@@ -33,7 +33,10 @@ class QueuedWork : public Work {
   using Body = std::function<void(Clock::time_point deadline)>;
   QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted,
              bool inline_ok)
-      : deadline(deadline), submitted(submitted), inline_ok(inline_ok), queue_(std::move(queue)),
+      : deadline(deadline),
+        submitted(submitted),
+        inline_ok(inline_ok),
+        queue_(std::move(queue)),
         body_(std::move(body)) {}
 
   inline dt_status_t test() override;
@@ -205,9 +208,12 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       cv_.notify_all();
     }
     if (drainer_.joinable()) {
-      if (detach) drainer_.detach();
-      else if (drainer_.get_id() != std::this_thread::get_id()) drainer_.join();
-      else drainer_.detach();
+      if (detach)
+        drainer_.detach();
+      else if (drainer_.get_id() != std::this_thread::get_id())
+        drainer_.join();
+      else
+        drainer_.detach();
     }
     std::deque<std::shared_ptr<QueuedWork>> q;
     {

@@ -22,16 +22,28 @@ using ReduceFn = void (*)(void* c, const void* a, const void* b, size_t n);
 namespace reduce_detail {
 
 struct Sum {
-  template <typename T> static T f(T a, T b) { return static_cast<T>(a + b); }
+  template <typename T>
+  static T f(T a, T b) {
+    return static_cast<T>(a + b);
+  }
 };
 struct Prod {
-  template <typename T> static T f(T a, T b) { return static_cast<T>(a * b); }
+  template <typename T>
+  static T f(T a, T b) {
+    return static_cast<T>(a * b);
+  }
 };
 struct Max {
-  template <typename T> static T f(T a, T b) { return a < b ? b : a; }
+  template <typename T>
+  static T f(T a, T b) {
+    return a < b ? b : a;
+  }
 };
 struct Min {
-  template <typename T> static T f(T a, T b) { return b < a ? b : a; }
+  template <typename T>
+  static T f(T a, T b) {
+    return b < a ? b : a;
+  }
 };
 
 // c equal to a or b, or disjoint from both: no loop-carried dependence.
@@ -75,7 +87,8 @@ ReduceFn pick_type(int32_t dtype) {
 inline ReduceFn reduce_fn(int32_t dtype, int32_t op) {
   using namespace reduce_detail;
   switch (op) {
-    case DT_OP_SUM: case DT_OP_AVG: return pick_type<Sum>(dtype);
+    case DT_OP_SUM:
+    case DT_OP_AVG: return pick_type<Sum>(dtype);
     case DT_OP_PROD: return pick_type<Prod>(dtype);
     case DT_OP_MAX: return pick_type<Max>(dtype);
     case DT_OP_MIN: return pick_type<Min>(dtype);

@@ -64,7 +64,8 @@ class Store {
   void wait(const std::vector<std::string>& keys, int64_t timeout_ms) const {
     std::vector<const char*> k;
     for (auto& s : keys) k.push_back(s.c_str());
-    check(s_->wait(s_->ctx, k.data(), static_cast<uint32_t>(k.size()), timeout_ms), "wait", keys.empty() ? "" : keys[0]);
+    check(s_->wait(s_->ctx, k.data(), static_cast<uint32_t>(k.size()), timeout_ms), "wait",
+          keys.empty() ? "" : keys[0]);
   }
   void remove(const std::string& key) const { check(s_->remove(s_->ctx, key.c_str()), "remove", key); }
   bool valid() const { return s_ != nullptr; }
@@ -100,8 +101,8 @@ class Options {
       if (t.empty() || t[0] == '#') continue;
       auto eq = t.find('=');
       if (eq == std::string::npos || trim(t.substr(0, eq)).empty())
-        fail(DT_ERR_INVALID_USAGE, "plugin options, line " + std::to_string(line_no) + ": '" + t +
-                                       "' is not 'key = value'");
+        fail(DT_ERR_INVALID_USAGE,
+             "plugin options, line " + std::to_string(line_no) + ": '" + t + "' is not 'key = value'");
       values_[trim(t.substr(0, eq))] = trim(t.substr(eq + 1));
     }
   }
@@ -128,8 +129,10 @@ class Options {
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'e': out += '\x1b'; break;
-        case '"': case '\\': out += n; break;
-        case 'u': case 'U': {
+        case '"':
+        case '\\': out += n; break;
+        case 'u':
+        case 'U': {
           size_t len = n == 'u' ? 4 : 8;
           if (i + len + 1 >= v.size()) bad(key, v, "a string");
           uint32_t cp = static_cast<uint32_t>(std::strtoul(v.substr(i + 1, len).c_str(), nullptr, 16));

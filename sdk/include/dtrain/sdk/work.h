@@ -22,8 +22,10 @@ class Work {
   virtual dt_status_t wait(int64_t timeout_ms) {
     std::unique_lock<std::mutex> lk(mu_);
     auto ready = [&] { return status_ != DT_IN_PROGRESS; };
-    if (timeout_ms < 0) cv_.wait(lk, ready);
-    else cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), ready);
+    if (timeout_ms < 0)
+      cv_.wait(lk, ready);
+    else
+      cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), ready);
     return status_;
   }
   std::string error() const {

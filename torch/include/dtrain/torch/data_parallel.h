@@ -72,8 +72,8 @@ class DataParallel {
   std::vector<::torch::Tensor> params_;
   std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
   std::unique_ptr<GradientBuckets> buckets_;
-  bool armed_ = false;   // gradients of this step go to the buckets
-  bool begun_ = false;   // buckets_->begin() called, finish() not yet
+  bool armed_ = false;  // gradients of this step go to the buckets
+  bool begun_ = false;  // buckets_->begin() called, finish() not yet
   SyncStats extra_;
 };
 
