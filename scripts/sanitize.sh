@@ -18,6 +18,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WERROR=
 cmake --build "$dir" -j"$(nproc)"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/sanitize/tsan.supp"
 export ASAN_OPTIONS="detect_leaks=1 abort_on_error=0"
+export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp"
 export UBSAN_OPTIONS="print_stacktrace=1 halt_on_error=1"
 export UCX_NET_DEVICES=lo
 # UCX's memory hooks (libucm) and the sanitizers' interceptors do not mix.
