@@ -309,18 +309,22 @@ void Fabric::close_all() {
   epfd_ = wake_fd_ = -1;
 }
 
-Request Fabric::isend(int peer, uint64_t tag, const void* ptr, size_t bytes) {
-  Request r;
-  r.peer = peer;
-  r.is_send = true;
-  ucp_request_param_t prm{};
-  void* h = ucp_tag_send_nbx(eps_[peer], bytes ? ptr : &g_dummy, bytes, tag, &prm);
+// A *_nbx call returns null (done at once), an error pointer, or a request to poll.
+static void settle(Request& r, void* h) {
   if (h == nullptr)
     r.status = UCS_OK;
   else if (UCS_PTR_IS_ERR(h))
     r.status = UCS_PTR_STATUS(h);
   else
     r.handle = h;
+}
+
+Request Fabric::isend(int peer, uint64_t tag, const void* ptr, size_t bytes) {
+  Request r;
+  r.peer = peer;
+  r.is_send = true;
+  ucp_request_param_t prm{};
+  settle(r, ucp_tag_send_nbx(eps_[peer], bytes ? ptr : &g_dummy, bytes, tag, &prm));
   return r;
 }
 
@@ -328,13 +332,7 @@ Request Fabric::irecv(int peer, uint64_t tag, void* ptr, size_t bytes) {
   Request r;
   r.peer = peer;
   ucp_request_param_t prm{};
-  void* h = ucp_tag_recv_nbx(worker_, bytes ? ptr : &g_dummy, bytes, tag, ~0ull, &prm);
-  if (h == nullptr)
-    r.status = UCS_OK;
-  else if (UCS_PTR_IS_ERR(h))
-    r.status = UCS_PTR_STATUS(h);
-  else
-    r.handle = h;
+  settle(r, ucp_tag_recv_nbx(worker_, bytes ? ptr : &g_dummy, bytes, tag, ~0ull, &prm));
   return r;
 }
 
