@@ -28,6 +28,7 @@
 #include "dtrain/sdk/support.h"
 #include "dtrain/store.h"
 #include "dtrain/work.h"
+#include "dtrain/job_token.h"
 #include "gloo_reference.h"
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"

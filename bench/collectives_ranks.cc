@@ -29,6 +29,7 @@
 #include "dtrain/sdk/support.h"
 #include "dtrain/store.h"
 #include "dtrain/work.h"
+#include "dtrain/endpoint.h"
 #include "gloo_reference.h"
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"

@@ -13,6 +13,7 @@
 #include "dtrain/log.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
+#include "dtrain/endpoint.h"
 #include "layout.h"
 #include "net.h"
 #include "secret.h"

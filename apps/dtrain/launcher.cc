@@ -24,6 +24,8 @@
 #include "dtrain/error.h"
 #include "dtrain/log.h"
 #include "dtrain/store.h"
+#include "dtrain/endpoint.h"
+#include "dtrain/job_token.h"
 #include "environment.h"
 #include "net.h"
 #include "plan.h"

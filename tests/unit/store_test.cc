@@ -20,6 +20,8 @@
 #include "dtrain/error.h"
 #include "dtrain/log.h"
 #include "dtrain/store.h"
+#include "dtrain/endpoint.h"
+#include "dtrain/job_token.h"
 #include "store/tcp_store_codec.h"
 
 using namespace std::chrono_literals;

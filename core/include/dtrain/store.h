@@ -7,10 +7,6 @@
 #include <string>
 #include <vector>
 
-// Callers build a TcpStore from an endpoint (DTRAIN_STORE) and a fresh token.
-#include "dtrain/endpoint.h"
-#include "dtrain/job_token.h"
-
 namespace dtrain {
 
 using Bytes = std::vector<uint8_t>;

@@ -5,6 +5,7 @@
 #include "dtrain/log.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
+#include "dtrain/endpoint.h"
 
 namespace dtrain {
 
