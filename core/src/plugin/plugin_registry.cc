@@ -143,9 +143,9 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
                        std::to_string(t->abi_minor) + " but exports it as " + DT_BACKEND_V1_ENTRY +
                        "; this core speaks ABI " + std::to_string(DT_BACKEND_V1_MAJOR) + "." +
                        std::to_string(DT_BACKEND_V1_MINOR) + ". Rebuild the plugin against this dtrain SDK");
-  if (t->struct_size < offsetof(dt_backend_v1_t, reserved))
+  if (t->struct_size < offsetof(dt_backend_v1_t, ps_table))
     throw InvalidUsage("plugin '" + path.string() + "' declares a backend table of " + std::to_string(t->struct_size) +
-                       " bytes, smaller than the " + std::to_string(offsetof(dt_backend_v1_t, reserved)) +
+                       " bytes, smaller than the " + std::to_string(offsetof(dt_backend_v1_t, ps_table)) +
                        " bytes ABI 1.0 requires; it was built against a broken or foreign header");
   std::string declared = t->name ? t->name : "";
   if (declared != expected)

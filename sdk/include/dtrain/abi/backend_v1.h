@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define DT_BACKEND_V1_MAJOR 1
-#define DT_BACKEND_V1_MINOR 0
+#define DT_BACKEND_V1_MINOR 1
 #define DT_BACKEND_V1_ENTRY "dtrain_backend_v1"
 
 /* ---- status codes: every call returns one ---- */
@@ -90,9 +90,13 @@ typedef int32_t dt_status_t;
 #define DT_CAP_CPU_BUFFERS (1ull << 16)
 #define DT_CAP_CUDA_BUFFERS (1ull << 17)
 #define DT_CAP_REDUCED_PRECISION (1ull << 18) /* f16 / bf16 reductions */
-/* Bits 32..47 are reserved for the parameter-server operations of minor 1
- * (dense pull/push, sparse pull/push, the server role). A v1.0 plugin leaves
- * them clear; the core then never looks past the v1.0 fields. */
+/* Bits 32..47: the parameter-server operations of minor 1. A v1.0 plugin
+ * leaves them clear; the core then never looks past the v1.0 fields.
+ *   PS_DENSE:  ps_table (dense), ps_pull_dense, ps_push_dense
+ *   PS_SPARSE: ps_table (sparse), ps_pull_sparse, ps_push_sparse, ps_shrink
+ *   PS_SERVER: ps_serve, ps_stop, ps_finish, ps_barrier, ps_save, ps_load
+ * A plugin with any PS bit must set PS_SERVER and fill every ps_* slot of the
+ * kinds it announces. */
 #define DT_CAP_PS_DENSE (1ull << 32)
 #define DT_CAP_PS_SPARSE (1ull << 33)
 #define DT_CAP_PS_SERVER (1ull << 34)
@@ -175,11 +179,132 @@ typedef struct dt_comm_init_v1 {
    * against config_keys below. Never NULL; "" when absent. */
   const char* config_toml;
   const char* job_id;
-  uint64_t reserved[4];
+  /* minor 1 (a v1.0 core passes zeros here: NULL, 0, 0) */
+  const char* job_token; /* the job's shared secret, "" or NULL if none; a PS
+                            backend demands it from every client */
+  int32_t num_servers;   /* PS communicators: servers in the job, else 0 */
+  int32_t num_workers;   /* PS communicators: workers in the job, else 0.
+                            For a PS communicator rank is the index among
+                            the processes of its role and world_size equals
+                            num_workers. */
+  uint64_t reserved[2];
 } dt_comm_init_v1_t;
 
 /* One option a plugin reads from its TOML table. The core validates the
  * user's table against this list (unknown key, wrong type) before comm_create. */
+/* ---- parameter server (minor 1) ----
+ *
+ * A PS communicator is created with role DT_ROLE_SERVER on each of the
+ * num_servers servers and DT_ROLE_WORKER on each of the num_workers workers.
+ * Servers call ps_serve; workers declare tables with ps_table and then pull
+ * and push. Every operation below returns a work handle exactly like the
+ * collectives (so the core's watchdog, timeouts, abort and error reporting
+ * cover it), is thread-compatible like them (one submitting thread per
+ * communicator at a time; unlike collectives, workers need not submit in the
+ * same order), and fails with DT_ERR_REMOTE naming the server (index and
+ * endpoint) when a server is unreachable or dies.
+ */
+
+/* table kinds (dt_ps_table_desc_v1_t.kind) */
+#define DT_PS_TABLE_DENSE 0  /* one flat vector of dim values, split evenly over servers */
+#define DT_PS_TABLE_SPARSE 1 /* u64 key -> row of dim values, keys hashed over shards and servers */
+
+/* training modes (dt_ps_table_desc_v1_t.mode), Paddle's DistributedStrategy:
+ *  SYNC  (a_sync = false): the n-th push of each worker to a table belongs to
+ *        step n. The server applies step n once every worker has pushed it:
+ *        the pushed gradients are summed in worker order and divided by
+ *        num_workers (sparse: per key, over the workers that pushed the key,
+ *        still divided by num_workers), then one optimizer step. A worker that
+ *        has made n pushes to a table waits in its next pull of that table
+ *        until step n is applied; a wait that outlives the op's timeout fails
+ *        naming the workers that have not pushed. Deterministic.
+ *  ASYNC (a_sync = true, k_steps = 0): every push is applied on arrival.
+ *  GEO   (a_sync = true, k_steps > 0): workers train on a local copy and push
+ *        deltas; the server adds every push to the values as it is (the
+ *        optimizer rule is applied by the worker, so only DT_PS_OPT_SGD is
+ *        accepted, as in Paddle). */
+#define DT_PS_MODE_SYNC 0
+#define DT_PS_MODE_ASYNC 1
+#define DT_PS_MODE_GEO 2
+
+/* optimizer rules, applied on the server per value (dense) or per row
+ * (sparse), with g the (averaged) pushed gradient and lr the learning rate:
+ *  SGD:     w -= lr * g                                           (no state)
+ *  ADAGRAD: g2 += mean(g*g) over the row (dense: per value);
+ *           w -= lr * g / (sqrt(g2) + epsilon), g2 starting at initial_g2sum
+ *           (sparse: one scalar of state per row, Paddle's "adagrad")
+ *  ADAM:    m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g*g; t += 1;
+ *           w -= lr * (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + epsilon)
+ *           (state per value: m and v; per row or table: t)
+ * All arithmetic in f32 except the bias corrections, computed in f64 and then
+ * rounded to f32. */
+#define DT_PS_OPT_SGD 0
+#define DT_PS_OPT_ADAGRAD 1
+#define DT_PS_OPT_ADAM 2
+
+/* initializers of a new row or of a dense table. A sparse row's initial values
+ * depend only on (seed, key, index in the row), never on the server count or
+ * on the order rows were created in. */
+#define DT_PS_INIT_CONSTANT 0 /* every value = init_a */
+#define DT_PS_INIT_UNIFORM 1  /* uniform in [init_a, init_b) */
+#define DT_PS_INIT_NORMAL 2   /* mean init_a, standard deviation init_b */
+
+/* save modes (ps_save) */
+#define DT_PS_SAVE_FULL 0  /* a checkpoint: values, optimizer state, counters of every row */
+#define DT_PS_SAVE_BASE 1  /* values and counters of every row, no optimizer state;
+                              clears the rows' changed marks */
+#define DT_PS_SAVE_DELTA 2 /* values and counters of the rows changed since the last
+                              BASE or DELTA save; clears the marks */
+/* file formats (ps_save) */
+#define DT_PS_FORMAT_BINARY 0 /* fast, little-endian, documented in the plugin's README */
+#define DT_PS_FORMAT_TEXT 1   /* one line per key (sparse) or value (dense), Paddle-readable */
+
+/* ps_shrink flags */
+#define DT_PS_SHRINK_NEW_DAY 1u /* first age every row: unseen_days += 1 (Paddle's day pass) */
+
+/* A table as the workers declare it. Every worker declares the same tables
+ * with the same descriptors (a server refuses a descriptor that differs from
+ * the one it already has, naming the field). Valid only during the ps_table
+ * call; the plugin copies what it keeps. */
+typedef struct dt_ps_table_desc_v1 {
+  uint32_t struct_size; /* sizeof(dt_ps_table_desc_v1_t) the caller was built with */
+  int32_t kind;         /* DT_PS_TABLE_* */
+  const char* name;     /* unique in the job: [A-Za-z0-9_.-]+, used in file names and messages */
+  uint64_t dim;         /* dense: number of values; sparse: values per row */
+  int32_t dtype;        /* DT_DTYPE_F32 (the only value type of v1.1) */
+  int32_t mode;         /* DT_PS_MODE_*: the job's mode, the same for every table */
+  int32_t optimizer;    /* DT_PS_OPT_* */
+  int32_t initializer;  /* DT_PS_INIT_* */
+  double learning_rate;
+  double beta1;         /* adam */
+  double beta2;         /* adam */
+  double epsilon;       /* adagrad, adam */
+  double initial_g2sum; /* adagrad */
+  double init_a;        /* see DT_PS_INIT_* */
+  double init_b;
+  uint64_t seed; /* initializer seed; also decides probabilistic admission */
+  /* Sparse admission. A key gets a row at its admit_count-th push (0 and 1:
+   * the first), and then only if a hash of (seed, key) falls under
+   * admit_probability (1.0: always). A key without a row pulls as its
+   * initial values and its pushes are counted, not applied. */
+  uint32_t admit_count;
+  uint32_t reserved0;
+  double admit_probability;
+  /* Sparse eviction, applied by ps_shrink only. Each row keeps show and click
+   * (summed from pushes), unseen_days (reset by a push) and a changed mark.
+   * shrink multiplies show and click by decay_rate, then deletes a row whose
+   * score = (show - click) * nonclk_coeff + click * click_coeff is below
+   * delete_threshold, or whose unseen_days exceeds delete_after_unseen_days
+   * (0: never by age). */
+  double decay_rate;
+  double nonclk_coeff;
+  double click_coeff;
+  double delete_threshold;
+  uint32_t delete_after_unseen_days;
+  uint32_t reserved1;
+  uint64_t reserved[8];
+} dt_ps_table_desc_v1_t;
+
 typedef struct dt_config_key_v1 {
   const char* name;          /* "algorithm" or "tcp.iface" */
   const char* type;          /* "string", "int", "float", "bool" */
@@ -270,10 +395,56 @@ typedef struct dt_backend_v1 {
    * only after comm_abort (the plugin then keeps the op alive internally). */
   void (*work_release)(dt_work_h work);
 
-  /* Minor versions give these slots names (v1.1: the parameter-server
-   * operations, announced by DT_CAP_PS_* bits). A v1.0 plugin leaves them NULL
-   * and the core never calls a NULL slot. */
-  void* reserved[16];
+  /* ---- minor 1: the parameter server (DT_CAP_PS_*). These sixteen slots were
+   * `void* reserved[16]` in v1.0: a v1.0 plugin leaves them NULL and the core
+   * never calls a slot whose capability bit is clear or which is NULL. ---- */
+
+  /* Worker: declares a table on every server (idempotent for an identical
+   * descriptor) and returns its id in *table at once; the work completes when
+   * every server has it. The id is valid on this communicator only. */
+  dt_status_t (*ps_table)(dt_comm_h, const dt_ps_table_desc_v1_t* desc, uint32_t* table,
+                          const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: values.count == dim; f32. In SYNC mode waits as described above. */
+  dt_status_t (*ps_pull_dense)(dt_comm_h, uint32_t table, const dt_buffer_v1_t* values, const dt_call_opts_v1_t* opts,
+                               dt_work_h* out);
+  /* Worker: grads.count == dim; f32 (GEO: deltas). */
+  dt_status_t (*ps_push_dense)(dt_comm_h, uint32_t table, const dt_buffer_v1_t* grads, const dt_call_opts_v1_t* opts,
+                               dt_work_h* out);
+  /* Worker: values.count == nkeys * dim, row-major in key order; keys may
+   * repeat and may be unsorted. keys must stay valid until the work completes. */
+  dt_status_t (*ps_pull_sparse)(dt_comm_h, uint32_t table, const uint64_t* keys, uint64_t nkeys,
+                                const dt_buffer_v1_t* values, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: grads.count == nkeys * dim. Rows of a repeated key are summed.
+   * show_click: NULL (each key counts show 1, click 0) or 2 * nkeys floats,
+   * (show, click) per key. */
+  dt_status_t (*ps_push_sparse)(dt_comm_h, uint32_t table, const uint64_t* keys, uint64_t nkeys,
+                                const dt_buffer_v1_t* grads, const float* show_click, const dt_call_opts_v1_t* opts,
+                                dt_work_h* out);
+  /* Worker: every server writes its part of the table under dir/<table name>/
+   * (temporary files, fsync, rename), then one manifest is written last: a
+   * save interrupted at any point leaves the previous save in dir loadable.
+   * mode DT_PS_SAVE_*, format DT_PS_FORMAT_*. dir is shared by the servers
+   * (one machine, or a shared file system). */
+  dt_status_t (*ps_save)(dt_comm_h, uint32_t table, const char* dir, int32_t mode, int32_t format,
+                         const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: loads dir/<table name>/ as written by ps_save, onto any number of
+   * servers. A FULL or BASE save replaces the table; a DELTA save overwrites
+   * the rows it holds. Fails naming the file and the field on a mismatch
+   * (dimension, kind, optimizer state missing for a FULL load...). */
+  dt_status_t (*ps_load)(dt_comm_h, uint32_t table, const char* dir, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: eviction on every server, flags DT_PS_SHRINK_*; sparse tables only. */
+  dt_status_t (*ps_shrink)(dt_comm_h, uint32_t table, uint32_t flags, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: a barrier among the workers (through the servers). */
+  dt_status_t (*ps_barrier)(dt_comm_h, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Worker: tells every server this worker is done (once, before destroy). */
+  dt_status_t (*ps_finish)(dt_comm_h, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Server: serves until every worker has called ps_finish or ps_stop is
+   * called; the work then completes with DT_OK. opts->timeout_ms is ignored:
+   * serving has no deadline (a dead worker is the launcher's to report). */
+  dt_status_t (*ps_serve)(dt_comm_h, const dt_call_opts_v1_t* opts, dt_work_h* out);
+  /* Server: ends ps_serve gracefully (DT_OK); any thread, never blocks. */
+  dt_status_t (*ps_stop)(dt_comm_h, const char* reason);
+  void* reserved[4];
 } dt_backend_v1_t;
 
 typedef const dt_backend_v1_t* (*dt_backend_v1_entry_fn)(const dt_host_v1_t* host);

@@ -20,6 +20,7 @@
 // logger and store, the plugin's options).
 
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -44,9 +45,63 @@ struct CommInit {
   Store store;
   Options options;
   std::string job_id;
+  std::string job_token;  // "" when the job has none
+  int num_servers = 0;    // PS communicators only
+  int num_workers = 0;
+  bool is_server() const { return role == DT_ROLE_SERVER; }
   // Every rank of the communicator runs on this host (a plugin then binds
   // its sockets to loopback unless told otherwise).
   bool single_host() const { return local_world_size >= world_size; }
+};
+
+// A parameter-server table descriptor, copied out of dt_ps_table_desc_v1_t
+// (fields past the caller's struct_size keep these defaults).
+struct TableDesc {
+  int kind = DT_PS_TABLE_DENSE;
+  std::string name;
+  uint64_t dim = 0;
+  int dtype = DT_DTYPE_F32;
+  int mode = DT_PS_MODE_ASYNC;
+  int optimizer = DT_PS_OPT_SGD;
+  int initializer = DT_PS_INIT_CONSTANT;
+  double learning_rate = 0.01, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, initial_g2sum = 0.0;
+  double init_a = 0.0, init_b = 0.0;
+  uint64_t seed = 0;
+  uint32_t admit_count = 0;
+  double admit_probability = 1.0;
+  double decay_rate = 1.0, nonclk_coeff = 1.0, click_coeff = 1.0, delete_threshold = 0.0;
+  uint32_t delete_after_unseen_days = 0;
+
+  static TableDesc from_c(const dt_ps_table_desc_v1_t& c) {
+    TableDesc d;
+    auto has = [&](size_t end) { return c.struct_size >= end; };
+#define DTRAIN_SDK_TAKE(field) \
+  if (has(offsetof(dt_ps_table_desc_v1_t, field) + sizeof(c.field))) d.field = c.field
+    DTRAIN_SDK_TAKE(kind);
+    if (has(offsetof(dt_ps_table_desc_v1_t, name) + sizeof(c.name)) && c.name) d.name = c.name;
+    DTRAIN_SDK_TAKE(dim);
+    DTRAIN_SDK_TAKE(dtype);
+    DTRAIN_SDK_TAKE(mode);
+    DTRAIN_SDK_TAKE(optimizer);
+    DTRAIN_SDK_TAKE(initializer);
+    DTRAIN_SDK_TAKE(learning_rate);
+    DTRAIN_SDK_TAKE(beta1);
+    DTRAIN_SDK_TAKE(beta2);
+    DTRAIN_SDK_TAKE(epsilon);
+    DTRAIN_SDK_TAKE(initial_g2sum);
+    DTRAIN_SDK_TAKE(init_a);
+    DTRAIN_SDK_TAKE(init_b);
+    DTRAIN_SDK_TAKE(seed);
+    DTRAIN_SDK_TAKE(admit_count);
+    DTRAIN_SDK_TAKE(admit_probability);
+    DTRAIN_SDK_TAKE(decay_rate);
+    DTRAIN_SDK_TAKE(nonclk_coeff);
+    DTRAIN_SDK_TAKE(click_coeff);
+    DTRAIN_SDK_TAKE(delete_threshold);
+    DTRAIN_SDK_TAKE(delete_after_unseen_days);
+#undef DTRAIN_SDK_TAKE
+    return d;
+  }
 };
 
 // Base class of a plugin's communicator. Ops left unimplemented refuse with
@@ -69,6 +124,40 @@ class Communicator {
   virtual std::shared_ptr<Work> barrier(const Opts&) { return not_supported("barrier"); }
   virtual std::shared_ptr<Work> send(const Buf&, int32_t, const Opts&) { return not_supported("send"); }
   virtual std::shared_ptr<Work> recv(const Buf&, int32_t, const Opts&) { return not_supported("recv"); }
+  // Parameter-server half (ABI minor 1): see dt_backend_v1_t for each
+  // contract. The work's buffers and keys stay valid until it completes.
+  virtual std::shared_ptr<Work> ps_table(const TableDesc&, uint32_t* /*table*/, const Opts&) {
+    return not_supported("ps_table");
+  }
+  virtual std::shared_ptr<Work> ps_pull_dense(uint32_t, const Buf&, const Opts&) {
+    return not_supported("ps_pull_dense");
+  }
+  virtual std::shared_ptr<Work> ps_push_dense(uint32_t, const Buf&, const Opts&) {
+    return not_supported("ps_push_dense");
+  }
+  virtual std::shared_ptr<Work> ps_pull_sparse(uint32_t, const uint64_t*, uint64_t, const Buf&, const Opts&) {
+    return not_supported("ps_pull_sparse");
+  }
+  virtual std::shared_ptr<Work> ps_push_sparse(uint32_t, const uint64_t*, uint64_t, const Buf&,
+                                               const float* /*show_click*/, const Opts&) {
+    return not_supported("ps_push_sparse");
+  }
+  virtual std::shared_ptr<Work> ps_save(uint32_t, const std::string& /*dir*/, int32_t /*mode*/, int32_t /*format*/,
+                                        const Opts&) {
+    return not_supported("ps_save");
+  }
+  virtual std::shared_ptr<Work> ps_load(uint32_t, const std::string& /*dir*/, const Opts&) {
+    return not_supported("ps_load");
+  }
+  virtual std::shared_ptr<Work> ps_shrink(uint32_t, uint32_t /*flags*/, const Opts&) {
+    return not_supported("ps_shrink");
+  }
+  virtual std::shared_ptr<Work> ps_barrier(const Opts&) { return not_supported("ps_barrier"); }
+  virtual std::shared_ptr<Work> ps_finish(const Opts&) { return not_supported("ps_finish"); }
+  virtual std::shared_ptr<Work> ps_serve(const Opts&) { return not_supported("ps_serve"); }
+  // Any thread; must not block.
+  virtual void ps_stop(const std::string& /*reason*/) {}
+
   // Called from any thread (the core's watchdog); must not block on peers.
   virtual void abort(const std::string& reason) = 0;
 
@@ -161,6 +250,11 @@ struct Trampolines {
       init.store = Store(in->store);
       init.options = Options(in->config_toml);
       init.job_id = in->job_id ? in->job_id : "";
+      if (in->struct_size >= offsetof(dt_comm_init_v1_t, reserved)) {
+        init.job_token = in->job_token ? in->job_token : "";
+        init.num_servers = in->num_servers;
+        init.num_workers = in->num_workers;
+      }
       auto h = std::make_unique<CommHandle>();
       h->comm = std::make_unique<Comm>(init);
       *out = reinterpret_cast<dt_comm_h>(h.release());
@@ -220,6 +314,62 @@ struct Trampolines {
                           dt_work_h* out) {
     return op(c, out, [&](Communicator& m) { return m.recv(*b, peer, opts_or_default(opts)); });
   }
+  static dt_status_t ps_table(dt_comm_h c, const dt_ps_table_desc_v1_t* d, uint32_t* table,
+                              const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) {
+      if (!d || !table) fail(DT_ERR_INVALID_USAGE, "ps_table: null argument");
+      return m.ps_table(TableDesc::from_c(*d), table, opts_or_default(opts));
+    });
+  }
+  static dt_status_t ps_pull_dense(dt_comm_h c, uint32_t t, const dt_buffer_v1_t* v, const dt_call_opts_v1_t* opts,
+                                   dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_pull_dense(t, *v, opts_or_default(opts)); });
+  }
+  static dt_status_t ps_push_dense(dt_comm_h c, uint32_t t, const dt_buffer_v1_t* g, const dt_call_opts_v1_t* opts,
+                                   dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_push_dense(t, *g, opts_or_default(opts)); });
+  }
+  static dt_status_t ps_pull_sparse(dt_comm_h c, uint32_t t, const uint64_t* keys, uint64_t n, const dt_buffer_v1_t* v,
+                                    const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_pull_sparse(t, keys, n, *v, opts_or_default(opts)); });
+  }
+  static dt_status_t ps_push_sparse(dt_comm_h c, uint32_t t, const uint64_t* keys, uint64_t n, const dt_buffer_v1_t* g,
+                                    const float* sc, const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_push_sparse(t, keys, n, *g, sc, opts_or_default(opts)); });
+  }
+  static dt_status_t ps_save(dt_comm_h c, uint32_t t, const char* dir, int32_t mode, int32_t format,
+                             const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) {
+      if (!dir) fail(DT_ERR_INVALID_USAGE, "ps_save: null directory");
+      return m.ps_save(t, dir, mode, format, opts_or_default(opts));
+    });
+  }
+  static dt_status_t ps_load(dt_comm_h c, uint32_t t, const char* dir, const dt_call_opts_v1_t* opts,
+                             dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) {
+      if (!dir) fail(DT_ERR_INVALID_USAGE, "ps_load: null directory");
+      return m.ps_load(t, dir, opts_or_default(opts));
+    });
+  }
+  static dt_status_t ps_shrink(dt_comm_h c, uint32_t t, uint32_t flags, const dt_call_opts_v1_t* opts,
+                               dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_shrink(t, flags, opts_or_default(opts)); });
+  }
+  static dt_status_t ps_barrier(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_barrier(opts_or_default(opts)); });
+  }
+  static dt_status_t ps_finish(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_finish(opts_or_default(opts)); });
+  }
+  static dt_status_t ps_serve(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
+    return op(c, out, [&](Communicator& m) { return m.ps_serve(opts_or_default(opts)); });
+  }
+  static dt_status_t ps_stop(dt_comm_h c, const char* reason) {
+    return guarded(nullptr, [&] {
+      comm_handle(c)->comm->ps_stop(reason ? reason : "stopped");
+      return DT_OK;
+    });
+  }
   static dt_status_t work_test(dt_work_h w) {
     return guarded(&work_handle(w)->error, [&] { return work_handle(w)->work->test(); });
   }
@@ -270,6 +420,18 @@ const dt_backend_v1_t* make_backend_v1(const dt_host_v1_t* host, const char* nam
     t.work_wait = T::work_wait;
     t.work_error = T::work_error;
     t.work_release = T::work_release;
+    t.ps_table = T::ps_table;
+    t.ps_pull_dense = T::ps_pull_dense;
+    t.ps_push_dense = T::ps_push_dense;
+    t.ps_pull_sparse = T::ps_pull_sparse;
+    t.ps_push_sparse = T::ps_push_sparse;
+    t.ps_save = T::ps_save;
+    t.ps_load = T::ps_load;
+    t.ps_shrink = T::ps_shrink;
+    t.ps_barrier = T::ps_barrier;
+    t.ps_finish = T::ps_finish;
+    t.ps_serve = T::ps_serve;
+    t.ps_stop = T::ps_stop;
     return t;
   }();
   return &table;
