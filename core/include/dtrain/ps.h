@@ -1,0 +1,254 @@
+#pragma once
+// The parameter-server client API and the server entry (Paddle's Fleet in
+// parameter-server mode: fleet.init(is_collective=False), init_server() /
+// run_server() on servers, init_worker() on workers).
+//
+// A PS job has num_servers servers and num_workers workers (RoleInfo). Tables
+// live on the servers: a dense table is one flat f32 vector split evenly over
+// the servers, a sparse table maps u64 keys to rows of `dim` f32 values, keys
+// hashed over shards and shards over servers. The optimizer rule runs on the
+// servers. Everything here goes through a backend with the DT_CAP_PS_* bits
+// (ps_grpc); no transport is included.
+//
+//   auto ps = dtrain::ps::connect(job_config, role);        // worker or server
+//   if (ps.role == Role::Server) { ps.server->serve(); return 0; }
+//   auto emb = ps.worker->sparse_table(TableConfig::from_config(cfg, "embedding"));
+//   emb.pull(keys, n, rows)->wait();  ... emb.push(keys, n, grads)->wait();
+//   ps.worker->finish();
+//
+// Threading: like Communicator. Ops on one PsWorker (all its tables) are
+// submitted by one thread at a time; works may be waited on from any thread.
+// Unlike collectives, workers need not submit in the same order. Keys and
+// buffers are owned by the caller and must stay valid until the op's Work
+// completes. Every op has a deadline (CallOptions, else the [ps] timeout) and
+// fails with RemoteError naming the server (index and endpoint) when one dies
+// or is unreachable, with TimeoutError when the deadline passes (in sync mode
+// naming the workers that have not pushed the step), never a silent hang.
+// A refused request (wrong dimension, unknown table, over the size limit)
+// fails that op with InvalidUsage and leaves the client usable; transport
+// failures poison the client as they poison a Communicator.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/buffer.h"
+#include "dtrain/communicator.h"
+#include "dtrain/config.h"
+#include "dtrain/role_maker.h"
+#include "dtrain/work.h"
+
+namespace dtrain {
+
+class Backend;
+class Store;
+class TcpStoreServer;
+
+namespace detail {
+struct CommState;
+}
+
+namespace ps {
+
+// Values match DT_PS_* of the plugin ABI.
+enum class Mode : int32_t { Sync = 0, Async = 1, Geo = 2 };
+enum class TableKind : int32_t { Dense = 0, Sparse = 1 };
+enum class Optimizer : int32_t { Sgd = 0, Adagrad = 1, Adam = 2 };
+enum class Initializer : int32_t { Constant = 0, Uniform = 1, Normal = 2 };
+enum class SaveMode : int32_t { Full = 0, Base = 1, Delta = 2 };
+enum class SaveFormat : int32_t { Binary = 0, Text = 1 };
+const char* to_string(Mode m);
+const char* to_string(Optimizer o);
+
+// The job's PS mode from Paddle's [strategy] names: a_sync = false → Sync;
+// a_sync = true with a_sync_configs.k_steps = 0 → Async; k_steps > 0 → Geo.
+struct ModeOptions {
+  Mode mode = Mode::Sync;
+  int geo_k_steps = 0;  // Geo: push deltas and pull every k steps
+};
+
+// One table, as declared by the workers (mirrors dt_ps_table_desc_v1_t; see
+// that header for the exact semantics of every field). From a job file:
+//
+//   [ps.tables.embedding]
+//   kind = "sparse"            dim = 8
+//   optimizer = "adagrad"      learning_rate = 0.05   epsilon = 1e-8  initial_g2sum = 0.0
+//   beta1 = 0.9  beta2 = 0.999 (adam)
+//   initializer = "uniform"    init_a = -0.01  init_b = 0.01  seed = 7
+//   admit_count = 0            admit_probability = 1.0
+//   decay_rate = 0.98          nonclk_coeff = 0.1  click_coeff = 1.0
+//   delete_threshold = 0.0     delete_after_unseen_days = 30
+struct TableConfig {
+  std::string name;
+  TableKind kind = TableKind::Sparse;
+  uint64_t dim = 0;
+  Optimizer optimizer = Optimizer::Sgd;
+  double learning_rate = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, initial_g2sum = 0.0;
+  Initializer initializer = Initializer::Constant;
+  double init_a = 0.0, init_b = 0.0;
+  uint64_t seed = 0;
+  uint32_t admit_count = 0;
+  double admit_probability = 1.0;
+  double decay_rate = 1.0, nonclk_coeff = 1.0, click_coeff = 1.0, delete_threshold = 0.0;
+  uint32_t delete_after_unseen_days = 0;
+
+  // Reads [ps.tables.<name>]; ConfigError names the file, line and key of a
+  // bad value (unknown optimizer, dim = 0, probability outside [0, 1]...).
+  static TableConfig from_config(const Config& config, const std::string& name);
+};
+
+// Declares [ps] and [ps.tables.*] keys in a schema:
+//   [ps]  backend = "ps_grpc"   the PS plugin
+//         collective = "gloo"   backend of the workers' side communicator
+//                               (barriers and metric all-reduces); "" = none
+//         timeout_s = 60        default deadline of every PS op
+//         checkpoint_dir = ""   where the servers' tables are saved
+//         save_on_exit = false  servers save every table there when the job ends
+void add_ps_keys(ConfigSchema& schema);
+
+// A handle to one table; cheap to copy; valid while its PsWorker lives.
+class DenseTable {
+ public:
+  const std::string& name() const;
+  uint64_t dim() const;
+  // values.count == dim(), f32. Sync mode: waits for the step this worker
+  // last pushed to be applied.
+  std::shared_ptr<Work> pull(const Buffer& values, CallOptions o = {});
+  // grads.count == dim(), f32 (Geo: deltas, see GeoTable).
+  std::shared_ptr<Work> push(const Buffer& grads, CallOptions o = {});
+  std::shared_ptr<Work> save(const std::string& dir, SaveMode mode = SaveMode::Full,
+                             SaveFormat format = SaveFormat::Binary, CallOptions o = {});
+  std::shared_ptr<Work> load(const std::string& dir, CallOptions o = {});
+
+ private:
+  friend class PsWorker;
+  struct State;
+  std::shared_ptr<State> s_;
+};
+
+class SparseTable {
+ public:
+  const std::string& name() const;
+  uint64_t dim() const;
+  // values.count == n * dim(), row-major in key order; keys may repeat.
+  std::shared_ptr<Work> pull(const uint64_t* keys, size_t n, const Buffer& values, CallOptions o = {});
+  // grads.count == n * dim(); rows of a repeated key are summed. show_click:
+  // null (show 1, click 0 per key) or 2 * n floats.
+  std::shared_ptr<Work> push(const uint64_t* keys, size_t n, const Buffer& grads, const float* show_click = nullptr,
+                             CallOptions o = {});
+  std::shared_ptr<Work> save(const std::string& dir, SaveMode mode = SaveMode::Full,
+                             SaveFormat format = SaveFormat::Binary, CallOptions o = {});
+  std::shared_ptr<Work> load(const std::string& dir, CallOptions o = {});
+  // Eviction (see TableConfig); new_day first ages every row by one day.
+  std::shared_ptr<Work> shrink(bool new_day = false, CallOptions o = {});
+
+ private:
+  friend class PsWorker;
+  struct State;
+  std::shared_ptr<State> s_;
+};
+
+// A worker's connection to every server.
+class PsWorker {
+ public:
+  explicit PsWorker(std::shared_ptr<detail::CommState> state, ModeOptions mode);
+  ~PsWorker();  // calls finish() if it was not called (errors are logged)
+  PsWorker(const PsWorker&) = delete;
+  PsWorker& operator=(const PsWorker&) = delete;
+
+  int worker_index() const;
+  int num_workers() const;
+  int num_servers() const;
+  const ModeOptions& mode() const;
+  // Declare a table on every server; block until all have it (idempotent for
+  // the same config; a different config for an existing name is refused
+  // naming the field). The config's kind must match the call.
+  DenseTable dense_table(const TableConfig& config);
+  SparseTable sparse_table(const TableConfig& config);
+  // A barrier among the workers, through the servers.
+  std::shared_ptr<Work> barrier(CallOptions o = {});
+  // Tells every server this worker is done; the servers' serve() returns
+  // once every worker has finished. Idempotent.
+  void finish();
+  std::shared_ptr<Communicator> communicator() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A server process.
+class PsServer {
+ public:
+  explicit PsServer(std::shared_ptr<detail::CommState> state);
+  ~PsServer();
+  int server_index() const;
+  // Serves until every worker has finished, or stop() is called, or the
+  // launcher asks the job to stop (a store key it watches); then returns.
+  // Throws if serving failed.
+  void serve();
+  // Any thread; serve() returns promptly.
+  void stop(const std::string& reason = "stopped");
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// GEO mode on the worker side (Paddle's GeoCommunicator): the worker trains
+// a local copy of the rows it touches with plain SGD; every k steps it pushes
+// for each touched row delta = (latest - old) / num_workers, sets old +=
+// delta, then pulls the rows back and applies latest += server - old;
+// old = server. Framework-neutral: rows are f32 buffers it owns.
+class GeoSparseTable {
+ public:
+  GeoSparseTable(SparseTable table, int num_workers, int k_steps);
+  // Copies the local rows of keys into out (n * dim floats, row-major);
+  // rows not yet local are pulled from the servers first.
+  void lookup(const uint64_t* keys, size_t n, float* out);
+  // Applies w -= lr * g to the local rows (lr from the table's config).
+  void apply(const uint64_t* keys, size_t n, const float* grads);
+  // Counts a step; every k steps pushes deltas and pulls the merged rows.
+  void step();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+class GeoDenseTable {
+ public:
+  GeoDenseTable(DenseTable table, int num_workers, int k_steps);
+  // The local copy (dim floats); the caller trains it in place.
+  float* values();
+  void step();
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+// This process's membership in a PS job: the store, the PS communicator
+// (worker or server side) and, for workers, the side collective communicator
+// over the workers named by [ps] collective. join_ps blocks until every
+// server has published its address (workers) or the server is listening.
+// Roles come from resolve_role(): dtrain's launcher, or Paddle's PS variables
+// (TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_PORT, POD_IP,
+// PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM) set by hand, in which case server
+// 0 serves the store on its listed endpoint.
+struct PsJob {
+  RoleInfo role;
+  std::shared_ptr<TcpStoreServer> store_server;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<Backend> backend;
+  std::unique_ptr<PsWorker> worker;           // workers
+  std::unique_ptr<PsServer> server;           // servers
+  std::shared_ptr<Communicator> collective;   // workers, when [ps] collective names one
+};
+PsJob join_ps(const Config& config, const RoleInfo& role);
+
+}  // namespace ps
+}  // namespace dtrain
