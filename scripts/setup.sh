@@ -13,6 +13,7 @@ pkgs=(
   zlib1g-dev iproute2 procps
   libtorch-dev libopenblas0 dataset-fashion-mnist libopencv-imgcodecs-dev libopencv-imgproc-dev
   libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc redis-server
 )
 
 missing=()
