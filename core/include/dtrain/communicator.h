@@ -44,6 +44,13 @@ struct CommOptions {
   // must use the same name for the same communicator.
   std::string name = "default";
   std::string job_id;
+  // Parameter-server communicators (role Server or Worker on a backend with
+  // the DT_CAP_PS_* bits): rank is the index among the processes of its role
+  // and world_size equals num_workers. Zero for collective communicators.
+  int num_servers = 0;
+  int num_workers = 0;
+  // The job's shared secret; a PS backend demands it from every client.
+  std::string job_token;
 };
 
 // A group of ranks that run collectives together, on one backend plugin.

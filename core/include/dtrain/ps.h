@@ -171,8 +171,18 @@ class PsWorker {
   // A barrier among the workers, through the servers.
   std::shared_ptr<Work> barrier(CallOptions o = {});
   // Tells every server this worker is done; the servers' serve() returns
-  // once every worker has finished. Idempotent.
+  // once every worker has finished. Idempotent. With [ps] save_on_exit,
+  // worker 0 first waits for the others (barrier) and saves a checkpoint.
   void finish();
+  // Checkpoints for restarts ([ps] checkpoint_dir): every table declared so
+  // far is saved FULL into <checkpoint_dir>/step-<step>/, then worker 0
+  // writes <checkpoint_dir>/LATEST (atomically) naming it. Every worker calls
+  // it at the same step (it contains barriers); the two newest are kept.
+  void save_checkpoint(int64_t step);
+  // On a restarted job (role.restart_count > 0) with a LATEST checkpoint,
+  // each table is loaded from it when declared (by worker 0, the others
+  // wait) and this returns its step; else -1.
+  int64_t restored_step() const;
   std::shared_ptr<Communicator> communicator() const;
 
  private:
@@ -249,6 +259,15 @@ struct PsJob {
   std::shared_ptr<Communicator> collective;   // workers, when [ps] collective names one
 };
 PsJob join_ps(const Config& config, const RoleInfo& role);
+
+// Lower-level factories (tests, the conformance suite, programs that bring
+// their own store): options.role, rank, num_servers, num_workers, store and
+// job_token must be set; the backend must have the DT_CAP_PS_* bits.
+// connect_worker blocks until every server is reachable or options.timeout
+// passes; start_server returns once this server listens.
+std::unique_ptr<PsWorker> connect_worker(const std::shared_ptr<Backend>& backend, const CommOptions& options,
+                                         ModeOptions mode, const std::string& checkpoint_dir = "");
+std::unique_ptr<PsServer> start_server(const std::shared_ptr<Backend>& backend, const CommOptions& options);
 
 }  // namespace ps
 }  // namespace dtrain
