@@ -2,7 +2,9 @@
 
 #include <memory>
 
+#include "dtrain/config.h"
 #include "dtrain/job.h"
+#include "dtrain/ps.h"
 #include "dtrain/strategy.h"
 #include "dtrain/torch/optimizer.h"
 
@@ -10,7 +12,11 @@ namespace dtrain::torch::detail {
 
 // The process's fleet context, set by init() and cleared by shutdown().
 struct FleetState {
+  // Collective jobs: the communicator over the workers. PS jobs: role, store
+  // and the workers' side communicator, copied from `ps`.
   Job job;
+  std::unique_ptr<ps::PsJob> ps;  // init(false)
+  std::shared_ptr<const Config> config;
   StrategyOptions strategy;
   std::shared_ptr<ModelSet> models = std::make_shared<ModelSet>();
 };
