@@ -26,6 +26,11 @@ detail::FleetState& detail::state(const char* what) {
   return *s;
 }
 
+void detail::install(std::unique_ptr<FleetState> s) {
+  if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
+  slot() = std::move(s);
+}
+
 void init(const InitOptions& o) {
   if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
   std::shared_ptr<const Config> cfg = o.config;

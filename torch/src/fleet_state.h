@@ -15,6 +15,9 @@ struct FleetState {
   // Collective jobs: the communicator over the workers. PS jobs: role, store
   // and the workers' side communicator, copied from `ps`.
   Job job;
+  // init_standalone: the in-process server; declared before `ps` so the
+  // worker is destroyed (and finishes) first.
+  std::unique_ptr<ps::PsServer> local_server;
   std::unique_ptr<ps::PsJob> ps;  // init(false)
   std::shared_ptr<const Config> config;
   StrategyOptions strategy;
@@ -23,5 +26,7 @@ struct FleetState {
 
 // Throws InvalidUsage naming `what` when init() has not run.
 FleetState& state(const char* what);
+// Installs s as the process's context; InvalidUsage if one is installed.
+void install(std::unique_ptr<FleetState> s);
 
 }  // namespace dtrain::torch::detail

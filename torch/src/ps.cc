@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "dtrain/error.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/store.h"
 #include "dtrain/work.h"
 #include "fleet_state.h"
 
@@ -54,6 +56,32 @@ void wait_all(std::vector<std::shared_ptr<Work>>& works) {
 }
 
 }  // namespace
+
+void init_standalone(std::shared_ptr<const Config> config) {
+  if (!config) throw InvalidUsage("dtrain::torch::init_standalone: no config");
+  auto s = std::make_unique<detail::FleetState>();
+  s->config = config;
+  s->strategy = StrategyOptions::from_config(*config);
+  std::vector<std::string> dirs;
+  if (config->has("plugins.path")) dirs = config->get_string_list("plugins.path");
+  auto backend = PluginRegistry(dirs).load(config->get_string("ps.backend", "ps_grpc"));
+  CommOptions co;
+  co.store = std::make_shared<MemoryStore>();
+  co.num_servers = 1;
+  co.num_workers = 1;
+  co.name = "standalone";
+  co.role = Role::Server;
+  s->local_server = ps::start_server(backend, co);
+  co.role = Role::Worker;
+  auto job = std::make_unique<ps::PsJob>();
+  job->backend = backend;
+  job->store = co.store;
+  job->worker = ps::connect_worker(backend, co, ps::ModeOptions{ps::Mode::Async, 0});
+  s->job.role = job->role;
+  s->job.store = job->store;
+  s->ps = std::move(job);
+  detail::install(std::move(s));
+}
 
 bool is_server() {
   auto& s = detail::state("is_server");
@@ -200,6 +228,13 @@ void DenseParameters::pull() {
     works.push_back(p.table.pull(float_buffer(p.tensor)));
   }
   wait_all(works);
+}
+
+void DenseParameters::load(const std::string& dir) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& p : params_) works.push_back(p.table.load(dir));
+  wait_all(works);
+  pull();
 }
 
 void DenseParameters::step() {

@@ -33,6 +33,13 @@
 
 namespace dtrain::torch {
 
+// One process that is its own parameter server: the PS backend of config's
+// [ps] (default ps_grpc) is loaded, one server runs in this process on a
+// memory store and this process is its only worker. For inference on saved
+// tables (load them with SparseTable/DenseParameters::load) and for tests.
+// Like init(false), once per process until shutdown().
+void init_standalone(std::shared_ptr<const Config> config);
+
 // The role of this process in a PS job (after init(false)).
 bool is_server();
 bool is_worker();
@@ -113,6 +120,9 @@ class DenseParameters {
   void step();
   // Pulls the servers' values into the parameters.
   void pull();
+  // Loads every parameter's table from dir (as saved by a checkpoint or
+  // DenseTable::save), then pulls.
+  void load(const std::string& dir);
 
  private:
   struct Param {
@@ -138,6 +148,7 @@ class PsOptimizer {
   void step();
   void zero_grad();
   int64_t steps() const { return steps_; }
+  const std::shared_ptr<DenseParameters>& dense() const { return dense_; }
 
  private:
   std::vector<SparseEmbedding> embeddings_;
