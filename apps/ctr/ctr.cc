@@ -86,7 +86,7 @@ struct Net {
     opt = fleet::ps_optimizer({wide, deep}, model.ptr(), "dense");
   }
 
-  torch::Tensor logits(const Batch& b) {
+  torch::Tensor logits(const ctr::Batch& b) {
     const auto n = static_cast<int64_t>(b.size());
     auto keys = torch::from_blob(const_cast<uint64_t*>(b.keys.data()), {n, kSparse}, torch::kLong);
     auto dense = torch::from_blob(const_cast<float*>(b.dense.data()), {n, kDense}, torch::kFloat);
@@ -97,7 +97,7 @@ struct Net {
 void evaluate_into(Net& net, const std::vector<std::string>& files, const ReaderOptions& ro, EvalStats* stats) {
   torch::NoGradGuard no_grad;
   Reader reader(files, ro);
-  Batch b;
+  ctr::Batch b;
   while (reader.next(&b)) {
     if (b.size() == 0) continue;
     auto p = torch::sigmoid(net.logits(b)).contiguous();
@@ -186,7 +186,7 @@ void train(const Config& c) {
     auto ro = reader_options(c, rank, world, batch, c.get_int("data.limit_train", 0));
     ro.per_worker = per_worker;
     Reader reader(train_files, ro);
-    Batch b;
+    ctr::Batch b;
     for (int64_t i = 0; reader.next(&b); ++i) {
       if (epoch * steps_per_epoch + i < step) continue;  // resumed: already trained
       const auto n = static_cast<int64_t>(b.size());
@@ -279,7 +279,7 @@ int predict(const Config& c, const std::string& model_dir, const std::string& in
   std::ofstream out(output.empty() ? "/dev/stdout" : output);
   if (!out) throw InvalidUsage("cannot write '" + output + "'");
   EvalStats stats;
-  Batch b;
+  ctr::Batch b;
   while (reader.next(&b)) {
     if (b.size() == 0) continue;
     auto p = torch::sigmoid(net.logits(b)).contiguous();

@@ -68,6 +68,12 @@ void init(const InitOptions& o) {
     slot() = std::move(s);
     return;
   }
+  auto strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
+  if (strategy.a_sync)
+    throw InvalidUsage(
+        "dtrain::torch::init: [strategy] a_sync = true asks for parameter-server training, but init was called for "
+        "a collective job (is_collective = true); remove a_sync, or start servers (dtrain --server_num S "
+        "--worker_num W) and call init(false)");
   JobOptions jo = JobOptions::from_config(*cfg);
   if (!o.backend.empty())
     jo.backend = o.backend;
@@ -78,7 +84,7 @@ void init(const InitOptions& o) {
 
   auto s = std::make_unique<detail::FleetState>();
   s->config = cfg;
-  s->strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
+  s->strategy = strategy;
   s->job = join_job(jo, role);
   slot() = std::move(s);
 }
