@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--log_level", lo.log_level, "trace, debug, info, warn, error (DTRAIN_LOG_LEVEL of every process)");
   app.add_option("--grace_period", lo.grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")
       ->capture_default_str();
+  app.add_option("--server_stop_timeout", lo.server_stop_s,
+                 "parameter-server jobs: seconds the servers get to save and exit after every worker finished")
+      ->capture_default_str();
   app.add_option("--join_timeout", lo.join_timeout_s, "seconds to wait for the other machines")->capture_default_str();
 
   auto* plugins_cmd =
