@@ -12,7 +12,7 @@ elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
 grep -q "worker 1: stalling after step 10" log/workerlog.1 || fail "worker 1 did not stall"
 grep -q "root cause: worker rank 0 exited with code 1" err.txt || fail "the report does not name worker 0's failure"
 # The failure names the worker that did not push.
-grep "dtrain-ps-linear worker 0:" log/workerlog.0 | grep -qi "worker.*1" ||
+grep "dtrain-ps-linear worker 0:" log/workerlog.0 | grep -q "waiting for worker(s) 1 that have not pushed" ||
   fail "worker 0's error does not name worker 1: $(grep 'dtrain-ps-linear worker 0:' log/workerlog.0)"
 [ $elapsed_ms -lt 60000 ] || fail "took $elapsed_ms ms"
 expect_no_leftovers
