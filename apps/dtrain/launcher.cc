@@ -375,11 +375,17 @@ class JobRun {
     a.stopping = true;
   }
 
-  // Where a server of this machine serves: the address it published in the
-  // job store, else the endpoint the launcher gave it.
+  // Where a server of this machine serves: the address its PS backend
+  // published in the job store (the key the core's first "ps" communicator of
+  // the attempt gives it: core/src/ps/join_ps.cc, core/src/comm/communicator.cc),
+  // else the endpoint the launcher reserved for it (PADDLE_PORT).
   std::string server_endpoint(const Attempt& a, const Slot& s) {
     if (s.role != SlotRole::Server) return "";
-    (void)a;
+    try {
+      if (auto v = root_->try_get(fmt::format("run{}/dtrain/comm/ps.0/p/ps/server/{}", a.number, s.index)))
+        return text(*v);
+    } catch (const std::exception&) {
+    }
     return s.endpoint;
   }
 

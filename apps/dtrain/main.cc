@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure_open_job", lo.insecure_open_job,
                "run a job on several machines without a secret: any host that reaches the store can join it");
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
-  app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)");
+  app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)")
+      ->allow_extra_args(false);  // one value per -o: `-o a=1 JOB.toml` keeps JOB.toml positional
   app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")
       ->capture_default_str();
   app.add_option("--log_level", lo.log_level, "trace, debug, info, warn, error (DTRAIN_LOG_LEVEL of every process)");

@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
   std::optional<int64_t> steps, checkpoint_every, log_every, stall_after, stall_worker;
   std::optional<double> sleep_ms;
   app.add_option("job", job_file, "job file (TOML)")->required();
-  app.add_option("-o", overrides, "override a job-file key: -o ps_linear.steps=500 (repeatable)");
+  app.add_option("-o", overrides, "override a job-file key: -o ps_linear.steps=500 (repeatable)")
+      ->allow_extra_args(false);  // one value per -o: `-o a=1 JOB.toml` keeps JOB.toml positional
   app.add_option("--steps", steps, "training steps per worker ([ps_linear] steps)");
   app.add_option("--checkpoint_every", checkpoint_every, "save a checkpoint every N steps ([ps] checkpoint_dir)");
   app.add_option("--log_every", log_every, "print the mean loss every N steps");

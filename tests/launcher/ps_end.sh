@@ -21,7 +21,9 @@ grep -q "mode async" async/workerlog.1 || fail "a_sync = true did not give async
 for w in 0 1; do expect_loss_fell async/workerlog.$w; done
 expect_no_leftovers
 
-run geo --server_num 1 --worker_num 2 -o strategy.a_sync=true -o strategy.a_sync_configs.k_steps=4
+# GEO trains with SGD on the workers (as Paddle's): the sparse table's rule too.
+run geo --server_num 1 --worker_num 2 -o strategy.a_sync=true -o strategy.a_sync_configs.k_steps=4 \
+  -o ps.tables.weights.optimizer=sgd
 grep -q "mode geo k_steps 4" geo/workerlog.0 || fail "k_steps = 4 did not give GEO mode"
 for w in 0 1; do expect_loss_fell geo/workerlog.$w; done
 expect_no_leftovers

@@ -4,7 +4,7 @@
 # checkpoint (not step 0) and finish.
 source "$(dirname "$0")/ps_lib.sh"
 TIMEOUT=10
-timeout 120 "$BIN/dtrain" --server_num 1 --worker_num 2 --log_dir log1 -o ps.timeout_s=$TIMEOUT \
+timeout 120 "$BIN/dtrain" --log_level info --server_num 1 --worker_num 2 --log_dir log1 -o ps.timeout_s=$TIMEOUT \
   -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 "$JOB" >out1.txt 2>err1.txt &
 dpid=$!
 wait_for log1/workerlog.0 "step 20/"
@@ -19,6 +19,9 @@ elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
 [ $elapsed_ms -lt $(((TIMEOUT + 5) * 1000)) ] || fail "dtrain took $elapsed_ms ms to stop"
 grep -q "root cause: server 0 was killed by SIGKILL" err1.txt || fail "the report does not name server 0 and SIGKILL"
 grep -q "log log1/serverlog.0" err1.txt || fail "the report does not name serverlog.0"
+ep=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' log1/serverlog.0 | head -1)
+[ -n "$ep" ] || fail "serverlog.0 does not say where the server listened"
+grep -q "endpoint $ep," err1.txt || fail "the report does not name the server's endpoint $ep"
 expect_no_leftovers
 echo "stopped ${elapsed_ms} ms after the kill"
 

@@ -1,10 +1,11 @@
 # Shared by the ps_* launcher tests: bash launcher/ps_<test>.sh BUILD_DIR JOB.toml
 # (examples/ps_linear/ps_linear.toml). The job file is copied to a name that
 # carries $TAG, so every process of the job has it in its arguments.
+JOB_SRC=$(realpath -- "${2:-}" 2>/dev/null)
 source "$(dirname "$0")/lib.sh"
-[ $# -ge 2 ] || fail "usage: $0 BUILD_DIR ps_linear.toml"
+[ -f "$JOB_SRC" ] || fail "usage: $0 BUILD_DIR ps_linear.toml"
 JOB=$WORK/ps_linear-$TAG.toml
-cp "$2" "$JOB" || fail "cannot copy $2"
+cp "$JOB_SRC" "$JOB" || fail "cannot copy $JOB_SRC"
 
 # The numbers of the "final loss F (first L)" line of a worker's log.
 final_loss() { sed -n 's/.*final loss \([0-9.]*\) (first \([0-9.]*\)).*/\1/p' "$1" | tail -1; }

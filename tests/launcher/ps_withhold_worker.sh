@@ -16,4 +16,4 @@ grep "dtrain-ps-linear worker 0:" log/workerlog.0 | grep -q "waiting for worker(
   fail "worker 0's error does not name worker 1: $(grep 'dtrain-ps-linear worker 0:' log/workerlog.0)"
 [ $elapsed_ms -lt 60000 ] || fail "took $elapsed_ms ms"
 expect_no_leftovers
-echo "PASS: $(grep 'dtrain-ps-linear worker 0:' log/workerlog.0)"
+echo "PASS after ${elapsed_ms} ms: $(grep 'waiting for worker(s)' log/workerlog.0)"
