@@ -1,6 +1,7 @@
 # The end of a parameter-server job: every worker exits 0, the launcher says
 # "all workers done; stopping S servers", the servers exit 0, the job exits 0,
-# the loss fell, and no process is left. In sync, async and GEO mode.
+# the loss fell, and no process is left. In sync (with [ps] save_on_exit: the
+# tables are saved in checkpoint_dir/final), async and GEO mode.
 source "$(dirname "$0")/ps_lib.sh"
 run() {
   local log=$1
@@ -8,8 +9,11 @@ run() {
   timeout 120 "$BIN/dtrain" --log_dir "$log" "$@" "$JOB" >"out.$log.txt" 2>"err.$log.txt" ||
     fail "the PS job ($log: $*) failed"
 }
-run sync --server_num 1 --worker_num 2
+run sync --server_num 1 --worker_num 2 -o ps.save_on_exit=true -o ps.checkpoint_dir="$WORK/ckpt"
 grep -q "all workers done; stopping 1 server$" out.sync.txt || fail "no stop line"
+for t in weights dense; do
+  [ -f "$WORK/ckpt/final/$t/MANIFEST" ] || fail "[ps] save_on_exit did not save table $t in ckpt/final"
+done
 grep -q "served; exiting" sync/serverlog.0 || fail "the server did not return from serve()"
 for w in 0 1; do expect_loss_fell sync/workerlog.$w; done
 grep -q "mode sync" sync/workerlog.0 || fail "not in sync mode"
