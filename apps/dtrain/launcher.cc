@@ -541,8 +541,8 @@ class JobRun {
 
   JobPlan p_;
   std::unique_ptr<TcpStoreServer> server_;
-  std::shared_ptr<Store> root_;   // the job store itself (the processes' keys)
-  std::shared_ptr<Store> store_;  // the launchers' keys, under "launch/"
+  std::shared_ptr<Store> root_;    // the job store itself (the processes' keys)
+  std::shared_ptr<Store> store_;   // the launchers' keys, under "launch/"
   bool workers_finished_ = false;  // the last attempt failed after every worker finished
   std::vector<std::unique_ptr<Process>> procs_;
   std::set<int> reported_;

@@ -34,7 +34,7 @@ struct LaunchOptions {
   // owner can read, else DTRAIN_JOB_TOKEN; insecure_open_job runs without one.
   std::string token_file;
   bool insecure_open_job = false;
-  double grace_s = 5.0;         // SIGTERM -> SIGKILL
+  double grace_s = 5.0;  // SIGTERM -> SIGKILL
   // Parameter-server jobs: once every worker has exited 0, the launcher sets
   // the job store's root key "ps/stop" and gives the servers this long to
   // save (with [ps] save_on_exit) and exit 0; a server still running then is

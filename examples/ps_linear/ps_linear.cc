@@ -233,8 +233,8 @@ int run_worker(ps::PsJob& job, const Config& config, const Options& o) {
       pr->wait();
       dv = dense_values.data();
     }
-    double loss = forward_backward(b, o.features_per_example, uniq, slot, rows, dim, dv, dense_dim, row_grads,
-                                   dense_grads);
+    double loss =
+        forward_backward(b, o.features_per_example, uniq, slot, rows, dim, dv, dense_dim, row_grads, dense_grads);
     if (geo) {
       geo_sparse->apply(uniq.data(), uniq.size(), row_grads.data());
       float* local = geo_dense->values();
@@ -262,8 +262,7 @@ int run_worker(ps::PsJob& job, const Config& config, const Options& o) {
       w.save_checkpoint(step);
       if (me == 0) std::printf("worker %d: checkpoint step %lld saved\n", me, static_cast<long long>(step));
     }
-    if (o.sleep_ms > 0)
-      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(o.sleep_ms * 1000)));
+    if (o.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(o.sleep_ms * 1000)));
   }
   if (job.collective) {
     float mean = static_cast<float>(last);
