@@ -4,7 +4,7 @@
 # refuses it), and dtrain-ps-token-probe straight at the PS server with a
 # wrong token and with none (the server refuses it).
 source "$(dirname "$0")/ps_lib.sh"
-timeout 120 "$BIN/dtrain" --log_level info --server_num 1 --worker_num 2 -o ps_linear.steps=1500 -o ps_linear.sleep_ms=10 "$JOB" \
+timeout 180 "$BIN/dtrain" --log_level info --server_num 1 --worker_num 2 -o ps_linear.steps=3000 -o ps_linear.sleep_ms=10 "$JOB" \
   >out.txt 2>err.txt &
 dpid=$!
 wait_for log/workerlog.0 "step 20/"

@@ -2,11 +2,13 @@
 // addresses (as anyone who scans their ports does) but not the job's token.
 // It connects through the core's own client (connect_worker) over a private
 // in-memory store that holds only those addresses, presents --token, and
-// declares a table. Exit 3 when the servers refused it, 0 when they let it in.
+// declares a table. Exit 3 when the servers refused it, 0 when they let it
+// in, 1 on any other failure (e.g. no server reachable).
 //
 //   dtrain-ps-token-probe --servers 127.0.0.1:40123 --workers 2 --token wrong
 #include <chrono>
 #include <cstdio>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
     std::printf("dtrain-ps-token-probe: the servers accepted token '%s'\n", token.c_str());
     return 0;
   } catch (const std::exception& e) {
-    std::printf("dtrain-ps-token-probe: refused: %s\n", e.what());
-    return 3;
+    const bool refused = std::string(e.what()).find("refused") != std::string::npos;
+    std::printf("dtrain-ps-token-probe: %s: %s\n", refused ? "refused" : "failed", e.what());
+    return refused ? 3 : 1;
   }
 }
