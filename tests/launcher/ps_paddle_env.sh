@@ -2,7 +2,10 @@
 # workers of dtrain-ps-linear (TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST,
 # PADDLE_PORT, POD_IP, PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM) train and exit 0.
 source "$(dirname "$0")/ps_lib.sh"
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+    echo $((20000 + RANDOM % 20000))
+}
 SPORT=$(free_port)
 for v in $(env | sed -n 's/^\(DTRAIN_[A-Z_]*\|PADDLE_[A-Z_]*\|TRAINING_ROLE\|POD_IP\)=.*/\1/p'); do unset "$v"; done
 common=(PADDLE_PSERVERS_IP_PORT_LIST=127.0.0.1:$SPORT PADDLE_TRAINERS_NUM=2 POD_IP=127.0.0.1)
