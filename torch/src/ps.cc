@@ -280,7 +280,13 @@ std::shared_ptr<PsOptimizer> ps_optimizer(std::vector<SparseEmbedding> embedding
   auto& s = detail::state("ps_optimizer");
   worker("ps_optimizer");
   ps::TableConfig c;
-  if (s.config->has("ps.tables." + dense_table)) c = ps::TableConfig::from_config(*s.config, dense_table);
+  const std::string key = "ps.tables." + dense_table;
+  if (s.config->has(key)) {
+    // The template's dim is each parameter's size: it need not be given.
+    Config cfg = *s.config;
+    if (!cfg.has(key + ".dim")) cfg.set_literal(key + ".dim", "1");
+    c = ps::TableConfig::from_config(cfg, dense_table);
+  }
   c.kind = ps::TableKind::Dense;
   std::shared_ptr<DenseParameters> dense;
   if (model) dense = std::make_shared<DenseParameters>(model, c, dense_table);
