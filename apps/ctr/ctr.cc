@@ -264,7 +264,9 @@ int predict(const Config& c, const std::string& model_dir, const std::string& in
   fleet::init_standalone(std::make_shared<Config>(c));
   Net net(c);
   std::string dir = model_dir;
-  if (fs::exists(dir + "/LATEST")) {
+  if (fs::exists(dir + "/final")) {
+    dir += "/final";  // [ps] save_on_exit's save: the end of training
+  } else if (fs::exists(dir + "/LATEST")) {
     std::ifstream in(dir + "/LATEST");
     std::string name;
     std::getline(in, name);
