@@ -13,6 +13,17 @@ constexpr uint32_t kAhead = 16;  // prefetch distance in keys
 inline void copy_row(float* dst, const float* src, uint64_t n) {
   for (uint64_t c = 0; c < n; ++c) dst[c] = src[c];
 }
+
+// A request thread's scratch keeps its capacity between calls (no
+// allocation on the hot path) unless a call was huge: then it is let go.
+struct ScratchGuard {
+  Scratch& s;
+  ~ScratchGuard() {
+    if (s.hash.capacity() > (1u << 20) || s.pushed.grads.capacity() > (1u << 24) ||
+        s.merged.grads.capacity() > (1u << 24))
+      s = Scratch();
+  }
+};
 }  // namespace
 
 SparseTable::SparseTable(const sdk::TableDesc& desc, const Sharding& sh, int server, int workers)
@@ -36,6 +47,7 @@ void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, floa
                               Clock::time_point deadline) {
   check_worker(desc_.name, worker, workers_);
   Scratch& s = tls;
+  ScratchGuard guard{s};
   hash_and_check(keys, n, s);
   if (desc_.mode == DT_PS_MODE_SYNC) sync_.wait(worker, deadline, desc_.name);
   bucket(n, s);
@@ -70,6 +82,7 @@ void SparseTable::push_sparse(int worker, const uint64_t* keys, uint64_t n, cons
                               const float* show_click) {
   check_worker(desc_.name, worker, workers_);
   Scratch& s = tls;
+  ScratchGuard guard{s};
   hash_and_check(keys, n, s);
   if (desc_.mode != DT_PS_MODE_SYNC) {
     dedupe(keys, n, grads, show_click, false, s, s.pushed);

@@ -833,6 +833,20 @@ TEST(Concurrency, ManyThreadsPushingAndPullingLoseNoUpdate) {
   EXPECT_EQ(total, 4.0 * 200 * 64);
 }
 
+TEST(Concurrency, AHugeCallThenSmallOnesOnTheSameThread) {
+  TableDesc d = sparse_desc(DT_PS_OPT_SGD, DT_PS_MODE_ASYNC, 1);
+  d.learning_rate = 1.0;
+  Cluster c(d, 1, 1, 64);
+  std::vector<uint64_t> keys((1u << 20) + 5);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i % 1000000;  // repeats: the summing path
+  Table& t = *c.servers[0];
+  t.push_sparse(0, keys.data(), keys.size(), std::vector<float>(keys.size(), -1.0f).data(), nullptr);
+  EXPECT_EQ(t.stats().rows, 1000000u);
+  const std::vector<uint64_t> few = {0, 5, 999999};
+  const auto v = c.pull(0, few);
+  for (size_t i = 0; i < few.size(); ++i) EXPECT_EQ(v[i], ref_init(d, few[i], 0) + (few[i] < 48581 ? 2.0f : 1.0f));
+}
+
 TEST(Speed, PullAndPushOf64kKeysDim8) {
   TableDesc d = sparse_desc(DT_PS_OPT_SGD, DT_PS_MODE_ASYNC, 8);
   Cluster c(d, 1, 1, 64);
