@@ -1,7 +1,9 @@
 // A dense table's part on one server: values [begin, end) of the flat
 // vector, their optimizer state, the table's Adam step count. One
 // reader-writer lock (a dense step touches every value anyway).
-// File layouts: files.cc.
+// A dense table has no per-row changed marks: BASE and DELTA saves write
+// every value (without state). Loading FULL restores the state and t; BASE
+// resets them to a fresh table's; DELTA keeps them. File layouts: files.cc.
 
 #include <algorithm>
 #include <shared_mutex>

@@ -37,6 +37,12 @@ class Rule {
 
   int kind() const { return kind_; }
 
+  // The last bias corrections, so rows at the same t share one pow().
+  struct AdamCache {
+    uint64_t t = 0;
+    float bc1 = 0, bc2 = 0;
+  };
+
   // Floats of state a sparse row of dim values keeps after its values.
   uint64_t row_state(uint64_t dim) const {
     return kind_ == DT_PS_OPT_ADAGRAD ? 1 : kind_ == DT_PS_OPT_ADAM ? 2 * dim : 0;
@@ -52,7 +58,7 @@ class Rule {
   }
 
   // One step on a sparse row: w[dim], its state (row_state floats), its t.
-  void apply_row(float* w, float* st, uint32_t& t, const float* g, uint64_t dim) const {
+  void apply_row(float* w, float* st, uint32_t& t, const float* g, uint64_t dim, AdamCache& cache) const {
     switch (kind_) {
       case DT_PS_OPT_SGD:
         for (uint64_t i = 0; i < dim; ++i) w[i] -= lr_ * g[i];
@@ -67,7 +73,7 @@ class Rule {
       }
       case DT_PS_OPT_ADAM: {
         ++t;
-        adam(w, st, st + dim, g, dim, t);
+        adam(w, st, st + dim, g, dim, t, cache);
         break;
       }
     }
@@ -85,17 +91,23 @@ class Rule {
           w[i] -= lr_ * g[i] / (std::sqrt(s0[i]) + eps_);
         }
         break;
-      case DT_PS_OPT_ADAM:
+      case DT_PS_OPT_ADAM: {
         ++t;
-        adam(w, s0, s1, g, n, t);
+        AdamCache cache;
+        adam(w, s0, s1, g, n, t, cache);
         break;
+      }
     }
   }
 
  private:
-  void adam(float* w, float* m, float* v, const float* g, uint64_t n, uint64_t t) const {
-    const float bc1 = static_cast<float>(1.0 - std::pow(beta1_, static_cast<double>(t)));
-    const float bc2 = static_cast<float>(1.0 - std::pow(beta2_, static_cast<double>(t)));
+  void adam(float* w, float* m, float* v, const float* g, uint64_t n, uint64_t t, AdamCache& c) const {
+    if (c.t != t) {
+      c.t = t;
+      c.bc1 = static_cast<float>(1.0 - std::pow(beta1_, static_cast<double>(t)));
+      c.bc2 = static_cast<float>(1.0 - std::pow(beta2_, static_cast<double>(t)));
+    }
+    const float bc1 = c.bc1, bc2 = c.bc2;
     const float c1 = 1.0f - b1_, c2 = 1.0f - b2_;
     for (uint64_t i = 0; i < n; ++i) {
       m[i] = b1_ * m[i] + c1 * g[i];

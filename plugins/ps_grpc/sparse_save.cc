@@ -268,7 +268,7 @@ void SparseTable::load(const std::string& dir) {
     std::memcpy(w, &st.vals[j * dim_], dim_ * sizeof(float));
     RowMeta& meta = d.meta[r];
     if (full) {
-      std::memcpy(w + dim_, &st.state[j * state_], state_ * sizeof(float));
+      if (state_) std::memcpy(w + dim_, &st.state[j * state_], state_ * sizeof(float));
       meta = st.meta[j];
       return;
     }

@@ -7,6 +7,23 @@
 namespace dtrain::ps_grpc {
 namespace {
 thread_local Scratch tls;
+constexpr uint32_t kAhead = 16;  // prefetch distance in keys
+
+// A row copy short enough that a call to memcpy would cost more than the copy.
+inline void copy_row(float* dst, const float* src, uint64_t n) {
+  for (uint64_t c = 0; c < n; ++c) dst[c] = src[c];
+}
+
+// A request thread's scratch keeps its capacity between calls (no
+// allocation on the hot path) unless a call was huge: then it is let go.
+struct ScratchGuard {
+  Scratch& s;
+  ~ScratchGuard() {
+    if (s.hash.capacity() > (1u << 20) || s.pushed.grads.capacity() > (1u << 24) ||
+        s.merged.grads.capacity() > (1u << 24))
+      s = Scratch();
+  }
+};
 }  // namespace
 
 SparseTable::SparseTable(const sdk::TableDesc& desc, const Sharding& sh, int server, int workers)
@@ -23,27 +40,39 @@ SparseTable::SparseTable(const sdk::TableDesc& desc, const Sharding& sh, int ser
   const uint32_t s = static_cast<uint32_t>(sh.num_servers), srv = static_cast<uint32_t>(server);
   nlocal_ = srv < sh.num_shards ? (sh.num_shards - srv + s - 1) / s : 0;
   shards_ = std::make_unique<Shard[]>(nlocal_);
+  if (sh.num_shards > 1 && (sh.num_shards & (sh.num_shards - 1)) == 0) shard_mask_ = sh.num_shards - 1;
 }
 
 void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out,
                               Clock::time_point deadline) {
   check_worker(desc_.name, worker, workers_);
   Scratch& s = tls;
+  ScratchGuard guard{s};
   hash_and_check(keys, n, s);
   if (desc_.mode == DT_PS_MODE_SYNC) sync_.wait(worker, deadline, desc_.name);
-  bucket(s.hash.data(), n, s);
+  bucket(n, s);
+  s.rows.resize(n);
   for (uint32_t l = 0; l < nlocal_; ++l) {
     const uint32_t b = s.start[l], e = s.start[l + 1];
     if (b == e) continue;
     const Shard& sh = shards_[l];
     std::shared_lock<std::shared_mutex> lk(sh.mu);
     const ShardData& d = sh.d;
+    // Two passes, each prefetching ahead: find the rows, then copy them.
     for (uint32_t k = b; k < e; ++k) {
-      if (k + 8 < e) __builtin_prefetch(d.index.probe_address(s.hash[s.order[k + 8]]));
+      if (k + kAhead < e) __builtin_prefetch(d.index.probe_address(s.hash[s.order[k + kAhead]]));
       const uint32_t i = s.order[k];
+      s.rows[k] = d.index.find(keys[i], s.hash[i]);
+    }
+    for (uint32_t k = b; k < e; ++k) {
+      if (k + kAhead < e) {
+        const uint32_t ra = s.rows[k + kAhead];
+        if (ra != FlatMap::kNone) __builtin_prefetch(&d.data[ra * stride_]);
+        __builtin_prefetch(out + s.order[k + kAhead] * dim_, 1);
+      }
+      const uint32_t i = s.order[k], r = s.rows[k];
       float* dst = out + i * dim_;
-      const uint32_t r = d.index.find(keys[i], s.hash[i]);
-      if (r != FlatMap::kNone) std::memcpy(dst, &d.data[r * stride_], dim_ * sizeof(float));
+      if (r != FlatMap::kNone) copy_row(dst, &d.data[r * stride_], dim_);
       else init_.fill(keys[i], dst, dim_);
     }
   }
@@ -53,14 +82,15 @@ void SparseTable::push_sparse(int worker, const uint64_t* keys, uint64_t n, cons
                               const float* show_click) {
   check_worker(desc_.name, worker, workers_);
   Scratch& s = tls;
+  ScratchGuard guard{s};
   hash_and_check(keys, n, s);
   if (desc_.mode != DT_PS_MODE_SYNC) {
-    dedupe(keys, n, grads, show_click, s, s.pushed);
+    dedupe(keys, n, grads, show_click, false, s, s.pushed);
     apply(s.pushed, s);
     return;
   }
   Pushed step;
-  dedupe(keys, n, grads, show_click, s, step);
+  dedupe(keys, n, grads, show_click, true, s, step);
   sync_.push(worker, std::move(step), [&](const std::vector<const Pushed*>& by_worker) {
     merge(by_worker, s);
     apply(s.merged, s);
@@ -106,10 +136,13 @@ void SparseTable::hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) c
   if (n > 0xffffffffull)
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': " + std::to_string(n) + " keys in one call");
   s.hash.resize(n);
+  s.local.resize(n);
   const uint32_t ns = static_cast<uint32_t>(sh_.num_servers), srv = static_cast<uint32_t>(server_);
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t h = mix64(keys[i]);
     s.hash[i] = h;
+    s.local[i] = local_of_hash(h);
+    if (ns == 1) continue;
     const uint32_t shard = shard_of_hash(h);
     if (shard % ns != srv)
       sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': key " + std::to_string(keys[i]) + " (shard " +
@@ -119,15 +152,10 @@ void SparseTable::hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) c
   }
 }
 
-// Counting sort of n hashed keys by local shard: s.order[s.start[l] .. s.start[l+1]).
-void SparseTable::bucket(const uint64_t* hashes, uint64_t n, Scratch& s) const {
-  s.local.resize(n);
+// Counting sort of n keys by local shard (s.local[i]): s.order[s.start[l] .. s.start[l+1]).
+void SparseTable::bucket(uint64_t n, Scratch& s) const {
   s.start.assign(nlocal_ + 1, 0);
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint32_t l = local_of_hash(hashes[i]);
-    s.local[i] = l;
-    ++s.start[l + 1];
-  }
+  for (uint64_t i = 0; i < n; ++i) ++s.start[s.local[i] + 1];
   for (uint32_t l = 0; l < nlocal_; ++l) s.start[l + 1] += s.start[l];
   s.order.resize(n);
   // Fill using start[l] as a cursor, then shift back.
@@ -137,64 +165,84 @@ void SparseTable::bucket(const uint64_t* hashes, uint64_t n, Scratch& s) const {
 }
 
 // Repeated keys summed, in order of appearance (s.hash holds the hashes).
-void SparseTable::dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click,
+// Without repeats and without own, p views the caller's arrays.
+void SparseTable::dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, bool own,
                          Scratch& s, Pushed& p) const {
-  p.keys.clear();
-  p.hashes.clear();
-  p.grads.clear();
-  p.show_click.clear();
-  p.npush.clear();
+  p.clear();
   size_t cap = 16;
   while (cap < 2 * n) cap *= 2;
   s.slots.assign(cap, 0);
   const size_t mask = cap - 1;
-  p.grads.reserve(n * dim_);
+  // Pass 1: slot -> first occurrence + 1; rows[i] = the first occurrence of keys[i].
+  s.rows.resize(n);
+  uint64_t unique = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t h = s.hash[i];
-    size_t j = static_cast<size_t>((h >> 32) | (h << 32)) & mask;
-    const float sh = show_click ? show_click[2 * i] : 1.0f, cl = show_click ? show_click[2 * i + 1] : 0.0f;
-    const float* g = grads + i * dim_;
-    for (;; j = (j + 1) & mask) {
-      const uint32_t pos = s.slots[j];
-      if (pos == 0) {
-        s.slots[j] = static_cast<uint32_t>(p.keys.size() + 1);
-        p.keys.push_back(keys[i]);
-        p.hashes.push_back(h);
-        p.grads.insert(p.grads.end(), g, g + dim_);
-        p.show_click.push_back(sh);
-        p.show_click.push_back(cl);
-        p.npush.push_back(1);
+    for (size_t j = static_cast<size_t>((h >> 32) | (h << 32)) & mask;; j = (j + 1) & mask) {
+      const uint32_t first = s.slots[j];
+      if (first == 0) {
+        s.slots[j] = static_cast<uint32_t>(i + 1);
+        s.rows[i] = static_cast<uint32_t>(i);
+        ++unique;
         break;
       }
-      if (p.keys[pos - 1] == keys[i]) {
-        float* acc = &p.grads[(pos - 1) * dim_];
-        for (uint64_t c = 0; c < dim_; ++c) acc[c] += g[c];
-        p.show_click[2 * (pos - 1)] += sh;
-        p.show_click[2 * (pos - 1) + 1] += cl;
+      if (keys[first - 1] == keys[i]) {
+        s.rows[i] = first - 1;
         break;
       }
     }
   }
+  if (unique == n && !own) {
+    p.n = n;
+    p.k = keys;
+    p.h = s.hash.data();
+    p.g = grads;
+    p.sc = show_click;
+    p.np = nullptr;
+    return;
+  }
+  // Pass 2: the distinct keys in order of first appearance, repeats summed.
+  p.keys.reserve(unique);
+  p.grads.reserve(unique * dim_);
+  std::vector<uint32_t>& at = s.slots;  // reused: first occurrence -> position in p
+  at.resize(std::max<size_t>(at.size(), n));
+  for (uint64_t i = 0; i < n; ++i) {
+    const float sh = show_click ? show_click[2 * i] : 1.0f, cl = show_click ? show_click[2 * i + 1] : 0.0f;
+    const float* g = grads + i * dim_;
+    const uint32_t first = s.rows[i];
+    if (first == i) {
+      at[i] = static_cast<uint32_t>(p.keys.size());
+      p.keys.push_back(keys[i]);
+      p.hashes.push_back(s.hash[i]);
+      p.grads.insert(p.grads.end(), g, g + dim_);
+      p.show_click.push_back(sh);
+      p.show_click.push_back(cl);
+      p.npush.push_back(1);
+      continue;
+    }
+    const uint32_t pos = at[first];
+    float* acc = &p.grads[pos * dim_];
+    for (uint64_t c = 0; c < dim_; ++c) acc[c] += g[c];
+    p.show_click[2 * pos] += sh;
+    p.show_click[2 * pos + 1] += cl;
+  }
+  p.view_owned();
 }
 
 // A sync step: the workers' pushes summed per key in worker order, / num_workers.
 void SparseTable::merge(const std::vector<const Pushed*>& by_worker, Scratch& s) const {
   Pushed& m = s.merged;
-  m.keys.clear();
-  m.hashes.clear();
-  m.grads.clear();
-  m.show_click.clear();
-  m.npush.clear();
+  m.clear();
   size_t total = 0;
-  for (const Pushed* p : by_worker) total += p->keys.size();
+  for (const Pushed* p : by_worker) total += p->n;
   size_t cap = 16;
   while (cap < 2 * total) cap *= 2;
   s.slots.assign(cap, 0);
   const size_t mask = cap - 1;
   for (const Pushed* p : by_worker) {
-    for (size_t i = 0; i < p->keys.size(); ++i) {
-      const uint64_t h = p->hashes[i], key = p->keys[i];
-      const float* g = &p->grads[i * dim_];
+    for (uint64_t i = 0; i < p->n; ++i) {
+      const uint64_t h = p->h[i], key = p->k[i];
+      const float* g = p->g + i * dim_;
       for (size_t j = static_cast<size_t>((h >> 32) | (h << 32)) & mask;; j = (j + 1) & mask) {
         const uint32_t pos = s.slots[j];
         if (pos == 0) {
@@ -202,16 +250,16 @@ void SparseTable::merge(const std::vector<const Pushed*>& by_worker, Scratch& s)
           m.keys.push_back(key);
           m.hashes.push_back(h);
           m.grads.insert(m.grads.end(), g, g + dim_);
-          m.show_click.push_back(p->show_click[2 * i]);
-          m.show_click.push_back(p->show_click[2 * i + 1]);
+          m.show_click.push_back(p->show(i));
+          m.show_click.push_back(p->click(i));
           m.npush.push_back(1);
           break;
         }
         if (m.keys[pos - 1] == key) {
           float* acc = &m.grads[(pos - 1) * dim_];
           for (uint64_t c = 0; c < dim_; ++c) acc[c] += g[c];
-          m.show_click[2 * (pos - 1)] += p->show_click[2 * i];
-          m.show_click[2 * (pos - 1) + 1] += p->show_click[2 * i + 1];
+          m.show_click[2 * (pos - 1)] += p->show(i);
+          m.show_click[2 * (pos - 1) + 1] += p->click(i);
           ++m.npush[pos - 1];
           break;
         }
@@ -220,6 +268,7 @@ void SparseTable::merge(const std::vector<const Pushed*>& by_worker, Scratch& s)
   }
   const float nw = static_cast<float>(workers_);
   for (float& g : m.grads) g /= nw;
+  m.view_owned();
 }
 
 uint32_t SparseTable::create_row(ShardData& d, uint64_t key, uint64_t h) const {
@@ -248,46 +297,67 @@ void SparseTable::remove_row(ShardData& d, size_t r) const {
   d.data.resize(last * stride_);
 }
 
+// A key without a row at a push: its row if admitted now, else kNone.
+uint32_t SparseTable::admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npush) const {
+  if (!admitted_by_hash(desc_.seed, key, desc_.admit_probability)) return FlatMap::kNone;
+  if (desc_.admit_count > 1) {
+    uint32_t* c = d.pending.find_mut(key, h);
+    const uint64_t count = (c ? *c : 0) + npush;
+    if (count < desc_.admit_count) {
+      if (c) *c = static_cast<uint32_t>(count);
+      else d.pending.insert(key, h, static_cast<uint32_t>(count));
+      return FlatMap::kNone;
+    }
+    if (c) d.pending.erase(key, h);
+  }
+  return create_row(d, key, h);
+}
+
 // Applies one push (async/GEO) or one merged sync step.
 void SparseTable::apply(const Pushed& p, Scratch& s) {
-  const uint64_t n = p.keys.size();
-  bucket(p.hashes.data(), n, s);
-  const uint32_t admit_count = desc_.admit_count;
+  const uint64_t n = p.n;
+  s.local.resize(n);
+  for (uint64_t i = 0; i < n; ++i) s.local[i] = local_of_hash(p.h[i]);
+  bucket(n, s);
+  s.rows.resize(n);
   const bool geo = desc_.mode == DT_PS_MODE_GEO;
+  Rule::AdamCache adam;
   for (uint32_t l = 0; l < nlocal_; ++l) {
     const uint32_t b = s.start[l], e = s.start[l + 1];
     if (b == e) continue;
     std::unique_lock<std::shared_mutex> lk(shards_[l].mu);
     ShardData& d = shards_[l].d;
+    // Pass 1: find or create (admission) the rows; kNone: nothing to apply.
     for (uint32_t k = b; k < e; ++k) {
-      if (k + 8 < e) __builtin_prefetch(d.index.probe_address(p.hashes[s.order[k + 8]]));
+      if (k + kAhead < e) __builtin_prefetch(d.index.probe_address(p.h[s.order[k + kAhead]]));
       const uint32_t i = s.order[k];
-      const uint64_t key = p.keys[i], h = p.hashes[i];
+      const uint64_t key = p.k[i], h = p.h[i];
       uint32_t r = d.index.find(key, h);
-      if (r == FlatMap::kNone) {
-        if (!admitted_by_hash(desc_.seed, key, desc_.admit_probability)) continue;
-        if (admit_count > 1) {
-          uint32_t* c = d.pending.find_mut(key, h);
-          const uint64_t count = (c ? *c : 0) + p.npush[i];
-          if (count < admit_count) {
-            if (c) *c = static_cast<uint32_t>(count);
-            else d.pending.insert(key, h, static_cast<uint32_t>(count));
-            continue;
-          }
-          if (c) d.pending.erase(key, h);
+      if (r == FlatMap::kNone) r = admit(d, key, h, p.pushes(i));
+      s.rows[k] = r;
+    }
+    // Pass 2: the rule and the counters.
+    for (uint32_t k = b; k < e; ++k) {
+      if (k + kAhead < e) {
+        const uint32_t ra = s.rows[k + kAhead];
+        if (ra != FlatMap::kNone) {
+          __builtin_prefetch(&d.data[static_cast<size_t>(ra) * stride_], 1);
+          __builtin_prefetch(&d.meta[ra], 1);
         }
-        r = create_row(d, key, h);
+        __builtin_prefetch(p.g + s.order[k + kAhead] * dim_);
       }
+      const uint32_t i = s.order[k], r = s.rows[k];
+      if (r == FlatMap::kNone) continue;
       float* w = &d.data[static_cast<size_t>(r) * stride_];
-      const float* g = &p.grads[i * dim_];
+      const float* g = p.g + i * dim_;
       RowMeta& m = d.meta[r];
       if (geo) {
         for (uint64_t c = 0; c < dim_; ++c) w[c] += g[c];
       } else {
-        rule_.apply_row(w, w + dim_, m.t, g, dim_);
+        rule_.apply_row(w, w + dim_, m.t, g, dim_, adam);
       }
-      m.show += p.show_click[2 * i];
-      m.click += p.show_click[2 * i + 1];
+      m.show += p.show(i);
+      m.click += p.click(i);
       m.unseen = 0;
       m.changed = kChanged;
     }

@@ -43,17 +43,42 @@ struct alignas(64) Shard {
   ShardData d;
 };
 
-// One push's distinct keys, repeats summed in order of appearance.
+// One push's distinct keys, repeats summed in order of appearance. apply()
+// reads the view (n, k, h, g, sc, np): into the owned vectors, or straight
+// into the caller's arrays when a push had no repeated key (no copy).
 struct Pushed {
   std::vector<uint64_t> keys, hashes;
   std::vector<float> grads;       // keys.size() * dim
   std::vector<float> show_click;  // 2 per key
   std::vector<uint32_t> npush;    // pushes of the key merged here (sync: workers)
+
+  uint64_t n = 0;
+  const uint64_t *k = nullptr, *h = nullptr;
+  const float *g = nullptr, *sc = nullptr;  // sc null: show 1, click 0 per key
+  const uint32_t* np = nullptr;             // null: 1 per key
+  float show(uint64_t i) const { return sc ? sc[2 * i] : 1.0f; }
+  float click(uint64_t i) const { return sc ? sc[2 * i + 1] : 0.0f; }
+  uint32_t pushes(uint64_t i) const { return np ? np[i] : 1; }
+  void clear() {
+    keys.clear();
+    hashes.clear();
+    grads.clear();
+    show_click.clear();
+    npush.clear();
+  }
+  void view_owned() {
+    n = keys.size();
+    k = keys.data();
+    h = hashes.data();
+    g = grads.data();
+    sc = show_click.data();
+    np = npush.data();
+  }
 };
 
 struct Scratch {
   std::vector<uint64_t> hash;
-  std::vector<uint32_t> local, order, start, slots;
+  std::vector<uint32_t> local, order, start, slots, rows;
   Pushed pushed, merged;
 };
 
@@ -78,14 +103,18 @@ class SparseTable final : public Table {
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' is sparse; dense " + op + " refused");
   }
   uint32_t shard_of_hash(uint64_t h) const { return static_cast<uint32_t>(h % sh_.num_shards); }
-  uint32_t local_of_hash(uint64_t h) const { return shard_of_hash(h) / static_cast<uint32_t>(sh_.num_servers); }
+  uint32_t local_of_hash(uint64_t h) const {
+    const uint32_t shard = shard_mask_ ? static_cast<uint32_t>(h & shard_mask_) : shard_of_hash(h);
+    return sh_.num_servers == 1 ? shard : shard / static_cast<uint32_t>(sh_.num_servers);
+  }
 
   void hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) const;
-  void bucket(const uint64_t* hashes, uint64_t n, Scratch& s) const;
-  void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, Scratch& s,
+  void bucket(uint64_t n, Scratch& s) const;
+  void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, bool own, Scratch& s,
               Pushed& p) const;
   void merge(const std::vector<const Pushed*>& by_worker, Scratch& s) const;
   uint32_t create_row(ShardData& d, uint64_t key, uint64_t h) const;
+  uint32_t admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npush) const;
   void remove_row(ShardData& d, size_t r) const;
   void apply(const Pushed& p, Scratch& s);
   void finish_marks(bool saved);
@@ -98,6 +127,7 @@ class SparseTable final : public Table {
   uint64_t state_, stride_;
   Initializer init_;
   uint32_t nlocal_ = 0;
+  uint64_t shard_mask_ = 0;  // num_shards - 1 if a power of two, else 0
   std::unique_ptr<Shard[]> shards_;
   std::atomic<uint64_t> applied_{0};
   SyncSteps<Pushed> sync_;

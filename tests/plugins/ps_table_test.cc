@@ -459,6 +459,32 @@ TEST(Sync, TwoWorkersEqualOneWorkerPushingTheAverage) {
   }
 }
 
+TEST(Sync, AStepIsTheWorkersSumInWorkerOrderOverNumWorkers) {
+  for (int opt : {DT_PS_OPT_SGD, DT_PS_OPT_ADAM}) {
+    // Sparse, 3 workers: key 1 pushed by workers 0 and 2 (twice by 2, summed first), key 2 by worker 1.
+    const TableDesc d = sparse_desc(opt, DT_PS_MODE_SYNC, 2);
+    Cluster c(d, 2, 3, 8);
+    c.push(0, {1}, {0.5f, -0.25f});
+    c.push(1, {2}, {1.0f, 2.0f});
+    c.push(2, {1, 1}, {0.75f, 0.125f, 0.375f, 1.5f});
+    RefRow r1 = ref_new_row(d, 1, 2, false), r2 = ref_new_row(d, 2, 2, false);
+    ref_step(d, r1, {(0.5f + (0.75f + 0.375f)) / 3.0f, (-0.25f + (0.125f + 1.5f)) / 3.0f}, false);
+    ref_step(d, r2, {1.0f / 3.0f, 2.0f / 3.0f}, false);
+    const auto got = c.pull(0, {1, 2});
+    EXPECT_EQ(got, (std::vector<float>{r1.w[0], r1.w[1], r2.w[0], r2.w[1]})) << "optimizer " << opt;
+    // Dense, 3 workers.
+    const TableDesc dd = dense_desc(opt, DT_PS_MODE_SYNC, 3);
+    Cluster cd(dd, 2, 3);
+    const std::vector<std::vector<float>> g = {{1, 2, 3}, {0.5f, -1, 0.25f}, {-2, 0.125f, 4}};
+    for (int w = 0; w < 3; ++w) cd.push_dense(w, g[w]);
+    RefRow rd = ref_new_row(dd, 0, 3, true);
+    std::vector<float> avg(3);
+    for (int i = 0; i < 3; ++i) avg[i] = (g[0][i] + g[1][i] + g[2][i]) / 3.0f;
+    ref_step(dd, rd, avg, true);
+    EXPECT_EQ(cd.pull_dense(1), rd.w) << "optimizer " << opt;
+  }
+}
+
 TEST(Sync, PullWaitsForTheStepAndTimesOutNamingTheMissingWorkers) {
   const TableDesc d = dense_desc(DT_PS_OPT_SGD, DT_PS_MODE_SYNC, 4);
   Cluster c(d, 1, 3);
@@ -805,6 +831,20 @@ TEST(Concurrency, ManyThreadsPushingAndPullingLoseNoUpdate) {
   double total = 0;
   for (uint64_t k = 0; k < 500; ++k) total += v[2 * k];
   EXPECT_EQ(total, 4.0 * 200 * 64);
+}
+
+TEST(Concurrency, AHugeCallThenSmallOnesOnTheSameThread) {
+  TableDesc d = sparse_desc(DT_PS_OPT_SGD, DT_PS_MODE_ASYNC, 1);
+  d.learning_rate = 1.0;
+  Cluster c(d, 1, 1, 64);
+  std::vector<uint64_t> keys((1u << 20) + 5);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i % 1000000;  // repeats: the summing path
+  Table& t = *c.servers[0];
+  t.push_sparse(0, keys.data(), keys.size(), std::vector<float>(keys.size(), -1.0f).data(), nullptr);
+  EXPECT_EQ(t.stats().rows, 1000000u);
+  const std::vector<uint64_t> few = {0, 5, 999999};
+  const auto v = c.pull(0, few);
+  for (size_t i = 0; i < few.size(); ++i) EXPECT_EQ(v[i], ref_init(d, few[i], 0) + (few[i] < 48581 ? 2.0f : 1.0f));
 }
 
 TEST(Speed, PullAndPushOf64kKeysDim8) {
