@@ -584,4 +584,50 @@ TEST_F(PsGrpc, SaveOnTwoServersLoadOntoThree) {
   std::filesystem::remove_all(dir);
 }
 
+// Sync mode across 2 servers: every worker's push is one step on every
+// server (a server that gets none of a push's keys still counts it), and a
+// pull after the push sees the step applied: the average of both workers'
+// gradients (sparse: summed over the workers that pushed the key, divided by
+// the number of workers).
+TEST_F(PsGrpc, SyncStepsAcrossTwoServers) {
+  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 2, 2) && create(DT_ROLE_SERVER, 1, 2, 2)) << last_error;
+  dt_comm_h w[2] = {create(DT_ROLE_WORKER, 0, 2, 2), create(DT_ROLE_WORKER, 1, 2, 2)};
+  ASSERT_TRUE(w[0] && w[1]) << last_error;
+  const uint64_t dim = 2, dense_dim = 9;
+  auto sd = desc("emb", DT_PS_TABLE_SPARSE, dim, DT_PS_MODE_SYNC);
+  auto dd = desc("dense_w", DT_PS_TABLE_DENSE, dense_dim, DT_PS_MODE_SYNC);
+  uint32_t sid[2], did[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK(declare(w[r], sd, &sid[r]));
+    ASSERT_OK(declare(w[r], dd, &did[r]));
+  }
+  // Worker 0 pushes one key (so one server gets an empty push), worker 1 another.
+  std::vector<uint64_t> keys[2] = {{11}, {12}};
+  std::vector<float> values[2];
+  for (int step = 1; step <= 2; ++step) {
+    Result res[2][4];
+    auto run = [&](int r) {
+      std::vector<float> g(dense_dim, static_cast<float>(r + 1)), sg(dim, static_cast<float>(2 * (r + 1)));
+      res[r][0] = push_dense(w[r], did[r], g, 10000);
+      res[r][1] = push_sparse(w[r], sid[r], keys[r], sg);
+      std::vector<float> v(dense_dim);
+      res[r][2] = pull_dense(w[r], did[r], v, 10000);
+      values[r] = v;
+      std::vector<float> sv(2 * dim);
+      res[r][3] = pull_sparse(w[r], sid[r], {11, 12}, sv, 10000);
+      values[r].insert(values[r].end(), sv.begin(), sv.end());
+    };
+    std::thread t([&] { run(1); });
+    run(0);
+    t.join();
+    for (auto& rr : res)
+      for (auto& x : rr) ASSERT_OK(x);
+    for (int r = 0; r < 2; ++r) {
+      for (uint64_t i = 0; i < dense_dim; ++i) EXPECT_FLOAT_EQ(values[r][i], 0.5f - step * 1.5f) << i;
+      EXPECT_FLOAT_EQ(values[r][dense_dim + 0], 0.5f - step * 1.0f);  // key 11: 2 / 2 workers
+      EXPECT_FLOAT_EQ(values[r][dense_dim + 2], 0.5f - step * 2.0f);  // key 12: 4 / 2 workers
+    }
+  }
+}
+
 }  // namespace
