@@ -43,7 +43,7 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
       default_timeout_ms_(init.timeout_ms > 0 ? init.timeout_ms : 300000),
       token_(init.job_token),
       options_(options),
-      serve_(std::make_shared<sdk::Work>()) {
+      serve_(std::make_shared<LongWork>()) {
   sharding_.num_servers = num_servers_;
   sharding_.num_shards = options.shard_num;
 }
