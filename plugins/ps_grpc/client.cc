@@ -115,7 +115,9 @@ std::pair<dt_status_t, std::string> PsClient::translate(const grpc::Status& st, 
       return {DT_ERR_TIMEOUT,
               who + " did not answer " + op.what() + " within " + std::to_string(op.timeout_ms()) + " ms"};
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return {DT_ERR_INVALID_USAGE, who + " refused " + op.what() + ": " + st.error_message()};
+      if (st.error_message().find("larger than max") != std::string::npos)
+        return {DT_ERR_INVALID_USAGE, who + " refused " + op.what() + ": " + st.error_message()};
+      return {DT_ERR_REMOTE, who + " is overloaded: " + st.error_message()};
     default: return {DT_ERR_REMOTE, who + " is unreachable: " + st.error_message()};
   }
 }

@@ -13,7 +13,7 @@ struct PsOptions {
   uint32_t shard_num = 64;                  // sparse shards in the whole job (same on every process)
   std::string address;                      // servers: address to bind and publish ("" = automatic)
   int port = 0;                             // servers: port to bind (0 = any free port)
-  uint64_t chunk_bytes = 4ull << 20;        // largest message payload
+  uint64_t chunk_bytes = 1ull << 20;        // largest message payload
   uint64_t max_request_bytes = 1ull << 30;  // servers: largest request (all chunks) to one server
   int threads = 0;                          // servers: most request threads (0 = gRPC's default)
   int channels = 1;                         // workers: channels (TCP connections) per server

@@ -10,7 +10,7 @@ const dt_config_key_v1_t kKeys[] = {
      "servers: address to bind and publish (default: 127.0.0.1 on one host, else DTRAIN_HOST_IP, else the "
      "hostname's address)"},
     {"port", "int", "0", "servers: port to bind (0: any free port, published through the store)"},
-    {"chunk_bytes", "int", "4194304", "largest payload of one gRPC message; larger requests travel in chunks"},
+    {"chunk_bytes", "int", "1048576", "largest payload of one gRPC message; larger requests travel in chunks"},
     {"max_request_bytes", "int", "1073741824",
      "servers: largest request (all chunks) one call may send to one server; larger ones are refused"},
     {"threads", "int", "0", "servers: most gRPC request threads (0: gRPC's default, unbounded)"},

@@ -43,7 +43,7 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
       default_timeout_ms_(init.timeout_ms > 0 ? init.timeout_ms : 300000),
       token_(init.job_token),
       options_(options),
-      serve_(std::make_shared<sdk::Work>()) {
+      serve_(std::make_shared<LongWork>()) {
   sharding_.num_servers = num_servers_;
   sharding_.num_shards = options.shard_num;
 }
@@ -108,8 +108,7 @@ Table& PsService::table(const std::string& name, int kind) {
 
 Clock::time_point PsService::deadline(grpc::ServerContext* ctx) const {
   auto left = ctx->deadline() - std::chrono::system_clock::now();
-  auto cap = std::chrono::milliseconds(default_timeout_ms_);
-  if (left > cap) left = cap;
+  if (left > std::chrono::hours(24 * 365)) left = std::chrono::milliseconds(default_timeout_ms_);  // no deadline sent
   auto margin = std::clamp<std::chrono::system_clock::duration>(left / 10, std::chrono::milliseconds(10),
                                                                 std::chrono::milliseconds(500));
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(left - margin);

@@ -16,6 +16,7 @@
 #include "options.h"
 #include "plugins/ps_grpc/ps.grpc.pb.h"
 #include "table.h"
+#include "work.h"
 
 namespace dtrain::ps_grpc {
 

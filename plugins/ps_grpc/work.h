@@ -18,6 +18,18 @@
 
 namespace dtrain::ps_grpc {
 
+// An sdk::Work whose wait() takes any timeout: a caller may pass the time
+// left to an unbounded deadline (the core's wait on ps_serve does), which
+// sdk::Work::wait would add to the clock and overflow; waits are capped at a
+// day (the caller loops on DT_IN_PROGRESS).
+class LongWork : public sdk::Work {
+ public:
+  dt_status_t wait(int64_t timeout_ms) override {
+    constexpr int64_t kDayMs = 24 * 3600 * 1000;
+    return sdk::Work::wait(timeout_ms > kDayMs ? kDayMs : timeout_ms);
+  }
+};
+
 // Completes when every part has reported: DT_OK when all succeeded (after
 // on_success ran), else the first failure. Thread-safe.
 //
@@ -25,7 +37,7 @@ namespace dtrain::ps_grpc {
 // included), so every write into them goes through write_out(), which holds
 // a shared lock that abort() takes exclusively: once abort() returns, no part
 // touches the caller's memory again.
-class Op : public sdk::Work {
+class Op : public LongWork {
  public:
   Op(std::string what, int parts, sdk::Clock::time_point deadline, int64_t timeout_ms);
   const std::string& what() const { return what_; }

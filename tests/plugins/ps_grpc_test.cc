@@ -23,6 +23,7 @@
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
+#include "dtrain/ps.h"
 #include "dtrain/store.h"
 #include "plugin/backend_impl.h"
 
@@ -125,7 +126,7 @@ class PsGrpc : public ::testing::Test {
     dt_comm_init_v1_t in{};
     in.struct_size = sizeof(in);
     in.rank = rank;
-    in.world_size = role == DT_ROLE_SERVER ? servers : workers;
+    in.world_size = workers;
     in.local_rank = rank;
     in.local_world_size = in.world_size;
     in.role = role;
@@ -582,6 +583,137 @@ TEST_F(PsGrpc, SaveOnTwoServersLoadOntoThree) {
   EXPECT_NE(r.status, DT_OK);
   EXPECT_NE(r.error.find("nothing-here"), std::string::npos) << r.error;
   std::filesystem::remove_all(dir);
+}
+
+// Sync mode across 2 servers: every worker's push is one step on every
+// server (a server that gets none of a push's keys still counts it), and a
+// pull after the push sees the step applied: the average of both workers'
+// gradients (sparse: summed over the workers that pushed the key, divided by
+// the number of workers).
+TEST_F(PsGrpc, SyncStepsAcrossTwoServers) {
+  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 2, 2) && create(DT_ROLE_SERVER, 1, 2, 2)) << last_error;
+  dt_comm_h w[2] = {create(DT_ROLE_WORKER, 0, 2, 2), create(DT_ROLE_WORKER, 1, 2, 2)};
+  ASSERT_TRUE(w[0] && w[1]) << last_error;
+  const uint64_t dim = 2, dense_dim = 9;
+  auto sd = desc("emb", DT_PS_TABLE_SPARSE, dim, DT_PS_MODE_SYNC);
+  auto dd = desc("dense_w", DT_PS_TABLE_DENSE, dense_dim, DT_PS_MODE_SYNC);
+  uint32_t sid[2], did[2];
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK(declare(w[r], sd, &sid[r]));
+    ASSERT_OK(declare(w[r], dd, &did[r]));
+  }
+  // Worker 0 pushes one key (so one server gets an empty push), worker 1 another.
+  std::vector<uint64_t> keys[2] = {{11}, {12}};
+  std::vector<float> values[2];
+  for (int step = 1; step <= 2; ++step) {
+    Result res[2][4];
+    auto run = [&](int r) {
+      std::vector<float> g(dense_dim, static_cast<float>(r + 1)), sg(dim, static_cast<float>(2 * (r + 1)));
+      res[r][0] = push_dense(w[r], did[r], g, 10000);
+      res[r][1] = push_sparse(w[r], sid[r], keys[r], sg);
+      std::vector<float> v(dense_dim);
+      res[r][2] = pull_dense(w[r], did[r], v, 10000);
+      values[r] = v;
+      std::vector<float> sv(2 * dim);
+      res[r][3] = pull_sparse(w[r], sid[r], {11, 12}, sv, 10000);
+      values[r].insert(values[r].end(), sv.begin(), sv.end());
+    };
+    std::thread t([&] { run(1); });
+    run(0);
+    t.join();
+    for (auto& rr : res)
+      for (auto& x : rr) ASSERT_OK(x);
+    for (int r = 0; r < 2; ++r) {
+      for (uint64_t i = 0; i < dense_dim; ++i) EXPECT_FLOAT_EQ(values[r][i], 0.5f - step * 1.5f) << i;
+      EXPECT_FLOAT_EQ(values[r][dense_dim + 0], 0.5f - step * 1.0f);  // key 11: 2 / 2 workers
+      EXPECT_FLOAT_EQ(values[r][dense_dim + 2], 0.5f - step * 2.0f);  // key 12: 4 / 2 workers
+    }
+  }
+}
+
+// The same plugin through the core's public API (dtrain/ps.h): a server's
+// serve() returns once both workers have finished; a dead server surfaces as
+// RemoteError naming it.
+dtrain::CommOptions ps_options(std::shared_ptr<dtrain::Store> store, dtrain::Role role, int rank, int servers,
+                               int workers) {
+  dtrain::CommOptions o;
+  o.role = role;
+  o.rank = rank;
+  o.world_size = workers;  // a PS communicator's world is its workers (dt_comm_init_v1_t)
+  o.local_rank = rank;
+  o.local_world_size = o.world_size;
+  o.store = std::move(store);
+  o.timeout = std::chrono::seconds(20);
+  o.name = "ps";
+  o.job_id = "test";
+  o.num_servers = servers;
+  o.num_workers = workers;
+  o.job_token = "job-secret";
+  return o;
+}
+
+TEST(PsGrpcPublicApi, ServeReturnsWhenEveryWorkerFinished) {
+  using namespace dtrain;
+  auto backend = PluginRegistry({DTRAIN_BUILT_PLUGIN_DIR}).load("ps_grpc");
+  auto store = std::make_shared<MemoryStore>();
+  auto server = ps::start_server(backend, ps_options(store, Role::Server, 0, 1, 2));
+  std::thread serving([&] { server->serve(); });
+  ps::TableConfig emb;
+  emb.name = "emb";
+  emb.kind = ps::TableKind::Sparse;
+  emb.dim = 4;
+  emb.learning_rate = 0.5;
+  ps::TableConfig lin = emb;
+  lin.name = "linear";
+  lin.kind = ps::TableKind::Dense;
+  lin.dim = 10;
+  auto run = [&](int r) {
+    auto w = ps::connect_worker(backend, ps_options(store, Role::Worker, r, 1, 2), ps::ModeOptions{ps::Mode::Async});
+    auto e = w->sparse_table(emb);
+    auto d = w->dense_table(lin);
+    std::vector<uint64_t> keys = {5, 6, 5};
+    std::vector<float> g(keys.size() * 4, 1.0f), dg(10, 2.0f);
+    e.push(keys.data(), keys.size(), Buffer::of(g.data(), g.size()))->wait();
+    d.push(Buffer::of(dg.data(), dg.size()))->wait();
+    w->barrier()->wait();
+    std::vector<float> v(keys.size() * 4), dv(10);
+    e.pull(keys.data(), keys.size(), Buffer::of(v.data(), v.size()))->wait();
+    d.pull(Buffer::of(dv.data(), dv.size()))->wait();
+    for (size_t i = 0; i < v.size(); ++i) EXPECT_FLOAT_EQ(v[i], i / 4 == 1 ? -1.0f : -2.0f) << i;  // 2 workers x lr 0.5
+    for (float x : dv) EXPECT_FLOAT_EQ(x, -2.0f);
+    w->finish();
+  };
+  std::thread t1([&] { run(1); });
+  run(0);
+  t1.join();
+  serving.join();  // returns because both finished
+}
+
+TEST(PsGrpcPublicApi, DeadServerIsARemoteErrorNamingIt) {
+  using namespace dtrain;
+  auto backend = PluginRegistry({DTRAIN_BUILT_PLUGIN_DIR}).load("ps_grpc");
+  auto store = std::make_shared<MemoryStore>();
+  auto s0 = ps::start_server(backend, ps_options(store, Role::Server, 0, 2, 1));
+  auto s1 = ps::start_server(backend, ps_options(store, Role::Server, 1, 2, 1));
+  auto w = ps::connect_worker(backend, ps_options(store, Role::Worker, 0, 2, 1), ps::ModeOptions{ps::Mode::Async});
+  ps::TableConfig lin;
+  lin.name = "linear";
+  lin.kind = ps::TableKind::Dense;
+  lin.dim = 8;
+  auto d = w->dense_table(lin);
+  std::vector<float> v(8);
+  d.pull(Buffer::of(v.data(), v.size()))->wait();
+  s1.reset();
+  CallOptions o;
+  o.timeout = std::chrono::seconds(3);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    d.pull(Buffer::of(v.data(), v.size()), o)->wait();
+    ADD_FAILURE() << "a pull from a dead server succeeded";
+  } catch (const RemoteError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter server 1 ("), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(4));
 }
 
 }  // namespace
