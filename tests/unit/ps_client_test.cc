@@ -10,11 +10,14 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/ps.h"
+#include "dtrain/role_maker.h"
 #include "dtrain/store.h"
 
 using namespace dtrain;
@@ -370,4 +373,77 @@ TEST(PsClient, ACollectiveBackendIsNotAParameterServer) {
   } catch (const NotSupported& e) {
     EXPECT_THAT(e.what(), HasSubstr("backend 'gloo' does not support parameter-server tables (ps-server)"));
   }
+}
+
+namespace {
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+// Paddle's PS variables set by hand, no launcher: server 0 serves the store on
+// its listed endpoint, the workers find it there, join the PS and a Gloo
+// communicator over the workers, and the mode comes from [strategy].
+TEST(PsClient, JoinWithPaddleVariablesByHand) {
+  std::string port = std::to_string(free_port());
+  Config config = Config::from_string(std::string("[plugins]\npath = [\"") + DTRAIN_BUILT_PLUGIN_DIR +
+                                          "\"]\n[strategy]\na_sync = true\n[ps]\nbackend = \"ps_grpc\"\n"
+                                          "collective = \"gloo\"\ntimeout_s = 20\n",
+                                      "job.toml");
+  std::map<std::string, std::string> common = {{"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:" + port},
+                                               {"PADDLE_TRAINERS_NUM", "2"},
+                                               {"POD_IP", "127.0.0.1"}};
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] {
+    try {
+      auto env = common;
+      env["TRAINING_ROLE"] = "PSERVER";
+      env["PADDLE_PORT"] = port;
+      PsJob job = join_ps(config, EnvRoleMaker(env).resolve());
+      ASSERT_TRUE(job.server);
+      ASSERT_TRUE(job.store_server) << "server 0 serves the store";
+      EXPECT_FALSE(job.worker);
+      job.server->serve();
+    } catch (const std::exception& e) {
+      errors[0] = e.what();
+    }
+  });
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        auto env = common;
+        env["TRAINING_ROLE"] = "TRAINER";
+        env["PADDLE_TRAINER_ID"] = std::to_string(w);
+        env["PADDLE_PORT"] = std::to_string(7300 + w);
+        PsJob job = join_ps(config, EnvRoleMaker(env).resolve());
+        ASSERT_TRUE(job.worker);
+        ASSERT_TRUE(job.collective);
+        EXPECT_FALSE(job.store_server);
+        EXPECT_EQ(job.worker->mode().mode, Mode::Async);
+        EXPECT_EQ(job.worker->num_servers(), 1);
+        auto d = job.worker->dense_table(dense("w", 2, 1.0, 0.0));
+        std::vector<float> g = {1.0f, 2.0f};
+        d.push(f32(g))->wait();
+        job.worker->barrier()->wait();
+        d.pull(f32(g))->wait();
+        EXPECT_EQ(g, (std::vector<float>{-2.0f, -4.0f}));  // async: both pushes applied, lr 1
+        float one = 1.0f;
+        job.collective->allreduce(Buffer(&one, 1, DType::F32))->wait();
+        EXPECT_EQ(one, 2.0f);
+        job.worker->finish();
+      } catch (const std::exception& e) {
+        errors[1 + w] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << (i == 0 ? "server" : "worker ") << i;
 }
