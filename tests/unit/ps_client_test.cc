@@ -318,6 +318,30 @@ TEST(PsClient, CheckpointSaveAndRestore) {
   fs::remove_all(dir);
 }
 
+// A checkpoint worker 0 cannot write fails every worker with its reason.
+TEST(PsClient, AFailedCheckpointFailsEveryWorkerWithTheReason) {
+  std::string dir = temp_dir("badckpt");
+  std::ofstream(dir + "/file") << "not a folder\n";
+  JobSpec spec;
+  spec.mode.mode = Mode::Async;
+  spec.checkpoints.dir = dir + "/file/ckpt";
+  run_job(spec, [&](int w, PsWorker& worker) {
+    worker.dense_table(dense("w", 2, 0.5, 0.0));
+    try {
+      worker.save_checkpoint(1);
+      ADD_FAILURE() << "a checkpoint under a regular file was saved";
+    } catch (const Error& e) {
+      if (w == 0)
+        EXPECT_THAT(e.what(), HasSubstr("cannot create the checkpoint folder"));
+      else
+        EXPECT_THAT(e.what(), AllOf(HasSubstr("worker 0 could not save checkpoint step-1"),
+                                    HasSubstr("cannot create the checkpoint folder")));
+    }
+    EXPECT_FALSE(worker.communicator()->is_poisoned());
+  });
+  fs::remove_all(dir);
+}
+
 // The launcher's stop key ends serve() although no worker finished.
 TEST(PsClient, ServeReturnsOnTheLaunchersStopKey) {
   auto store = std::make_shared<MemoryStore>();
