@@ -191,8 +191,7 @@ void CommState::expire(const std::shared_ptr<WorkState>& w, const char* backend_
   if (poisoned.load()) {
     msg = reason();
   } else {
-    msg = diagnose(*w);
-    if (backend_msg && *backend_msg) msg += " Backend '" + backend->name() + "' says: " + backend_msg;
+    msg = diagnose(*w, backend_msg);
   }
   // The error file is written before the waiter can see its work fail and exit.
   if (!poisoned.load()) write_error_file(msg, true);
@@ -317,11 +316,15 @@ std::string CommState::peer_status(const WorkState& w) {
   return out;
 }
 
-std::string CommState::diagnose(const WorkState& w) {
+std::string CommState::diagnose(const WorkState& w, const char* backend_msg) {
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
   std::ostringstream os;
   os << who() << ": " << w.what() << " on backend '" << backend->name() << "' timed out after " << waited
      << " ms; ";
+  if (backend_msg && *backend_msg) {
+    os << backend_msg << ". The " << (ps ? "parameter-server client" : "communicator") << " is aborted.";
+    return os.str();
+  }
   std::string peers = peer_status(w);
   if (ps) {
     os << (peers == "every server is alive" ? "every server is alive, so a server did not answer in time"

@@ -114,7 +114,9 @@ struct CommState : std::enable_shared_from_this<CommState> {
   void untrack(WorkState* w);
   // The in-flight works still alive (under mu).
   std::vector<std::shared_ptr<WorkState>> inflight_works();
-  std::string diagnose(const WorkState& w);
+  // Why w timed out: the backend's own words when it gave them, else which
+  // peers it waits for (from their heartbeats).
+  std::string diagnose(const WorkState& w, const char* backend_msg = nullptr);
   // Which peers the work is waiting for, from their heartbeats.
   std::string peer_status(const WorkState& w);
   void publish_heartbeat(bool force);

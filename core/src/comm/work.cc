@@ -1,6 +1,7 @@
 #include "dtrain/work.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "comm/comm_state.h"
 #include "comm/watchdog.h"
@@ -43,7 +44,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
     auto now = first ? s.submitted : Clock::now();
     first = false;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(s.deadline() - now).count();
-    dt_status_t st = s.comm->table->work_wait(s.handle, std::max<int64_t>(left, 10));
+    // An op without a deadline (ps_serve) waits without a limit (-1), never
+    // with a huge one a plugin could overflow adding it to its clock.
+    bool unbounded = s.deadline_ns.load() == std::numeric_limits<int64_t>::max();
+    dt_status_t st = s.comm->table->work_wait(s.handle, unbounded ? -1 : std::max<int64_t>(left, 10));
     if (st == DT_IN_PROGRESS) {
       if (s.comm->poisoned.load())
         s.finish(std::make_exception_ptr(AbortedError(s.what() + " aborted: " + s.comm->reason())));

@@ -1,5 +1,7 @@
 // join_ps: a process's membership in a PS job (store, PS communicator, and
 // the workers' side collective communicator).
+#include <algorithm>
+
 #include "common/log.h"
 #include "dtrain/endpoint.h"
 #include "dtrain/error.h"
@@ -20,6 +22,21 @@ std::chrono::milliseconds seconds_key(const Config& c, const std::string& key, d
     throw ConfigError(loc.file.empty() ? c.source() : loc.file, loc.line, loc.column, key, "must be positive");
   }
   return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+bool loopback(const std::string& endpoint) {
+  std::string host = parse_host_port(endpoint).first;
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// One machine: the launcher says so (nnodes); Paddle's variables set by hand
+// do not, so then only loopback endpoints mean one machine.
+bool single_host(const RoleInfo& role) {
+  if (role.nnodes > 1) return false;
+  if (!role.self_hosted_store) return true;
+  for (const auto& e : role.server_endpoints)
+    if (!loopback(e)) return false;
+  return true;
 }
 
 }  // namespace
@@ -71,6 +88,10 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
   co.world_size = role.world_size;
   co.local_rank = role.local_rank;
   co.local_world_size = role.local_world_size;
+  // A PS backend binds loopback when every process is on this host
+  // (local_world_size >= world_size): say so for servers too, whose local
+  // count is of servers, not of workers.
+  if (single_host(role)) co.local_world_size = std::max(role.local_world_size, role.world_size);
   co.store = job.store;
   co.config_toml = config.table_as_flat_toml(backend_name);
   co.timeout = timeout;

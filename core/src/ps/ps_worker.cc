@@ -31,6 +31,7 @@ struct PsWorker::Impl {
   std::vector<std::shared_ptr<TableState>> tables;
   std::string restore_dir;  // <dir>/step-<N> on a restarted job
   int64_t restored_step = -1;
+  int64_t checkpoints = 0;  // save_checkpoint calls, the same count on every worker
 
   std::shared_ptr<TableState> declare(const TableConfig& c, TableKind kind, std::shared_ptr<TableState> t);
   void restore(const std::shared_ptr<TableState>& t);
@@ -271,15 +272,28 @@ void PsWorker::save_checkpoint(int64_t step) {
     throw InvalidUsage("save_checkpoint: no checkpoint directory; set [ps] checkpoint_dir");
   if (step < 0) throw InvalidUsage("save_checkpoint: step must be >= 0, got " + std::to_string(step));
   barrier()->wait();
+  // Worker 0 saves; its outcome reaches the others through the store, so a
+  // failed save fails every worker with worker 0's reason.
+  std::string name = "step-" + std::to_string(step);
+  std::string key = "checkpoint/saved/" + std::to_string(++im.checkpoints);
+  std::exception_ptr failed;
   if (im.comm->rank == 0) {
-    std::string name = "step-" + std::to_string(step);
-    im.save_all((fs::path(im.ckpt.dir) / name).string());
-    write_latest(im.ckpt.dir, name);
-    prune_checkpoints(im.ckpt.dir, step);
-    dtrain::detail::logger().info("worker 0: checkpoint {} of {} tables saved in {}", name, im.tables.size(),
-                                  im.ckpt.dir);
+    try {
+      im.save_all((fs::path(im.ckpt.dir) / name).string());
+      write_latest(im.ckpt.dir, name);
+      prune_checkpoints(im.ckpt.dir, step);
+      im.comm->store->set(key, std::string("ok"));
+      dtrain::detail::logger().info("worker 0: checkpoint {} of {} tables saved in {}", name, im.tables.size(),
+                                    im.ckpt.dir);
+    } catch (const std::exception& e) {
+      failed = std::current_exception();
+      im.comm->store->set(key, std::string("error: ") + e.what());
+    }
   }
   barrier()->wait();
+  if (failed) std::rethrow_exception(failed);
+  std::string v = im.comm->store->get_string(key, im.comm->timeout);
+  if (v != "ok") throw RemoteError("worker 0 could not save checkpoint " + name + " in " + im.ckpt.dir + ": " + v);
 }
 
 void PsWorker::finish() {
