@@ -1,0 +1,573 @@
+#include "client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "wire.h"
+
+namespace dtrain::ps_grpc {
+
+namespace {
+
+std::chrono::system_clock::time_point wall_deadline(sdk::Clock::time_point deadline) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - sdk::Clock::now());
+}
+
+std::string fresh_generation() {
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(r));
+  return buf;
+}
+
+void check_f32(const char* op, const std::string& table, uint64_t count, uint64_t want, const char* what) {
+  if (count != want)
+    sdk::fail(DT_ERR_INVALID_USAGE, std::string(op) + " of table '" + table + "': " + what + " has " +
+                                        std::to_string(count) + " values, " + std::to_string(want) + " expected");
+}
+
+}  // namespace
+
+PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
+    : rank_(init.rank),
+      num_servers_(init.num_servers),
+      num_workers_(init.num_workers),
+      timeout_ms_(init.timeout_ms > 0 ? init.timeout_ms : 300000),
+      token_(init.job_token),
+      options_(options),
+      chunk_bytes_(options.chunk_bytes) {
+  if (num_servers_ < 1) sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: a worker needs num_servers >= 1");
+  if (num_workers_ < 1 || rank_ < 0 || rank_ >= num_workers_)
+    sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: worker rank " + std::to_string(rank_) + " is not in [0, " +
+                                        std::to_string(num_workers_) + ")");
+  sharding_.num_servers = num_servers_;
+  sharding_.num_shards = options.shard_num;
+  auto start = sdk::Clock::now();
+  for (int s = 0; s < num_servers_; ++s) {
+    auto srv = std::make_unique<Server>();
+    srv->index = s;
+    int64_t left = std::max<int64_t>(
+        1, timeout_ms_ - std::chrono::duration_cast<std::chrono::milliseconds>(sdk::Clock::now() - start).count());
+    try {
+      srv->endpoint = init.store.get("ps/server/" + std::to_string(s), left);
+    } catch (const sdk::Error& e) {
+      sdk::fail(e.status(), "ps_grpc: parameter server " + std::to_string(s) + " did not publish its address: " +
+                                e.what());
+    }
+    for (int c = 0; c < options.channels; ++c) {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(options.max_message_bytes());
+      args.SetMaxSendMessageSize(-1);
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("dtrain.channel_index", c);
+      args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+      args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+      auto ch = grpc::CreateCustomChannel(srv->endpoint, grpc::InsecureChannelCredentials(), args);
+      srv->stubs.push_back(ParameterServer::NewStub(ch));
+    }
+    hello(*srv, left);
+    servers_.push_back(std::move(srv));
+  }
+}
+
+PsClient::~PsClient() { abort("the communicator was destroyed"); }
+
+void PsClient::hello(Server& s, int64_t timeout_ms) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!token_.empty()) ctx.AddMetadata(kTokenKey, token_);
+  HelloRequest req;
+  req.set_worker(rank_);
+  req.set_server(s.index);
+  req.set_num_servers(num_servers_);
+  req.set_num_workers(num_workers_);
+  req.set_shard_num(options_.shard_num);
+  HelloReply reply;
+  grpc::Status st = s.stub().Hello(&ctx, req, &reply);
+  if (!st.ok()) {
+    Op op("the handshake", 1, sdk::Clock::now(), timeout_ms);
+    auto [code, msg] = translate(st, ctx, s, op);
+    sdk::fail(code, "ps_grpc: " + msg);
+  }
+  chunk_bytes_ = std::min<uint64_t>(chunk_bytes_, std::max<uint64_t>(reply.chunk_bytes(), 4096));
+}
+
+std::pair<dt_status_t, std::string> PsClient::translate(const grpc::Status& st, grpc::ClientContext& ctx,
+                                                        const Server& s, const Op& op) {
+  std::string who = "parameter server " + std::to_string(s.index) + " (" + s.endpoint + ")";
+  const auto& md = ctx.GetServerTrailingMetadata();
+  if (auto it = md.find(kStatusKey); it != md.end()) {
+    int code = std::atoi(std::string(it->second.data(), it->second.size()).c_str());
+    if (code >= DT_ERR_ABORTED && code < DT_OK) return {code, who + ": " + st.error_message()};
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_) return {DT_ERR_ABORTED, "ps_grpc: " + op.what() + " aborted: " + reason_};
+  }
+  switch (st.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return {DT_ERR_INVALID_USAGE, who + " refused this client: " + st.error_message()};
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return {DT_ERR_TIMEOUT,
+              who + " did not answer " + op.what() + " within " + std::to_string(op.timeout_ms()) + " ms"};
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return {DT_ERR_INVALID_USAGE, who + " refused " + op.what() + ": " + st.error_message()};
+    default: return {DT_ERR_REMOTE, who + " is unreachable: " + st.error_message()};
+  }
+}
+
+bool PsClient::track(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_) return false;
+  calls_.insert(ctx);
+  return true;
+}
+
+void PsClient::untrack(grpc::ClientContext* ctx) {
+  std::lock_guard<std::mutex> lk(mu_);
+  calls_.erase(ctx);
+}
+
+void PsClient::check_open(const char* op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (aborted_) sdk::fail(DT_ERR_ABORTED, std::string("ps_grpc: ") + op + " after abort: " + reason_);
+}
+
+void PsClient::abort(const std::string& reason) {
+  std::vector<std::shared_ptr<Op>> ops;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!aborted_) {
+      aborted_ = true;
+      reason_ = reason;
+    }
+    for (auto* c : calls_) c->TryCancel();
+    for (auto& w : ops_)
+      if (auto op = w.lock()) ops.push_back(std::move(op));
+    ops_.clear();
+  }
+  for (auto& op : ops) op->abort("ps_grpc: " + op->what() + " aborted: " + reason);
+}
+
+PsClient::ClientTable& PsClient::table(uint32_t id, int kind, const char* op) {
+  check_open(op);
+  if (id >= tables_.size())
+    sdk::fail(DT_ERR_INVALID_USAGE, std::string(op) + ": table id " + std::to_string(id) + " was not declared here (" +
+                                        std::to_string(tables_.size()) + " tables)");
+  ClientTable& t = tables_[id];
+  if (kind >= 0 && t.desc.kind != kind)
+    sdk::fail(DT_ERR_INVALID_USAGE, std::string(op) + ": table '" + t.desc.name + "' is " + kind_name(t.desc.kind) +
+                                        ", not " + kind_name(kind));
+  return t;
+}
+
+std::shared_ptr<Op> PsClient::new_op(const std::string& what, int parts, const Opts& o) {
+  int64_t ms = o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_;
+  return std::make_shared<Op>(what, parts, sdk::deadline_after(ms, timeout_ms_), ms);
+}
+
+std::shared_ptr<sdk::Work> PsClient::submit(const std::shared_ptr<Op>& op) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ops_.erase(std::remove_if(ops_.begin(), ops_.end(),
+                            [](const std::weak_ptr<Op>& w) {
+                              auto p = w.lock();
+                              return !p || p->done();
+                            }),
+             ops_.end());
+  if (!op->done()) ops_.push_back(op);
+  return op;
+}
+
+void PsClient::run(const std::shared_ptr<Op>& op, int s, Call call) {
+  pool_.post([this, op, s, call = std::move(call)] {
+    for (auto& w : op->after) {
+      auto a = w.lock();
+      if (!a || a == op) continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(op->deadline() - sdk::Clock::now()).count();
+      a->wait(std::max<int64_t>(0, left));
+    }
+    if (op->done()) {
+      op->part_done(DT_ERR_ABORTED, "");
+      return;
+    }
+    Server& srv = *servers_[s];
+    grpc::ClientContext ctx;
+    ctx.set_deadline(wall_deadline(op->deadline()));
+    if (!token_.empty()) ctx.AddMetadata(kTokenKey, token_);
+    if (!track(&ctx)) {
+      op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
+      return;
+    }
+    dt_status_t code = DT_OK;
+    std::string msg;
+    try {
+      grpc::Status st = call(ctx, srv);
+      if (!st.ok()) std::tie(code, msg) = translate(st, ctx, srv, *op);
+    } catch (const sdk::Error& e) {
+      code = e.status();
+      msg = "parameter server " + std::to_string(s) + " (" + srv.endpoint + "): " + e.what();
+    } catch (const std::exception& e) {
+      code = DT_ERR_INTERNAL;
+      msg = e.what();
+    }
+    untrack(&ctx);
+    op->part_done(code, msg);
+  });
+}
+
+std::shared_ptr<sdk::Work> PsClient::declare(const sdk::TableDesc& desc, uint32_t* id, const Opts& o) {
+  check_open("ps_table");
+  check_desc(desc);
+  // A name declared before keeps its id: the same descriptor returns the same
+  // declaration; a declaration that failed may be retried with another.
+  uint32_t slot = static_cast<uint32_t>(tables_.size());
+  for (uint32_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i].desc.name != desc.name) continue;
+    DeclareRequest a, b;
+    to_proto(tables_[i].desc, a.mutable_desc());
+    to_proto(desc, b.mutable_desc());
+    dt_status_t before = tables_[i].declared->test();
+    bool failed = before != DT_OK && before != DT_IN_PROGRESS;
+    if (a.SerializeAsString() == b.SerializeAsString() && !failed) {
+      *id = i;
+      return tables_[i].declared;
+    }
+    if (!failed)
+      sdk::fail(DT_ERR_INVALID_USAGE, "ps_table: table '" + desc.name + "' was already declared here differently");
+    slot = i;
+  }
+  auto op = new_op("the declaration of table '" + desc.name + "'", num_servers_, o);
+  auto req = std::make_shared<DeclareRequest>();
+  req->set_worker(rank_);
+  to_proto(desc, req->mutable_desc());
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().DeclareTable(&ctx, *req, &reply);
+    });
+  *id = slot;
+  if (slot == tables_.size())
+    tables_.push_back(ClientTable{desc, op, nullptr});
+  else
+    tables_[slot] = ClientTable{desc, op, nullptr};
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::pull_dense(uint32_t id, float* values, uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_pull_dense");
+  check_f32("ps_pull_dense", t.desc.name, count, t.desc.dim, "values");
+  auto op = new_op("a pull of dense table '" + t.desc.name + "'", num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  std::string name = t.desc.name;
+  uint64_t dim = t.desc.dim;
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    run(op, s, [this, op, name, values, begin, n](grpc::ClientContext& ctx, Server& srv) {
+      DensePull req;
+      req.set_worker(rank_);
+      req.set_table(name);
+      auto reader = srv.stub().PullDense(&ctx, req);
+      DenseChunk msg;
+      uint64_t got = 0;
+      bool bad = false;
+      while (reader->Read(&msg)) {
+        uint64_t len = msg.values().size() / sizeof(float);
+        if (msg.total() != n || msg.offset() + len > n || msg.values().size() % sizeof(float)) {
+          bad = true;
+          ctx.TryCancel();
+          break;
+        }
+        if (!op->write_out([&] { std::memcpy(values + begin + msg.offset(), msg.values().data(), len * 4); })) {
+          ctx.TryCancel();
+          break;
+        }
+        got += len;
+      }
+      grpc::Status st = reader->Finish();
+      if (bad)
+        sdk::fail(DT_ERR_REMOTE, "sent a dense chunk outside its range (total " + std::to_string(msg.total()) +
+                                     ", offset " + std::to_string(msg.offset()) + ", expected " + std::to_string(n) +
+                                     " values): is it a different dtrain version?");
+      if (st.ok() && got != n && !op->done())
+        sdk::fail(DT_ERR_REMOTE, "sent " + std::to_string(got) + " of " + std::to_string(n) + " values");
+      return st;
+    });
+  }
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads, uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_push_dense");
+  check_f32("ps_push_dense", t.desc.name, count, t.desc.dim, "grads");
+  auto op = new_op("a push to dense table '" + t.desc.name + "'", num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  uint64_t dim = t.desc.dim;
+  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / sizeof(float));
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    auto msgs = std::make_shared<std::vector<DenseChunk>>();
+    for (uint64_t off = 0; off < n || msgs->empty(); off += per) {
+      uint64_t len = std::min(per, n - off);
+      DenseChunk& m = msgs->emplace_back();
+      if (off == 0) {
+        m.set_worker(rank_);
+        m.set_table(t.desc.name);
+        m.set_total(n);
+      }
+      m.set_offset(off);
+      m.set_values(grads + begin + off, len * sizeof(float));
+    }
+    run(op, s, [msgs](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      auto writer = srv.stub().PushDense(&ctx, &reply);
+      for (auto& m : *msgs)
+        if (!writer->Write(m)) break;
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* keys, uint64_t n, float* values,
+                                                 uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_pull_sparse");
+  uint64_t dim = t.desc.dim;
+  check_f32("ps_pull_sparse", t.desc.name, count, n * dim, "values");
+  if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_pull_sparse: keys is null");
+  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / (sizeof(uint64_t) + dim * sizeof(float)));
+  // Positions of each server's keys in the caller's order (none with one server).
+  std::vector<std::shared_ptr<std::vector<uint64_t>>> pos(num_servers_);
+  std::vector<uint64_t> per_server(num_servers_, 0);
+  if (num_servers_ == 1) {
+    per_server[0] = n;
+  } else {
+    for (auto& p : pos) p = std::make_shared<std::vector<uint64_t>>();
+    for (uint64_t i = 0; i < n; ++i) pos[sharding_.server_of(keys[i])]->push_back(i);
+    for (int s = 0; s < num_servers_; ++s) per_server[s] = pos[s]->size();
+  }
+  int parts = 0;
+  for (int s = 0; s < num_servers_; ++s) parts += static_cast<int>((per_server[s] + per - 1) / per);
+  auto op = new_op("a pull of sparse table '" + t.desc.name + "'", parts, o);
+  op->after = {t.declared, t.last_push};
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t total = per_server[s];
+    for (uint64_t off = 0; off < total; off += per) {
+      uint64_t len = std::min(per, total - off);
+      auto req = std::make_shared<SparsePull>();
+      req->set_worker(rank_);
+      req->set_table(t.desc.name);
+      req->set_total_keys(total);
+      std::string* k = req->mutable_keys();
+      std::shared_ptr<std::vector<uint64_t>> p = pos[s];
+      if (!p) {
+        k->assign(reinterpret_cast<const char*>(keys + off), len * sizeof(uint64_t));
+      } else {
+        k->resize(len * sizeof(uint64_t));
+        auto* dst = reinterpret_cast<uint64_t*>(k->data());
+        for (uint64_t i = 0; i < len; ++i) dst[i] = keys[(*p)[off + i]];
+      }
+      run(op, s, [op, req, p, off, len, dim, values](grpc::ClientContext& ctx, Server& srv) {
+        SparseValues reply;
+        grpc::Status st = srv.stub().PullSparse(&ctx, *req, &reply);
+        if (!st.ok()) return st;
+        const std::string& v = reply.values();
+        if (v.size() != len * dim * sizeof(float))
+          sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) + " keys with " +
+                                       std::to_string(v.size()) + " bytes, not " +
+                                       std::to_string(len * dim * sizeof(float)));
+        op->write_out([&] {
+          if (!p) {
+            std::memcpy(values + off * dim, v.data(), v.size());
+            return;
+          }
+          size_t row = dim * sizeof(float);
+          for (uint64_t i = 0; i < len; ++i) std::memcpy(values + (*p)[off + i] * dim, v.data() + i * row, row);
+        });
+        return st;
+      });
+    }
+  }
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::push_sparse(uint32_t id, const uint64_t* keys, uint64_t n, const float* grads,
+                                                 uint64_t count, const float* show_click, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_push_sparse");
+  uint64_t dim = t.desc.dim;
+  check_f32("ps_push_sparse", t.desc.name, count, n * dim, "grads");
+  if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_push_sparse: keys is null");
+  bool sc = show_click != nullptr;
+  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / (sizeof(uint64_t) + (dim + (sc ? 2 : 0)) * sizeof(float)));
+  std::vector<std::vector<uint64_t>> pos(num_servers_);
+  if (num_servers_ > 1)
+    for (uint64_t i = 0; i < n; ++i) pos[sharding_.server_of(keys[i])].push_back(i);
+  // Sync mode counts every push as a step on every server, so each server
+  // gets one, empty or not.
+  bool every = t.desc.mode == DT_PS_MODE_SYNC;
+  std::vector<std::shared_ptr<std::vector<SparsePush>>> streams(num_servers_);
+  int parts = 0;
+  size_t row = dim * sizeof(float);
+  for (int s = 0; s < num_servers_; ++s) {
+    const std::vector<uint64_t>* p = num_servers_ > 1 ? &pos[s] : nullptr;
+    uint64_t total = p ? p->size() : n;
+    if (total == 0 && !every) continue;
+    auto msgs = std::make_shared<std::vector<SparsePush>>();
+    for (uint64_t off = 0; off < total || msgs->empty(); off += per) {
+      uint64_t len = std::min(per, total - off);
+      SparsePush& m = msgs->emplace_back();
+      if (off == 0) {
+        m.set_worker(rank_);
+        m.set_table(t.desc.name);
+        m.set_total_keys(total);
+        m.set_has_show_click(sc);
+      }
+      std::string* k = m.mutable_keys();
+      std::string* g = m.mutable_grads();
+      std::string* c = sc ? m.mutable_show_click() : nullptr;
+      if (!p) {
+        k->assign(reinterpret_cast<const char*>(keys + off), len * sizeof(uint64_t));
+        g->assign(reinterpret_cast<const char*>(grads + off * dim), len * row);
+        if (c) c->assign(reinterpret_cast<const char*>(show_click + 2 * off), len * 2 * sizeof(float));
+        continue;
+      }
+      k->resize(len * sizeof(uint64_t));
+      g->resize(len * row);
+      if (c) c->resize(len * 2 * sizeof(float));
+      for (uint64_t i = 0; i < len; ++i) {
+        uint64_t j = (*p)[off + i];
+        std::memcpy(&(*k)[i * sizeof(uint64_t)], &keys[j], sizeof(uint64_t));
+        std::memcpy(&(*g)[i * row], grads + j * dim, row);
+        if (c) std::memcpy(&(*c)[i * 2 * sizeof(float)], show_click + 2 * j, 2 * sizeof(float));
+      }
+    }
+    streams[s] = msgs;
+    ++parts;
+  }
+  auto op = new_op("a push to sparse table '" + t.desc.name + "'", parts, o);
+  op->after = {t.declared, t.last_push};
+  for (int s = 0; s < num_servers_; ++s) {
+    if (!streams[s]) continue;
+    run(op, s, [msgs = streams[s]](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      auto writer = srv.stub().PushSparse(&ctx, &reply);
+      for (auto& m : *msgs)
+        if (!writer->Write(m)) break;
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::save(uint32_t id, const std::string& dir, int32_t mode, int32_t format,
+                                          const Opts& o) {
+  ClientTable& t = table(id, -1, "ps_save");
+  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA)
+    sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': save mode " + std::to_string(mode) +
+                                        " is unknown");
+  if (format != DT_PS_FORMAT_BINARY && format != DT_PS_FORMAT_TEXT)
+    sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': format " + std::to_string(format) +
+                                        " is unknown");
+  if (dir.empty()) sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': the directory is empty");
+  auto op = new_op("a save of table '" + t.desc.name + "' to " + dir, num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto files = std::make_shared<std::vector<std::vector<std::string>>>(num_servers_);
+  auto req = std::make_shared<SaveRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_dir(dir);
+  req->set_mode(mode);
+  req->set_format(format);
+  req->set_generation(fresh_generation());
+  Manifest m;
+  m.table = t.desc.name;
+  m.kind = t.desc.kind;
+  m.dim = t.desc.dim;
+  m.optimizer = t.desc.optimizer;
+  m.mode = mode;
+  m.format = format;
+  m.num_servers = num_servers_;
+  m.generation = req->generation();
+  op->on_success = [m, files, dir]() mutable {
+    for (auto& f : *files) m.files.insert(m.files.end(), f.begin(), f.end());
+    m.write(dir + "/" + m.table);
+  };
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req, files, s](grpc::ClientContext& ctx, Server& srv) {
+      SaveReply reply;
+      grpc::Status st = srv.stub().Save(&ctx, *req, &reply);
+      (*files)[s].assign(reply.files().begin(), reply.files().end());
+      return st;
+    });
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::load(uint32_t id, const std::string& dir, const Opts& o) {
+  ClientTable& t = table(id, -1, "ps_load");
+  auto op = new_op("a load of table '" + t.desc.name + "' from " + dir, num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto req = std::make_shared<TableRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_dir(dir);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().Load(&ctx, *req, &reply);
+    });
+  t.last_push = op;  // later pulls see the loaded values
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::shrink(uint32_t id, uint32_t flags, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_shrink");
+  auto op = new_op("a shrink of table '" + t.desc.name + "'", num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto req = std::make_shared<TableRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_flags(flags);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      ShrinkReply reply;
+      return srv.stub().Shrink(&ctx, *req, &reply);
+    });
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::barrier(const Opts& o) {
+  check_open("ps_barrier");
+  auto op = new_op("barrier " + std::to_string(barriers_), 1, o);
+  BarrierRequest req;
+  req.set_worker(rank_);
+  req.set_generation(barriers_++);
+  run(op, 0, [req](grpc::ClientContext& ctx, Server& srv) {
+    Empty reply;
+    return srv.stub().Barrier(&ctx, req, &reply);
+  });
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::finish(const Opts& o) {
+  check_open("ps_finish");
+  auto op = new_op("finish", num_servers_, o);
+  for (auto& t : tables_) op->after.push_back(t.last_push);
+  FinishRequest req;
+  req.set_worker(rank_);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().Finish(&ctx, req, &reply);
+    });
+  return submit(op);
+}
+
+}  // namespace dtrain::ps_grpc

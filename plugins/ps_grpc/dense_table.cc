@@ -1,0 +1,288 @@
+// A dense table's part on one server: values [begin, end) of the flat
+// vector, their optimizer state, the table's Adam step count. One
+// reader-writer lock (a dense step touches every value anyway).
+// File layouts: files.cc.
+
+#include <algorithm>
+#include <shared_mutex>
+
+#include "files.h"
+#include "init.h"
+#include "rules.h"
+#include "sync_steps.h"
+
+namespace dtrain::ps_grpc {
+namespace {
+
+class DenseTable final : public Table {
+ public:
+  DenseTable(const sdk::TableDesc& desc, const Sharding& sh, int server, int workers)
+      : Table(desc),
+        sh_(sh),
+        server_(server),
+        workers_(workers),
+        begin_(sh.dense_begin(desc.dim, server)),
+        n_(sh.dense_end(desc.dim, server) - begin_),
+        rule_(desc),
+        sync_(workers) {
+    w_.resize(n_);
+    const Initializer init(desc.initializer, desc.init_a, desc.init_b, desc.seed);
+    for (uint64_t i = 0; i < n_; ++i) w_[i] = init.dense_value(begin_ + i);
+    reset_state();
+  }
+
+  void pull_dense(int worker, float* out, uint64_t count, Clock::time_point deadline) override {
+    check_worker(desc_.name, worker, workers_);
+    check_count("pull", count);
+    if (desc_.mode == DT_PS_MODE_SYNC) sync_.wait(worker, deadline, desc_.name);
+    std::shared_lock<std::shared_mutex> lk(mu_);
+    std::copy(w_.begin(), w_.end(), out);
+  }
+
+  void push_dense(int worker, const float* g, uint64_t count) override {
+    check_worker(desc_.name, worker, workers_);
+    check_count("push", count);
+    if (desc_.mode == DT_PS_MODE_SYNC) {
+      sync_.push(worker, std::vector<float>(g, g + count), [&](const std::vector<const std::vector<float>*>& by_worker) {
+        std::vector<float> sum(*by_worker[0]);
+        for (size_t w = 1; w < by_worker.size(); ++w) {
+          const float* x = by_worker[w]->data();
+          for (uint64_t i = 0; i < n_; ++i) sum[i] += x[i];
+        }
+        const float nw = static_cast<float>(workers_);
+        for (uint64_t i = 0; i < n_; ++i) sum[i] /= nw;
+        apply(sum.data());
+      });
+      return;
+    }
+    apply(g);
+  }
+
+  void pull_sparse(int, const uint64_t*, uint64_t, float*, Clock::time_point) override { sparse_op("pull"); }
+  void push_sparse(int, const uint64_t*, uint64_t, const float*, const float*) override { sparse_op("push"); }
+  uint64_t shrink(uint32_t) override {
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' is dense; shrink applies to sparse tables");
+  }
+
+  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode,
+                                int format) override;
+  void load(const std::string& dir) override;
+
+  TableStats stats() const override {
+    TableStats s;
+    s.rows = n_;
+    s.applied_steps = applied_.load();
+    return s;
+  }
+
+ private:
+  void check_count(const char* op, uint64_t count) const {
+    if (count != n_)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': dense " + op + " of " + std::to_string(count) +
+                                          " values, but server " + std::to_string(server_) + " holds " +
+                                          std::to_string(n_) + " (values [" + std::to_string(begin_) + ", " +
+                                          std::to_string(begin_ + n_) + ") of dim " + std::to_string(desc_.dim) + ")");
+  }
+  [[noreturn]] void sparse_op(const char* op) const {
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' is dense; sparse " + op + " refused");
+  }
+  void apply(const float* g) {
+    std::unique_lock<std::shared_mutex> lk(mu_);
+    if (desc_.mode == DT_PS_MODE_GEO) {
+      for (uint64_t i = 0; i < n_; ++i) w_[i] += g[i];
+    } else {
+      rule_.apply_dense(w_.data(), s0_.data(), s1_.data(), t_, g, n_);
+    }
+    applied_.fetch_add(1);
+  }
+  void reset_state() {
+    const int arrays = rule_.dense_state_arrays();
+    s0_.assign(arrays >= 1 ? n_ : 0, rule_.kind() == DT_PS_OPT_ADAGRAD ? rule_.g2_init() : 0.0f);
+    s1_.assign(arrays >= 2 ? n_ : 0, 0.0f);
+    t_ = 0;
+  }
+
+  Sharding sh_;
+  int server_, workers_;
+  uint64_t begin_, n_;
+  Rule rule_;
+  mutable std::shared_mutex mu_;
+  std::vector<float> w_, s0_, s1_;
+  uint64_t t_ = 0;
+  std::atomic<uint64_t> applied_{0};
+  SyncSteps<std::vector<float>> sync_;
+};
+
+std::vector<std::string> DenseTable::save(const std::string& dir, const std::string& generation, int mode,
+                                          int format) {
+  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA || format < DT_PS_FORMAT_BINARY || format > DT_PS_FORMAT_TEXT)
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': unknown save mode " + std::to_string(mode) +
+                                        " or format " + std::to_string(format));
+  if (!safe_name(generation))
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': bad save generation '" + generation + "'");
+  const std::string name = part_file_name(generation, server_, sh_.num_servers, format);
+  AtomicWriter out(dir, name);
+  const bool full = mode == DT_PS_SAVE_FULL;
+  const int arrays = full ? rule_.dense_state_arrays() : 0;
+  std::shared_lock<std::shared_mutex> lk(mu_);
+  if (format == DT_PS_FORMAT_BINARY) {
+    PartHeader h;
+    h.kind = DT_PS_TABLE_DENSE;
+    h.optimizer = static_cast<uint32_t>(desc_.optimizer);
+    h.save_mode = static_cast<uint32_t>(mode);
+    h.server = static_cast<uint32_t>(server_);
+    h.num_servers = static_cast<uint32_t>(sh_.num_servers);
+    h.state = static_cast<uint32_t>(arrays);
+    h.dim = desc_.dim;
+    h.count = n_;
+    h.dense_begin = begin_;
+    h.table_t = full ? t_ : 0;
+    char hb[PartHeader::kBytes];
+    h.encode(hb);
+    out.write(hb, sizeof hb);
+    out.write(w_.data(), n_ * 4);
+    if (arrays >= 1) out.write(s0_.data(), n_ * 4);
+    if (arrays >= 2) out.write(s1_.data(), n_ * 4);
+    out.write(kPartEndMagic, 8);
+  } else {
+    std::string line;
+    for (uint64_t i = 0; i < n_; ++i) {
+      line.clear();
+      append_float(line, w_[i]);
+      if (arrays >= 1) {
+        line += ' ';
+        append_float(line, s0_[i]);
+      }
+      if (arrays >= 2) {
+        line += ' ';
+        append_float(line, s1_[i]);
+        line += ' ';
+        append_u64(line, t_);
+      }
+      line += '\n';
+      out.write(line);
+    }
+  }
+  lk.unlock();
+  out.commit();
+  return {name};
+}
+
+void DenseTable::load(const std::string& dir) {
+  const Manifest m = Manifest::read(dir);
+  const std::string mpath = dir + "/MANIFEST";
+  const std::string t = "table '" + desc_.name + "'";
+  if (m.kind != DT_PS_TABLE_DENSE)
+    sdk::fail(DT_ERR_INVALID_USAGE, mpath + ": kind is " + kind_name(m.kind) + ", " + t + " is dense");
+  if (m.dim != desc_.dim)
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              mpath + ": dim is " + std::to_string(m.dim) + ", " + t + " has dim " + std::to_string(desc_.dim));
+  const bool full = m.mode == DT_PS_SAVE_FULL;
+  if (full && m.optimizer != desc_.optimizer)
+    sdk::fail(DT_ERR_INVALID_USAGE, mpath + ": optimizer is " + optimizer_name(m.optimizer) + ", " + t + " uses " +
+                                        optimizer_name(desc_.optimizer) +
+                                        " (a full save's optimizer state loads only onto the same rule)");
+  const int arrays = full ? rule_.dense_state_arrays() : 0;
+  std::vector<float> w(n_), s0(arrays >= 1 ? n_ : 0), s1(arrays >= 2 ? n_ : 0);
+  uint64_t covered = 0, table_t = 0;
+  std::vector<float> buf;
+  std::vector<std::string_view> f;
+  for (const auto& name : m.files) {
+    const std::string path = dir + "/" + name;
+    FileReader r(path);
+    uint64_t pbegin = 0, pcount = 0;
+    // The part's values in buf: pcount values, then arrays * pcount state.
+    if (m.format == DT_PS_FORMAT_BINARY) {
+      char hb[PartHeader::kBytes];
+      if (r.size() < sizeof hb) fail_file(path, "truncated: " + std::to_string(r.size()) + " bytes, no header");
+      r.read(hb, sizeof hb);
+      const PartHeader h = PartHeader::decode(hb, path);
+      auto mismatch = [&](const std::string& field, const std::string& here, const std::string& there) {
+        sdk::fail(DT_ERR_INVALID_USAGE, path + ": " + field + " is " + here + ", the MANIFEST says " + there);
+      };
+      if (h.kind != DT_PS_TABLE_DENSE) mismatch("kind", kind_name(h.kind), "dense");
+      if (h.dim != m.dim) mismatch("dim", std::to_string(h.dim), std::to_string(m.dim));
+      if (h.save_mode != static_cast<uint32_t>(m.mode)) mismatch("mode", save_mode_name(h.save_mode), save_mode_name(m.mode));
+      if (h.optimizer != static_cast<uint32_t>(m.optimizer))
+        mismatch("optimizer", optimizer_name(h.optimizer), optimizer_name(m.optimizer));
+      if (full && h.state != static_cast<uint32_t>(arrays))
+        mismatch("state arrays", std::to_string(h.state), std::to_string(arrays) + " for " + optimizer_name(m.optimizer));
+      if (h.dense_begin + h.count > m.dim)
+        fail_file(path, "values [" + std::to_string(h.dense_begin) + ", " + std::to_string(h.dense_begin + h.count) +
+                            ") lie outside dim " + std::to_string(m.dim));
+      const uint64_t expect = sizeof hb + h.count * 4 * (1 + h.state) + 8;
+      if (r.size() != expect)
+        fail_file(path, (r.size() < expect ? "truncated: " : "has trailing bytes: ") + std::to_string(r.size()) +
+                            " bytes, expected " + std::to_string(expect) + " for " + std::to_string(h.count) +
+                            " values");
+      pbegin = h.dense_begin;
+      pcount = h.count;
+      buf.resize(pcount * (1 + h.state));
+      r.read(buf.data(), buf.size() * 4);
+      char end[8];
+      r.read(end, 8);
+      if (std::memcmp(end, kPartEndMagic, 8) != 0) fail_file(path, "bad end marker");
+      table_t = std::max(table_t, h.table_t);
+    } else {
+      int server = 0, servers = 0;
+      if (!parse_part_file_name(name, &server, &servers))
+        fail_file(path, "the name does not say which part it is (part-<generation>-<server>-of-<S>.txt)");
+      const Sharding sh{servers, 1};
+      pbegin = sh.dense_begin(m.dim, server);
+      pcount = sh.dense_end(m.dim, server) - pbegin;
+      buf.assign(pcount * (1 + arrays), 0.0f);
+      const size_t cols = 1 + (arrays == 2 ? 3 : arrays);
+      std::string_view line;
+      uint64_t i = 0;
+      while (r.getline(line)) {
+        split_fields(line, f);
+        if (f.empty()) continue;
+        const std::string where = path + " line " + std::to_string(r.line());
+        if (i == pcount) fail_file(where, "more than the " + std::to_string(pcount) + " values of this part");
+        if (f.size() != cols)
+          fail_file(where, "expected " + std::to_string(cols) + " columns, found " + std::to_string(f.size()));
+        for (size_t c = 0; c < 1 + static_cast<size_t>(arrays); ++c)
+          if (!parse_float(f[c], &buf[c * pcount + i]))
+            fail_file(where, "column " + std::to_string(c + 1) + " '" + std::string(f[c]) + "' is not a number");
+        if (arrays == 2) {
+          uint64_t tt = 0;
+          if (!parse_u64(f[3], &tt)) fail_file(where, "column 4 (adam t) '" + std::string(f[3]) + "' is not a count");
+          table_t = std::max(table_t, tt);
+        }
+        ++i;
+      }
+      if (i != pcount)
+        fail_file(path, "truncated: " + std::to_string(i) + " values, this part holds " + std::to_string(pcount));
+    }
+    // The overlap of [pbegin, pbegin + pcount) with this server's range.
+    const uint64_t lo = std::max(pbegin, begin_), hi = std::min(pbegin + pcount, begin_ + n_);
+    if (lo >= hi) continue;
+    const uint64_t k = hi - lo, src = lo - pbegin, dst = lo - begin_;
+    std::copy_n(buf.begin() + static_cast<ptrdiff_t>(src), k, w.begin() + static_cast<ptrdiff_t>(dst));
+    if (arrays >= 1) std::copy_n(buf.begin() + static_cast<ptrdiff_t>(pcount + src), k, s0.begin() + static_cast<ptrdiff_t>(dst));
+    if (arrays >= 2)
+      std::copy_n(buf.begin() + static_cast<ptrdiff_t>(2 * pcount + src), k, s1.begin() + static_cast<ptrdiff_t>(dst));
+    covered += k;
+  }
+  if (covered != n_)
+    sdk::fail(DT_ERR_SYSTEM, mpath + ": the parts it lists cover " + std::to_string(covered) + " of the " +
+                                 std::to_string(n_) + " values server " + std::to_string(server_) + " holds of " + t);
+  std::unique_lock<std::shared_mutex> lk(mu_);
+  w_.swap(w);
+  if (full) {
+    s0_.swap(s0);
+    s1_.swap(s1);
+    t_ = table_t;
+  } else if (m.mode == DT_PS_SAVE_BASE) {
+    reset_state();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Table> make_dense_table(const sdk::TableDesc& desc, const Sharding& sharding, int server,
+                                        int workers) {
+  return std::make_unique<DenseTable>(desc, sharding, server, workers);
+}
+
+}  // namespace dtrain::ps_grpc

@@ -1,0 +1,376 @@
+#include "service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "wire.h"
+
+namespace dtrain::ps_grpc {
+
+namespace {
+
+std::string list_of(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+// A bytes field as T[] in place when aligned (heap strings are), else copied.
+template <typename T>
+const T* view(const std::string& s, std::vector<T>* scratch) {
+  if (reinterpret_cast<uintptr_t>(s.data()) % alignof(T) == 0) return reinterpret_cast<const T*>(s.data());
+  scratch->resize(s.size() / sizeof(T));
+  std::memcpy(scratch->data(), s.data(), scratch->size() * sizeof(T));
+  return scratch->data();
+}
+
+}  // namespace
+
+PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
+    : server_(init.rank),
+      num_servers_(init.num_servers),
+      num_workers_(init.num_workers),
+      default_timeout_ms_(init.timeout_ms > 0 ? init.timeout_ms : 300000),
+      token_(init.job_token),
+      options_(options),
+      serve_(std::make_shared<sdk::Work>()) {
+  sharding_.num_servers = num_servers_;
+  sharding_.num_shards = options.shard_num;
+}
+
+std::string PsService::who() const {
+  return "parameter server " + std::to_string(server_) + (endpoint_.empty() ? "" : " (" + endpoint_ + ")");
+}
+
+void PsService::stop(dt_status_t status, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  serve_->complete(status, status == DT_OK ? "" : reason);
+}
+
+template <typename F>
+grpc::Status PsService::guarded(grpc::ServerContext* ctx, F&& f) {
+  if (!token_.empty()) {
+    auto& md = ctx->client_metadata();
+    auto it = md.find(kTokenKey);
+    if (it == md.end() || it->second != grpc::string_ref(token_)) {
+      const char* why = it == md.end() ? "missing job token" : "wrong job token";
+      sdk::Log::warn("ps_grpc: " + who() + " refused a client from " + ctx->peer() + ": " + why);
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(why) + " (this client is not part of the job)");
+    }
+  }
+  auto failed = [&](dt_status_t st, const std::string& msg) {
+    ctx->AddTrailingMetadata(kStatusKey, std::to_string(st));
+    return grpc::Status(grpc_code(st), msg);
+  };
+  try {
+    f();
+    return grpc::Status::OK;
+  } catch (const sdk::Error& e) {
+    return failed(e.status(), e.what());
+  } catch (const std::bad_alloc&) {
+    return failed(DT_ERR_SYSTEM, "out of memory");
+  } catch (const std::exception& e) {
+    return failed(DT_ERR_INTERNAL, e.what());
+  }
+}
+
+int PsService::worker(int32_t w) const {
+  if (w < 0 || w >= num_workers_)
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "worker rank " + std::to_string(w) + " is not in [0, " + std::to_string(num_workers_) + ")");
+  return w;
+}
+
+Table& PsService::table(const std::string& name, int kind) {
+  std::shared_lock<std::shared_mutex> lk(tables_mu_);
+  auto it = tables_.find(name);
+  if (it == tables_.end())
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "' is unknown on " + who() + " (declare it first)");
+  if (kind >= 0 && it->second->desc().kind != kind)
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "' is " + kind_name(it->second->desc().kind) + ", not " +
+                                        kind_name(kind));
+  return *it->second;
+}
+
+Clock::time_point PsService::deadline(grpc::ServerContext* ctx) const {
+  auto left = ctx->deadline() - std::chrono::system_clock::now();
+  auto cap = std::chrono::milliseconds(default_timeout_ms_);
+  if (left > cap) left = cap;
+  auto margin = std::clamp<std::chrono::system_clock::duration>(left / 10, std::chrono::milliseconds(10),
+                                                                std::chrono::milliseconds(500));
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left - margin);
+}
+
+void PsService::check_size(const Table& t, uint64_t bytes, const std::string& what) const {
+  if (bytes > options_.max_request_bytes)
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': " + what + " of " + std::to_string(bytes) +
+                                        " bytes (" + mib(bytes) + ") to " + who() + " is over max_request_bytes = " +
+                                        std::to_string(options_.max_request_bytes));
+}
+
+grpc::Status PsService::Hello(grpc::ServerContext* ctx, const HelloRequest* req, HelloReply* reply) {
+  return guarded(ctx, [&] {
+    auto mismatch = [&](const char* what, int64_t here, int64_t there) {
+      sdk::fail(DT_ERR_INVALID_USAGE, std::string(what) + " is " + std::to_string(here) + " on " + who() +
+                                          " and " + std::to_string(there) + " on worker " +
+                                          std::to_string(req->worker()));
+    };
+    if (req->num_servers() != num_servers_) mismatch("num_servers", num_servers_, req->num_servers());
+    if (req->num_workers() != num_workers_) mismatch("num_workers", num_workers_, req->num_workers());
+    if (req->server() != server_) mismatch("the server index", server_, req->server());
+    if (req->shard_num() != options_.shard_num) mismatch("ps_grpc.shard_num", options_.shard_num, req->shard_num());
+    worker(req->worker());
+    reply->set_server(server_);
+    reply->set_chunk_bytes(options_.chunk_bytes);
+    reply->set_max_request_bytes(options_.max_request_bytes);
+  });
+}
+
+grpc::Status PsService::DeclareTable(grpc::ServerContext* ctx, const DeclareRequest* req, Empty*) {
+  return guarded(ctx, [&] {
+    worker(req->worker());
+    sdk::TableDesc d = from_proto(req->desc());
+    check_desc(d);
+    std::unique_lock<std::shared_mutex> lk(tables_mu_);
+    auto it = tables_.find(d.name);
+    if (it != tables_.end()) {
+      std::string diff = it->second->differs(d);
+      if (!diff.empty())
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + d.name + "' was declared differently by worker " +
+                                            std::to_string(req->worker()) + ": " + diff);
+      return;
+    }
+    tables_.emplace(d.name, Table::create(d, sharding_, server_, num_workers_));
+  });
+}
+
+grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req, grpc::ServerWriter<DenseChunk>* w) {
+  return guarded(ctx, [&] {
+    int wk = worker(req->worker());
+    Table& t = table(req->table(), DT_PS_TABLE_DENSE);
+    uint64_t dim = t.desc().dim;
+    uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
+    check_size(t, n * sizeof(float), "a dense pull");
+    uint64_t per = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
+    DenseChunk msg;
+    msg.set_total(n);
+    if (n <= per) {
+      std::string* s = msg.mutable_values();
+      s->resize(n * sizeof(float));
+      t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, deadline(ctx));
+      w->Write(msg);
+      return;
+    }
+    std::vector<float> buf(n);
+    t.pull_dense(wk, buf.data(), n, deadline(ctx));
+    for (uint64_t off = 0; off < n; off += per) {
+      uint64_t len = std::min(per, n - off);
+      msg.set_offset(off);
+      msg.set_values(buf.data() + off, len * sizeof(float));
+      if (!w->Write(msg)) sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
+    }
+  });
+}
+
+grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<DenseChunk>* r, Empty*) {
+  return guarded(ctx, [&] {
+    DenseChunk msg;
+    if (!r->Read(&msg)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
+    int wk = worker(msg.worker());
+    Table& t = table(msg.table(), DT_PS_TABLE_DENSE);
+    uint64_t dim = t.desc().dim;
+    uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
+    if (msg.total() != n)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push of " + std::to_string(msg.total()) +
+                                          " values to " + who() + ", which holds " + std::to_string(n) + " (dim " +
+                                          std::to_string(dim) + " over " + std::to_string(num_servers_) + " servers)");
+    check_size(t, n * sizeof(float), "a dense push");
+    std::vector<float> scratch;
+    if (msg.offset() == 0 && msg.values().size() == n * sizeof(float)) {
+      const float* g = view<float>(msg.values(), &scratch);
+      DenseChunk extra;
+      if (r->Read(&extra)) sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent too much");
+      t.push_dense(wk, g, n);
+      return;
+    }
+    std::vector<float> buf(n);
+    uint64_t got = 0;
+    do {
+      uint64_t len = msg.values().size() / sizeof(float);
+      if (msg.values().size() % sizeof(float) != 0 || msg.offset() + len > n)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk [" +
+                                            std::to_string(msg.offset()) + ", +" + std::to_string(msg.values().size()) +
+                                            " bytes) is outside the server's " + std::to_string(n) + " values");
+      std::memcpy(buf.data() + msg.offset(), msg.values().data(), len * sizeof(float));
+      got += len;
+    } while (r->Read(&msg));
+    if (got != n)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent " + std::to_string(got) +
+                                          " of " + std::to_string(n) + " values");
+    t.push_dense(wk, buf.data(), n);
+  });
+}
+
+grpc::Status PsService::PullSparse(grpc::ServerContext* ctx, const SparsePull* req, SparseValues* reply) {
+  return guarded(ctx, [&] {
+    int wk = worker(req->worker());
+    Table& t = table(req->table(), DT_PS_TABLE_SPARSE);
+    uint64_t dim = t.desc().dim;
+    check_size(t, req->total_keys() * (sizeof(uint64_t) + dim * sizeof(float)),
+               "a sparse pull of " + std::to_string(req->total_keys()) + " keys");
+    if (req->keys().size() % sizeof(uint64_t) != 0)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a sparse pull's keys are " +
+                                          std::to_string(req->keys().size()) + " bytes, not a multiple of 8");
+    uint64_t n = req->keys().size() / sizeof(uint64_t);
+    std::vector<uint64_t> scratch;
+    const uint64_t* keys = view<uint64_t>(req->keys(), &scratch);
+    std::string* out = reply->mutable_values();
+    out->resize(n * dim * sizeof(float));
+    t.pull_sparse(wk, keys, n, reinterpret_cast<float*>(out->data()), deadline(ctx));
+  });
+}
+
+grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<SparsePush>* r, Empty*) {
+  return guarded(ctx, [&] {
+    SparsePush msg;
+    if (!r->Read(&msg)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty sparse push");
+    int wk = worker(msg.worker());
+    Table& t = table(msg.table(), DT_PS_TABLE_SPARSE);
+    const std::string& name = t.desc().name;
+    uint64_t dim = t.desc().dim;
+    uint64_t total = msg.total_keys();
+    bool sc = msg.has_show_click();
+    uint64_t row_bytes = sizeof(uint64_t) + dim * sizeof(float) + (sc ? 2 * sizeof(float) : 0);
+    check_size(t, total * row_bytes, "a sparse push of " + std::to_string(total) + " keys");
+    auto check_chunk = [&](const SparsePush& m) {
+      uint64_t k = m.keys().size() / sizeof(uint64_t);
+      if (m.keys().size() % sizeof(uint64_t) != 0)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push's keys are " +
+                                            std::to_string(m.keys().size()) + " bytes, not a multiple of 8");
+      if (m.grads().size() != k * dim * sizeof(float))
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) + " keys carries " +
+                                            std::to_string(m.grads().size() / sizeof(float)) +
+                                            " gradient values; dim is " + std::to_string(dim) + ", so " +
+                                            std::to_string(k * dim) + " were expected");
+      if (sc && m.show_click().size() != k * 2 * sizeof(float))
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) + " keys carries " +
+                                            std::to_string(m.show_click().size() / sizeof(float)) +
+                                            " show/click values, not " + std::to_string(2 * k));
+      return k;
+    };
+    uint64_t k = check_chunk(msg);
+    if (k == total) {
+      SparsePush extra;
+      if (r->Read(&extra)) sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push sent too many keys");
+      std::vector<uint64_t> ks;
+      std::vector<float> gs, ss;
+      t.push_sparse(wk, view<uint64_t>(msg.keys(), &ks), k, view<float>(msg.grads(), &gs),
+                    sc ? view<float>(msg.show_click(), &ss) : nullptr);
+      return;
+    }
+    std::vector<uint64_t> keys(total);
+    std::vector<float> grads(total * dim), show_click(sc ? 2 * total : 0);
+    uint64_t got = 0;
+    for (;;) {
+      if (got + k > total)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push announced " + std::to_string(total) +
+                                            " keys and sent more");
+      std::memcpy(keys.data() + got, msg.keys().data(), k * sizeof(uint64_t));
+      std::memcpy(grads.data() + got * dim, msg.grads().data(), k * dim * sizeof(float));
+      if (sc) std::memcpy(show_click.data() + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));
+      got += k;
+      if (!r->Read(&msg)) break;
+      k = check_chunk(msg);
+    }
+    if (got != total)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push sent " + std::to_string(got) + " of " +
+                                          std::to_string(total) + " keys");
+    t.push_sparse(wk, keys.data(), total, grads.data(), sc ? show_click.data() : nullptr);
+  });
+}
+
+grpc::Status PsService::Save(grpc::ServerContext* ctx, const SaveRequest* req, SaveReply* reply) {
+  return guarded(ctx, [&] {
+    worker(req->worker());
+    Table& t = table(req->table(), -1);
+    std::string dir = req->dir() + "/" + t.desc().name;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) sdk::fail(DT_ERR_SYSTEM, "cannot create the directory " + dir + ": " + ec.message());
+    for (auto& f : t.save(dir, req->generation(), req->mode(), req->format())) reply->add_files(f);
+  });
+}
+
+grpc::Status PsService::Load(grpc::ServerContext* ctx, const TableRequest* req, Empty*) {
+  return guarded(ctx, [&] {
+    worker(req->worker());
+    Table& t = table(req->table(), -1);
+    t.load(req->dir() + "/" + t.desc().name);
+  });
+}
+
+grpc::Status PsService::Shrink(grpc::ServerContext* ctx, const TableRequest* req, ShrinkReply* reply) {
+  return guarded(ctx, [&] {
+    worker(req->worker());
+    reply->set_deleted(table(req->table(), DT_PS_TABLE_SPARSE).shrink(req->flags()));
+  });
+}
+
+grpc::Status PsService::Barrier(grpc::ServerContext* ctx, const BarrierRequest* req, Empty*) {
+  return guarded(ctx, [&] {
+    int wk = worker(req->worker());
+    if (server_ != 0) sdk::fail(DT_ERR_INVALID_USAGE, "barriers are counted on server 0, not on " + who());
+    uint64_t gen = req->generation();
+    auto until = deadline(ctx);
+    std::unique_lock<std::mutex> lk(mu_);
+    if (gen < barriers_done_) return;
+    auto& arrived = barrier_arrived_[gen];
+    arrived.insert(wk);
+    if (static_cast<int>(arrived.size()) == num_workers_) {
+      barriers_done_ = std::max(barriers_done_, gen + 1);
+      barrier_arrived_.erase(gen);
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait_until(lk, until, [&] { return barriers_done_ > gen || stopping_; });
+    if (barriers_done_ > gen) return;
+    if (stopping_) sdk::fail(DT_ERR_ABORTED, who() + " is stopping");
+    std::vector<int> missing;
+    const auto& now = barrier_arrived_[gen];
+    for (int i = 0; i < num_workers_; ++i)
+      if (!now.count(i)) missing.push_back(i);
+    sdk::fail(DT_ERR_TIMEOUT, "barrier " + std::to_string(gen) + ": worker" + (missing.size() > 1 ? "s " : " ") +
+                                  list_of(missing) + " of " + std::to_string(num_workers_) +
+                                  " did not arrive before the deadline");
+  });
+}
+
+grpc::Status PsService::Finish(grpc::ServerContext* ctx, const FinishRequest* req, Empty*) {
+  return guarded(ctx, [&] {
+    int wk = worker(req->worker());
+    bool all;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      finished_.insert(wk);
+      all = static_cast<int>(finished_.size()) == num_workers_;
+    }
+    if (all) {
+      sdk::Log::info("ps_grpc: " + who() + ": all " + std::to_string(num_workers_) + " workers finished");
+      serve_->complete(DT_OK);
+    }
+  });
+}
+
+}  // namespace dtrain::ps_grpc

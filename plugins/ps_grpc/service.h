@@ -1,0 +1,78 @@
+#pragma once
+// The server side of ps_grpc: the gRPC service holding this server's part of
+// every declared table. Requests run on gRPC's synchronous server threads
+// (a sync-mode pull or a barrier blocks its thread until the step is applied
+// or the client's deadline, less a margin, passes).
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+
+#include "dtrain/sdk/backend.h"
+#include "options.h"
+#include "plugins/ps_grpc/ps.grpc.pb.h"
+#include "table.h"
+
+namespace dtrain::ps_grpc {
+
+class PsService final : public ParameterServer::Service {
+ public:
+  PsService(const sdk::CommInit& init, const PsOptions& options);
+
+  // Completes with DT_OK when every worker called Finish or stop() was called.
+  std::shared_ptr<sdk::Work> serve_work() const { return serve_; }
+  // Ends serving (status DT_OK or DT_ERR_ABORTED) and wakes every barrier wait.
+  void stop(dt_status_t status, const std::string& reason);
+  void set_endpoint(const std::string& endpoint) { endpoint_ = endpoint; }
+
+  grpc::Status Hello(grpc::ServerContext*, const HelloRequest*, HelloReply*) override;
+  grpc::Status DeclareTable(grpc::ServerContext*, const DeclareRequest*, Empty*) override;
+  grpc::Status PullDense(grpc::ServerContext*, const DensePull*, grpc::ServerWriter<DenseChunk>*) override;
+  grpc::Status PushDense(grpc::ServerContext*, grpc::ServerReader<DenseChunk>*, Empty*) override;
+  grpc::Status PullSparse(grpc::ServerContext*, const SparsePull*, SparseValues*) override;
+  grpc::Status PushSparse(grpc::ServerContext*, grpc::ServerReader<SparsePush>*, Empty*) override;
+  grpc::Status Save(grpc::ServerContext*, const SaveRequest*, SaveReply*) override;
+  grpc::Status Load(grpc::ServerContext*, const TableRequest*, Empty*) override;
+  grpc::Status Shrink(grpc::ServerContext*, const TableRequest*, ShrinkReply*) override;
+  grpc::Status Barrier(grpc::ServerContext*, const BarrierRequest*, Empty*) override;
+  grpc::Status Finish(grpc::ServerContext*, const FinishRequest*, Empty*) override;
+
+ private:
+  // Checks the job token, runs f, and turns an sdk::Error into a gRPC status
+  // carrying the dtrain status in the trailing metadata.
+  template <typename F>
+  grpc::Status guarded(grpc::ServerContext* ctx, F&& f);
+  Table& table(const std::string& name, int kind);
+  int worker(int32_t w) const;
+  // The client's deadline less a margin, so a sync wait ends (naming the
+  // missing workers) before the client gives up.
+  Clock::time_point deadline(grpc::ServerContext* ctx) const;
+  void check_size(const Table& t, uint64_t bytes, const std::string& what) const;
+  std::string who() const;
+
+  int server_;
+  int num_servers_;
+  int num_workers_;
+  int64_t default_timeout_ms_;
+  std::string token_;
+  PsOptions options_;
+  Sharding sharding_;
+  std::string endpoint_;
+
+  mutable std::shared_mutex tables_mu_;
+  std::map<std::string, std::unique_ptr<Table>> tables_;  // never erased while serving
+
+  std::mutex mu_;  // barrier, finish, stop
+  std::condition_variable cv_;
+  uint64_t barriers_done_ = 0;
+  std::map<uint64_t, std::set<int>> barrier_arrived_;
+  std::set<int> finished_;
+  bool stopping_ = false;
+  std::shared_ptr<sdk::Work> serve_;
+};
+
+}  // namespace dtrain::ps_grpc

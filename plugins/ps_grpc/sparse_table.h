@@ -1,0 +1,106 @@
+#pragma once
+// The sparse table of the engine (internal to plugins/ps_grpc): its part on
+// one server is the local shards (Sharding: shard = mix64(key) % num_shards,
+// held by server shard % num_servers), each a flat hash map key -> row index
+// over rows kept in contiguous arrays (keys, counters, and dim values +
+// optimizer state per row in one float arena), with its own reader-writer
+// lock. A call's keys are hashed once, grouped by shard (a counting sort into
+// per-thread scratch) and each shard is locked once per call: no heap
+// allocation per key on the pull and push paths. Row removal (shrink) moves
+// the last row into the hole, so the arena stays dense.
+// sparse_table.cc: the pull/push/shrink paths; sparse_save.cc: save and load.
+
+#include <atomic>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "flat_map.h"
+#include "init.h"
+#include "rules.h"
+#include "sync_steps.h"
+
+namespace dtrain::ps_grpc {
+
+enum : uint32_t { kClean = 0, kChanged = 1, kSaving = 2 };  // RowMeta::changed
+
+struct RowMeta {
+  float show = 0, click = 0;
+  uint32_t unseen = 0, t = 0, changed = kClean;
+};
+
+struct ShardData {
+  FlatMap index;  // key -> row
+  std::vector<uint64_t> keys;
+  std::vector<RowMeta> meta;
+  std::vector<float> data;  // rows * stride: values, then the rule's state
+  FlatMap pending;          // key without a row -> pushes counted (admission)
+};
+
+struct alignas(64) Shard {
+  mutable std::shared_mutex mu;
+  ShardData d;
+};
+
+// One push's distinct keys, repeats summed in order of appearance.
+struct Pushed {
+  std::vector<uint64_t> keys, hashes;
+  std::vector<float> grads;       // keys.size() * dim
+  std::vector<float> show_click;  // 2 per key
+  std::vector<uint32_t> npush;    // pushes of the key merged here (sync: workers)
+};
+
+struct Scratch {
+  std::vector<uint64_t> hash;
+  std::vector<uint32_t> local, order, start, slots;
+  Pushed pushed, merged;
+};
+
+class SparseTable final : public Table {
+ public:
+  SparseTable(const sdk::TableDesc& desc, const Sharding& sh, int server, int workers);
+
+  void pull_dense(int, float*, uint64_t, Clock::time_point) override { dense_op("pull"); }
+  void push_dense(int, const float*, uint64_t) override { dense_op("push"); }
+  void pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out, Clock::time_point deadline) override;
+  void push_sparse(int worker, const uint64_t* keys, uint64_t n, const float* grads,
+                   const float* show_click) override;
+  uint64_t shrink(uint32_t flags) override;
+  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode,
+                                int format) override;
+  void load(const std::string& dir) override;
+  TableStats stats() const override;
+
+ private:
+  struct Staged;
+  [[noreturn]] void dense_op(const char* op) const {
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' is sparse; dense " + op + " refused");
+  }
+  uint32_t shard_of_hash(uint64_t h) const { return static_cast<uint32_t>(h % sh_.num_shards); }
+  uint32_t local_of_hash(uint64_t h) const { return shard_of_hash(h) / static_cast<uint32_t>(sh_.num_servers); }
+
+  void hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) const;
+  void bucket(const uint64_t* hashes, uint64_t n, Scratch& s) const;
+  void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, Scratch& s,
+              Pushed& p) const;
+  void merge(const std::vector<const Pushed*>& by_worker, Scratch& s) const;
+  uint32_t create_row(ShardData& d, uint64_t key, uint64_t h) const;
+  void remove_row(ShardData& d, size_t r) const;
+  void apply(const Pushed& p, Scratch& s);
+  void finish_marks(bool saved);
+  void read_part(const Manifest& m, const std::string& dir, const std::string& name, Staged& st) const;
+
+  Sharding sh_;
+  int server_, workers_;
+  uint64_t dim_;
+  Rule rule_;
+  uint64_t state_, stride_;
+  Initializer init_;
+  uint32_t nlocal_ = 0;
+  std::unique_ptr<Shard[]> shards_;
+  std::atomic<uint64_t> applied_{0};
+  SyncSteps<Pushed> sync_;
+};
+
+}  // namespace dtrain::ps_grpc
