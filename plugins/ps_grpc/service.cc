@@ -11,6 +11,8 @@ namespace dtrain::ps_grpc {
 
 namespace {
 
+constexpr std::chrono::milliseconds kWaitSlice{200};
+
 std::string list_of(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -113,6 +115,23 @@ Clock::time_point PsService::deadline(grpc::ServerContext* ctx) const {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(left - margin);
 }
 
+template <typename F>
+void PsService::interruptible(grpc::ServerContext* ctx, F&& f) {
+  const Clock::time_point until = deadline(ctx);
+  for (;;) {
+    Clock::time_point slice = std::min(until, Clock::now() + kWaitSlice);
+    try {
+      f(slice);
+      return;
+    } catch (const sdk::Error& e) {
+      if (e.status() != DT_ERR_TIMEOUT || slice >= until) throw;
+    }
+    if (ctx->IsCancelled()) sdk::fail(DT_ERR_ABORTED, "the worker cancelled the call");
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopping_) sdk::fail(DT_ERR_ABORTED, who() + " is stopping");
+  }
+}
+
 void PsService::check_size(const Table& t, uint64_t bytes, const std::string& what) const {
   if (bytes > options_.max_request_bytes)
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': " + what + " of " + std::to_string(bytes) +
@@ -169,12 +188,12 @@ grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req
     if (n <= per) {
       std::string* s = msg.mutable_values();
       s->resize(n * sizeof(float));
-      t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, deadline(ctx));
+      interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, until); });
       w->Write(msg);
       return;
     }
     std::vector<float> buf(n);
-    t.pull_dense(wk, buf.data(), n, deadline(ctx));
+    interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf.data(), n, until); });
     for (uint64_t off = 0; off < n; off += per) {
       uint64_t len = std::min(per, n - off);
       msg.set_offset(off);
@@ -238,7 +257,9 @@ grpc::Status PsService::PullSparse(grpc::ServerContext* ctx, const SparsePull* r
     const uint64_t* keys = view<uint64_t>(req->keys(), &scratch);
     std::string* out = reply->mutable_values();
     out->resize(n * dim * sizeof(float));
-    t.pull_sparse(wk, keys, n, reinterpret_cast<float*>(out->data()), deadline(ctx));
+    interruptible(ctx, [&](Clock::time_point until) {
+      t.pull_sparse(wk, keys, n, reinterpret_cast<float*>(out->data()), until);
+    });
   });
 }
 
@@ -344,9 +365,11 @@ grpc::Status PsService::Barrier(grpc::ServerContext* ctx, const BarrierRequest* 
       cv_.notify_all();
       return;
     }
-    cv_.wait_until(lk, until, [&] { return barriers_done_ > gen || stopping_; });
+    while (barriers_done_ <= gen && !stopping_ && !ctx->IsCancelled() && Clock::now() < until)
+      cv_.wait_until(lk, std::min(until, Clock::now() + kWaitSlice));
     if (barriers_done_ > gen) return;
     if (stopping_) sdk::fail(DT_ERR_ABORTED, who() + " is stopping");
+    if (ctx->IsCancelled()) sdk::fail(DT_ERR_ABORTED, "the worker cancelled the call");
     std::vector<int> missing;
     const auto& now = barrier_arrived_[gen];
     for (int i = 0; i < num_workers_; ++i)

@@ -51,6 +51,11 @@ class PsService final : public ParameterServer::Service {
   // The client's deadline less a margin, so a sync wait ends (naming the
   // missing workers) before the client gives up.
   Clock::time_point deadline(grpc::ServerContext* ctx) const;
+  // Runs f(until) (an engine call that may wait for a sync step) in slices
+  // of the deadline, so a wait ends soon after the client cancels or the
+  // server stops, not only at the deadline.
+  template <typename F>
+  void interruptible(grpc::ServerContext* ctx, F&& f);
   void check_size(const Table& t, uint64_t bytes, const std::string& what) const;
   std::string who() const;
 

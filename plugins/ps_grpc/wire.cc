@@ -17,10 +17,6 @@ grpc::StatusCode grpc_code(dt_status_t status) {
   }
 }
 
-const char* kind_name(int kind) {
-  return kind == DT_PS_TABLE_DENSE ? "dense" : kind == DT_PS_TABLE_SPARSE ? "sparse" : "unknown";
-}
-
 void to_proto(const sdk::TableDesc& d, TableDesc* p) {
   p->set_kind(d.kind);
   p->set_name(d.name);

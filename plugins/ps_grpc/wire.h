@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dtrain/sdk/backend.h"
+#include "files.h"
 #include "plugins/ps_grpc/ps.pb.h"
 
 namespace dtrain::ps_grpc {
@@ -25,6 +26,5 @@ sdk::TableDesc from_proto(const TableDesc& p);
 // f32, an unknown kind, mode, rule or initializer, GEO with a rule other than SGD.
 void check_desc(const sdk::TableDesc& d);
 
-const char* kind_name(int kind);
 
 }  // namespace dtrain::ps_grpc

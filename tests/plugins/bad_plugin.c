@@ -25,6 +25,10 @@ __attribute__((visibility("default"))) const dt_backend_v1_t* dtrain_backend_v1(
 #if defined(BAD_STRUCT_SIZE)
   table.struct_size = 24;
 #endif
+#if defined(BAD_PS_NULL)
+  /* claims the PS caps of ABI 1.1 but fills none of their slots */
+  table.caps = DT_CAP_ALLREDUCE | DT_CAP_CPU_BUFFERS | DT_CAP_PS_DENSE | DT_CAP_PS_SERVER;
+#endif
 #if defined(BAD_NAME)
   table.name = "someone_else";
 #endif

@@ -181,6 +181,93 @@ TEST(EnvRoleMakerTest, PaddlePserverNotInListFails) {
   EXPECT_THAT(none, HasSubstr("PADDLE_CURRENT_ENDPOINT"));
 }
 
+// Paddle's PS variables set by hand (no launcher): roles, the server index
+// from POD_IP:PADDLE_PORT, num_servers, and the store server 0 serves.
+TEST(EnvRoleMakerTest, PaddleParameterServerVariablesByHand) {
+  Env server{{"TRAINING_ROLE", "PSERVER"},
+             {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,127.0.0.1:7101"},
+             {"PADDLE_TRAINERS_NUM", "3"},
+             {"POD_IP", "127.0.0.1"},
+             {"PADDLE_PORT", "7101"}};
+  RoleInfo s = EnvRoleMaker(server).resolve();
+  EXPECT_EQ(s.role, Role::Server);
+  EXPECT_EQ(s.server_index, 1);
+  EXPECT_EQ(s.num_servers, 2);
+  EXPECT_EQ(s.world_size, 3);
+  EXPECT_EQ(s.current_endpoint, "127.0.0.1:7101");
+  EXPECT_TRUE(s.self_hosted_store);
+  EXPECT_EQ(s.store_endpoint, "127.0.0.1:7100");  // the first server's listed endpoint
+  EXPECT_EQ(s.job_id.rfind("paddle-ps-", 0), 0u) << s.job_id;
+
+  Env trainer{{"TRAINING_ROLE", "TRAINER"},
+              {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,127.0.0.1:7101"},
+              {"PADDLE_TRAINERS_NUM", "3"},
+              {"PADDLE_TRAINER_ID", "2"},
+              {"POD_IP", "127.0.0.1"},
+              {"PADDLE_PORT", "7200"}};
+  RoleInfo t = EnvRoleMaker(trainer).resolve();
+  EXPECT_EQ(t.role, Role::Worker);
+  EXPECT_EQ(t.rank, 2);
+  EXPECT_EQ(t.world_size, 3);
+  EXPECT_EQ(t.num_servers, 2);
+  EXPECT_EQ(t.current_endpoint, "127.0.0.1:7200");
+  EXPECT_EQ(t.store_endpoint, s.store_endpoint);
+  EXPECT_EQ(t.job_id, s.job_id) << "every process derives the same job id";
+  EXPECT_TRUE(t.self_hosted_store);
+
+  // With a launcher's store the launcher serves it.
+  trainer["DTRAIN_STORE"] = "127.0.0.1:6000";
+  RoleInfo launched = EnvRoleMaker(trainer).resolve();
+  EXPECT_FALSE(launched.self_hosted_store);
+  EXPECT_EQ(launched.store_endpoint, "127.0.0.1:6000");
+
+  // A collective Paddle job has no servers.
+  EXPECT_EQ(EnvRoleMaker(Env{{"PADDLE_TRAINER_ID", "0"}, {"PADDLE_TRAINERS_NUM", "2"}}).resolve().num_servers, 0);
+}
+
+TEST(EnvRoleMakerTest, PaddleParameterServerErrorsNameTheVariables) {
+  std::string not_listed = env_error(Env{{"TRAINING_ROLE", "PSERVER"},
+                                         {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,127.0.0.1:7101"},
+                                         {"PADDLE_TRAINERS_NUM", "2"},
+                                         {"POD_IP", "10.0.0.5"},
+                                         {"PADDLE_PORT", "7101"}});
+  EXPECT_THAT(not_listed, HasSubstr("POD_IP:PADDLE_PORT=10.0.0.5:7101 is not in PADDLE_PSERVERS_IP_PORT_LIST="
+                                    "127.0.0.1:7100,127.0.0.1:7101"));
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "PSERVER"}, {"PADDLE_TRAINERS_NUM", "2"}, {"POD_IP", "127.0.0.1"},
+                            {"PADDLE_PORT", "7100"}}),
+              HasSubstr("TRAINING_ROLE=PSERVER needs PADDLE_PSERVERS_IP_PORT_LIST"));
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "TRAINER"},
+                            {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100"},
+                            {"PADDLE_TRAINER_ID", "0"}}),
+              HasSubstr("PADDLE_TRAINERS_NUM is required in parameter-server mode"));
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "TRAINER"},
+                            {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100"},
+                            {"PADDLE_TRAINERS_NUM", "2"}}),
+              HasSubstr("PADDLE_TRAINER_ID is not set"));
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "TRAINER"},
+                            {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100"},
+                            {"PADDLE_TRAINERS_NUM", "2"},
+                            {"PADDLE_TRAINER_ID", "2"}}),
+              HasSubstr("PADDLE_TRAINER_ID=2 is out of range for PADDLE_TRAINERS_NUM=2"));
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "PSERVER"},
+                            {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,nonsense"},
+                            {"PADDLE_TRAINERS_NUM", "2"},
+                            {"POD_IP", "127.0.0.1"},
+                            {"PADDLE_PORT", "7100"}}),
+              HasSubstr("PADDLE_PSERVERS_IP_PORT_LIST entry 'nonsense' is not host:port"));
+}
+
+TEST(EnvRoleMakerTest, DtrainLauncherServerCountsServers) {
+  RoleInfo s = EnvRoleMaker(Env{{"DTRAIN_ROLE", "server"},
+                                {"DTRAIN_SERVER_INDEX", "1"},
+                                {"DTRAIN_WORLD_SIZE", "2"},
+                                {"DTRAIN_SERVER_ENDPOINTS", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"}})
+                   .resolve();
+  EXPECT_EQ(s.num_servers, 3);
+  EXPECT_EQ(s.server_index, 1);
+  EXPECT_FALSE(s.self_hosted_store);
+}
+
 TEST(EnvRoleMakerTest, DtrainTakesPrecedenceOverPaddle) {
   RoleInfo info = EnvRoleMaker(Env{{"DTRAIN_RANK", "1"},
                                    {"DTRAIN_WORLD_SIZE", "2"},

@@ -59,17 +59,67 @@ TEST(StrategyOptions, LocalSgdAveragesEveryKSteps) {
   EXPECT_TRUE(s.average_parameters_at(5));
 }
 
-TEST(StrategyOptions, ParameterServerKeysSayNotAvailable) {
+TEST(StrategyOptions, ParameterServerModesFromPaddleNames) {
+  auto sync = StrategyOptions::from_config(strategy_config("[strategy]\na_sync = false\n"));
+  EXPECT_FALSE(sync.a_sync);
+  EXPECT_EQ(sync.ps_mode.mode, ps::Mode::Sync);
+  EXPECT_EQ(StrategyOptions::from_config(strategy_config("")).ps_mode.mode, ps::Mode::Sync);
+
+  auto async = StrategyOptions::from_config(strategy_config("[strategy]\na_sync = true\n"));
+  EXPECT_TRUE(async.a_sync);
+  EXPECT_EQ(async.ps_mode.mode, ps::Mode::Async);
+  EXPECT_EQ(async.ps_mode.geo_k_steps, 0);
+  auto async0 = StrategyOptions::from_config(
+      strategy_config("[strategy]\na_sync = true\n[strategy.a_sync_configs]\nk_steps = 0\n"));
+  EXPECT_EQ(async0.ps_mode.mode, ps::Mode::Async);
+
+  auto geo = StrategyOptions::from_config(
+      strategy_config("[strategy]\na_sync = true\n[strategy.a_sync_configs]\nk_steps = 4\n"));
+  EXPECT_EQ(geo.ps_mode.mode, ps::Mode::Geo);
+  EXPECT_EQ(geo.ps_mode.geo_k_steps, 4);
+  EXPECT_THAT(geo.describe(), HasSubstr("a_sync=true (ps geo, k_steps=4)"));
+  EXPECT_STREQ(ps::to_string(ps::Mode::Async), "async");
+}
+
+TEST(StrategyOptions, ParameterServerKeysBadCombinationsNameTheKey) {
   try {
-    StrategyOptions::from_config(strategy_config("[strategy]\na_sync = true\n"));
-    FAIL() << "a_sync = true accepted";
+    StrategyOptions::from_config(strategy_config("[strategy.a_sync_configs]\nk_steps = 5\n"));
+    FAIL() << "k_steps without a_sync accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("job.toml:2"));
-    EXPECT_THAT(e.what(), HasSubstr("strategy.a_sync"));
-    EXPECT_THAT(e.what(), HasSubstr("parameter-server mode is not available yet"));
+    EXPECT_EQ(e.key(), "strategy.a_sync_configs.k_steps");
+    EXPECT_EQ(e.line(), 2);
+    EXPECT_THAT(e.what(), HasSubstr("needs a_sync = true"));
   }
-  EXPECT_THROW(StrategyOptions::from_config(strategy_config("[strategy.a_sync_configs]\nk_steps = 5\n")), ConfigError);
-  EXPECT_NO_THROW(StrategyOptions::from_config(strategy_config("[strategy]\na_sync = false\n")));
+  try {
+    StrategyOptions::from_config(
+        strategy_config("[strategy]\na_sync = true\n[strategy.a_sync_configs]\nk_steps = -1\n"));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "strategy.a_sync_configs.k_steps");
+    EXPECT_THAT(e.what(), HasSubstr("must be >= 0"));
+  }
+  try {
+    StrategyOptions::from_config(
+        strategy_config("[strategy]\na_sync = true\n[strategy.gradient_merge]\nk_steps = 2\n"));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "strategy.gradient_merge.k_steps");
+    EXPECT_THAT(e.what(), HasSubstr("cannot be combined with a_sync = true"));
+  }
+}
+
+// A collective job with a_sync = true fails where it would change training:
+// building the gradient all-reduce.
+TEST(StrategyOptions, CollectiveGradientSyncRefusesASync) {
+  auto o = StrategyOptions::from_config(strategy_config("[strategy]\na_sync = true\n"));
+  run_ranks(1, [&](int, std::shared_ptr<Communicator> comm) {
+    try {
+      GradientBuckets b(comm, {4, 4}, o);
+      ADD_FAILURE() << "GradientBuckets accepted a_sync = true";
+    } catch (const InvalidUsage& e) {
+      EXPECT_THAT(e.what(), HasSubstr("a_sync = true asks for parameter-server training (async mode)"));
+    }
+  });
 }
 
 TEST(StrategyOptions, BadValuesNameTheKey) {

@@ -10,10 +10,10 @@
 // servers. Everything here goes through a backend with the DT_CAP_PS_* bits
 // (ps_grpc); no transport is included.
 //
-//   auto ps = dtrain::ps::connect(job_config, role);        // worker or server
+//   auto ps = dtrain::ps::join_ps(job_config, resolve_role(&job_config));  // worker or server
 //   if (ps.role == Role::Server) { ps.server->serve(); return 0; }
 //   auto emb = ps.worker->sparse_table(TableConfig::from_config(cfg, "embedding"));
-//   emb.pull(keys, n, rows)->wait();  ... emb.push(keys, n, grads)->wait();
+//   emb.pull(keys, n, Buffer(rows, n * 8, DType::F32))->wait();  ... emb.push(keys, n, grads)->wait();
 //   ps.worker->finish();
 //
 // Threading: like Communicator. Ops on one PsWorker (all its tables) are
@@ -27,6 +27,12 @@
 // A refused request (wrong dimension, unknown table, over the size limit)
 // fails that op with InvalidUsage and leaves the client usable; transport
 // failures poison the client as they poison a Communicator.
+//
+// Checked in the core before the backend sees a call (InvalidUsage, the
+// client stays usable): values f32 on the CPU, count == dim (dense) or
+// n * dim (sparse), non-null keys when n > 0, the table's kind, a worker's
+// op on a worker. A backend without the DT_CAP_PS_* bit an op needs throws
+// NotSupported("backend 'gloo' does not support parameter-server tables (ps-dense)").
 
 #include <chrono>
 #include <cstdint>
@@ -106,7 +112,10 @@ struct TableConfig {
 //                               (barriers and metric all-reduces); "" = none
 //         timeout_s = 60        default deadline of every PS op
 //         checkpoint_dir = ""   where the servers' tables are saved
-//         save_on_exit = false  servers save every table there when the job ends
+//         save_on_exit = false  worker 0 saves every table (FULL) into
+//                               <checkpoint_dir>/final/ in PsWorker::finish()
+//   [ps.tables.<name>]          one table each (TableConfig above); names with
+//                               a '.' cannot be written as a TOML table path
 void add_ps_keys(ConfigSchema& schema);
 
 // A handle to one table; cheap to copy; valid while its PsWorker lives.
@@ -114,6 +123,8 @@ class DenseTable {
  public:
   const std::string& name() const;
   uint64_t dim() const;
+  const TableConfig& config() const;
+  Mode mode() const;  // the job's mode the table was declared with
   // values.count == dim(), f32. Sync mode: waits for the step this worker
   // last pushed to be applied.
   std::shared_ptr<Work> pull(const Buffer& values, CallOptions o = {});
@@ -133,6 +144,8 @@ class SparseTable {
  public:
   const std::string& name() const;
   uint64_t dim() const;
+  const TableConfig& config() const;
+  Mode mode() const;
   // values.count == n * dim(), row-major in key order; keys may repeat.
   std::shared_ptr<Work> pull(const uint64_t* keys, size_t n, const Buffer& values, CallOptions o = {});
   // grads.count == n * dim(); rows of a repeated key are summed. show_click:
@@ -151,10 +164,19 @@ class SparseTable {
   std::shared_ptr<State> s_;
 };
 
+// Where a worker's checkpoints go ([ps] checkpoint_dir, save_on_exit) and
+// whether this is a restarted attempt of the job (RoleInfo::restart_count),
+// whose tables are then loaded from <dir>/LATEST.
+struct CheckpointOptions {
+  std::string dir;
+  bool save_on_exit = false;
+  int restart_count = 0;
+};
+
 // A worker's connection to every server.
 class PsWorker {
  public:
-  explicit PsWorker(std::shared_ptr<detail::CommState> state, ModeOptions mode);
+  explicit PsWorker(std::shared_ptr<detail::CommState> state, ModeOptions mode, CheckpointOptions checkpoints = {});
   ~PsWorker();  // calls finish() if it was not called (errors are logged)
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
@@ -177,7 +199,10 @@ class PsWorker {
   // Checkpoints for restarts ([ps] checkpoint_dir): every table declared so
   // far is saved FULL into <checkpoint_dir>/step-<step>/, then worker 0
   // writes <checkpoint_dir>/LATEST (atomically) naming it. Every worker calls
-  // it at the same step (it contains barriers); the two newest are kept.
+  // it at the same step (it contains barriers: all workers' pushes before it
+  // are in the checkpoint, none after); the two newest are kept. LATEST holds
+  // one line, "step-<N>". Relative directories are made absolute here (the
+  // servers may run elsewhere: they need the same path).
   void save_checkpoint(int64_t step);
   // On a restarted job (role.restart_count > 0) with a LATEST checkpoint,
   // each table is loaded from it when declared (by worker 0, the others
@@ -245,6 +270,20 @@ class GeoDenseTable {
 // (worker or server side) and, for workers, the side collective communicator
 // over the workers named by [ps] collective. join_ps blocks until every
 // server has published its address (workers) or the server is listening.
+//
+// Barriers and metric sums among workers: as Paddle runs Gloo beside its PS,
+// a worker also joins a collective communicator over the workers only
+// (rank = worker index, size = num_workers, name "ps.collective", the
+// backend's own table from the job file, [communicator] timeout_s), on the
+// backend [ps] collective names ("gloo" by default; "" for none, then
+// PsWorker::barrier() through the servers is the only barrier). Use it for
+// all-reduces of metrics (AUC counts, loss sums) and for barriers that must
+// not load the servers.
+//
+// Stopping: the servers' serve() returns when every worker has finished, or
+// when the launcher sets the key `ps/stop` (value: the reason) at the root of
+// the job store (the TcpStore's own key space, outside "run<N>/"), which
+// PsServer::serve() polls.
 // Roles come from resolve_role(): dtrain's launcher, or Paddle's PS variables
 // (TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_PORT, POD_IP,
 // PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM) set by hand, in which case server
@@ -266,7 +305,7 @@ PsJob join_ps(const Config& config, const RoleInfo& role);
 // connect_worker blocks until every server is reachable or options.timeout
 // passes; start_server returns once this server listens.
 std::unique_ptr<PsWorker> connect_worker(const std::shared_ptr<Backend>& backend, const CommOptions& options,
-                                         ModeOptions mode, const std::string& checkpoint_dir = "");
+                                         ModeOptions mode, CheckpointOptions checkpoints = {});
 std::unique_ptr<PsServer> start_server(const std::shared_ptr<Backend>& backend, const CommOptions& options);
 
 }  // namespace ps

@@ -22,6 +22,7 @@ struct RoleInfo {
   int node_rank = 0;
   int nnodes = 1;
   int server_index = -1;                      // for servers: index in server_endpoints
+  int num_servers = 0;                        // parameter servers in the job (server_endpoints.size())
   std::vector<std::string> worker_endpoints;  // PADDLE_TRAINER_ENDPOINTS
   std::vector<std::string> server_endpoints;  // PADDLE_PSERVERS_IP_PORT_LIST
   std::string current_endpoint;               // PADDLE_CURRENT_ENDPOINT
@@ -30,7 +31,8 @@ struct RoleInfo {
   std::string job_id;
   int restart_count = 0;
   // No launcher serves the store (Slurm, mpirun, torchrun): rank 0 serves it
-  // on store_endpoint's port and the others connect to it.
+  // on store_endpoint's port and the others connect to it. In Paddle's
+  // parameter-server mode set by hand, server 0 serves it (join_ps).
   bool self_hosted_store = false;
   std::string source;            // which maker produced it: "dtrain env", "paddle env", "toml", ...
   std::string describe() const;  // one line for logs
@@ -54,7 +56,15 @@ class RoleMaker {
 // and, when no DTRAIN_RANK is set, the first of these that is present:
 //   Paddle: PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,
 //     PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE (TRAINER|PSERVER),
-//     PADDLE_PSERVERS_IP_PORT_LIST (a server's index is its endpoint's place in it);
+//     PADDLE_PSERVERS_IP_PORT_LIST, POD_IP, PADDLE_PORT. Parameter-server mode
+//     (TRAINING_ROLE=PSERVER, or a server list): PADDLE_PSERVERS_IP_PORT_LIST
+//     and PADDLE_TRAINERS_NUM (or PADDLE_TRAINER_ENDPOINTS) are required; a
+//     server's index is the place of POD_IP:PADDLE_PORT (else
+//     PADDLE_CURRENT_ENDPOINT) in the list, a trainer's id PADDLE_TRAINER_ID.
+//     Without DTRAIN_STORE (no launcher) the role says self_hosted_store and
+//     names the first server's endpoint: server 0 serves the store there
+//     (its PS transport binds another port), everyone else connects to it;
+//     the job id is derived from the server list, so it is the same everywhere;
 //   torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 //     MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT;
 //   Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;

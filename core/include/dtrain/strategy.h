@@ -9,6 +9,7 @@
 
 #include "dtrain/buffer.h"
 #include "dtrain/config.h"
+#include "dtrain/ps.h"
 
 namespace dtrain {
 
@@ -26,8 +27,14 @@ class Work;
 //   [strategy.gradient_merge]  k_steps = 1   avg = true        accumulate k steps, sync once
 //   [strategy.localsgd]        k_steps = 1   begin_step = 1    no gradient sync; average the
 //                                                               parameters every k steps
-//   a_sync = false, [strategy.a_sync_configs] k_steps = 0      parameter-server modes: declared,
-//                                                               setting them is an error for now
+//   a_sync = false                 parameter-server mode (Paddle's names, see dtrain/ps.h):
+//   [strategy.a_sync_configs]      a_sync = false -> sync; a_sync = true and k_steps = 0 -> async;
+//   k_steps = 0                    k_steps > 0 (with a_sync = true) -> GEO, sync every k steps
+//
+// A collective job ignores the PS mode except where it would change training:
+// GradientBuckets (the gradient all-reduce) refuses a_sync = true with an error
+// saying that asynchronous / GEO training needs a parameter-server job ([ps]).
+// a_sync = true cannot be combined with gradient_merge or localsgd (ConfigError).
 //
 // Framework-neutral: it sees gradients and parameters only as Buffers.
 struct StrategyOptions {
@@ -39,11 +46,15 @@ struct StrategyOptions {
   bool gradient_merge_avg = true;
   int localsgd_k_steps = 1;  // > 1 enables local SGD
   int localsgd_begin_step = 1;
+  // Parameter-server mode from a_sync and a_sync_configs.k_steps.
+  bool a_sync = false;
+  ps::ModeOptions ps_mode;
 
   bool localsgd() const { return localsgd_k_steps > 1; }
   size_t bucket_bytes() const;
   // Reads and checks the [strategy] table; ConfigError names the key and its
-  // file/line for a bad value (k_steps < 1, unknown dtype, a_sync = true, ...).
+  // file/line for a bad value (k_steps < 1, unknown dtype, k_steps > 0
+  // without a_sync, ...).
   static StrategyOptions from_config(const Config& config);
   std::string describe() const;
 };

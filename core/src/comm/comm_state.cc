@@ -44,6 +44,7 @@ WorkState::~WorkState() {
 
 std::string WorkState::what() const {
   std::string s = op_name;
+  if (!label.empty()) return s + " (" + label + ")";
   if (collective) s += " #" + std::to_string(seq);
   if (dtype >= 0 || op_detail) {
     s += " (";
@@ -126,7 +127,7 @@ void CommState::settle(const std::shared_ptr<WorkState>& w, dt_status_t st) {
   if (st == DT_OK) {
     w->finish(nullptr);
   } else if (st == DT_ERR_TIMEOUT) {
-    expire(w);
+    expire(w, w->ps ? table->work_error(w->handle) : nullptr);
   } else {
     fail(w, st, table->work_error(w->handle));
   }
@@ -184,13 +185,14 @@ void CommState::poison(const std::string& why, bool peer_lost) {
   for (auto& w : victims) w->finish(std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why)));
 }
 
-void CommState::expire(const std::shared_ptr<WorkState>& w) {
+void CommState::expire(const std::shared_ptr<WorkState>& w, const char* backend_msg) {
   if (w->finished()) return;
   std::string msg;
   if (poisoned.load()) {
     msg = reason();
   } else {
     msg = diagnose(*w);
+    if (backend_msg && *backend_msg) msg += " Backend '" + backend->name() + "' says: " + backend_msg;
   }
   // The error file is written before the waiter can see its work fail and exit.
   if (!poisoned.load()) write_error_file(msg, true);
@@ -199,6 +201,12 @@ void CommState::expire(const std::shared_ptr<WorkState>& w) {
 
 void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message) {
   if (w->finished()) return;
+  // A server refused one request (bad dimension, unknown table, too large):
+  // that op fails, the client stays usable.
+  if (w->ps && (st == DT_ERR_INVALID_USAGE || st == DT_ERR_NOT_SUPPORTED)) {
+    w->finish(make_backend_error(backend->name(), st, w->what() + " failed: " + message));
+    return;
+  }
   // A peer that reaches the same deadline aborts and closes its connections;
   // a transport failure that close to our own deadline is that timeout.
   bool transport = st == DT_ERR_REMOTE || st == DT_ERR_SYSTEM || st == DT_ERR_ABORTED;
@@ -207,7 +215,7 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
     return;
   }
   std::string why = poisoned.load() ? reason()
-                                    : "rank " + std::to_string(rank) + ": " + w->what() + " failed in backend '" +
+                                    : who() + ": " + w->what() + " failed in backend '" +
                                           backend->name() + "': " + message;
   if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
@@ -229,7 +237,43 @@ void CommState::publish_heartbeat(bool force) {
   }
 }
 
+std::string CommState::who() const {
+  if (!ps) return "rank " + std::to_string(rank) + " of " + std::to_string(size);
+  if (role == Role::Server) return "server " + std::to_string(rank) + " of " + std::to_string(num_servers);
+  return "worker " + std::to_string(rank) + " of " + std::to_string(size);
+}
+
+std::string CommState::server_status() {
+  std::vector<std::string> missing;
+  int64_t now_ms = unix_ms();
+  for (int i = 0; i < num_servers; ++i) {
+    std::optional<Bytes> v;
+    try {
+      v = store->try_get(heartbeat_key(Role::Server, i));
+    } catch (const std::exception& e) {
+      missing.push_back("server " + std::to_string(i) + " (store unreachable: " + e.what() + ")");
+      continue;
+    }
+    if (!v) {
+      missing.push_back("server " + std::to_string(i) + " (never reported progress)");
+      continue;
+    }
+    std::istringstream is(std::string(v->begin(), v->end()));
+    uint64_t seq = 0;
+    int64_t at = 0;
+    is >> seq >> at;
+    if (now_ms - at > kStaleHeartbeatMs)
+      missing.push_back("server " + std::to_string(i) + " (unresponsive: no heartbeat for " +
+                        std::to_string(now_ms - at) + " ms)");
+  }
+  if (missing.empty()) return "every server is alive";
+  std::string out;
+  for (size_t i = 0; i < missing.size(); ++i) out += (i ? ", " : "") + missing[i];
+  return out;
+}
+
 std::string CommState::peer_status(const WorkState& w) {
+  if (ps) return role == Role::Worker ? server_status() : "a server's own op";
   std::vector<int> peers;
   if (w.peer >= 0) {
     peers.push_back(w.peer);
@@ -276,11 +320,17 @@ std::string CommState::peer_status(const WorkState& w) {
 std::string CommState::diagnose(const WorkState& w) {
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
   std::ostringstream os;
-  os << "rank " << rank << " of " << size << ": " << w.what() << " on backend '" << backend->name()
-     << "' timed out after " << waited << " ms; ";
+  os << who() << ": " << w.what() << " on backend '" << backend->name() << "' timed out after " << waited
+     << " ms; ";
   std::string peers = peer_status(w);
-  os << (peers == "every rank reached it" ? "every rank reached it, so the transport stalled" : peers);
-  os << ". The communicator is aborted; create a new one to continue.";
+  if (ps) {
+    os << (peers == "every server is alive" ? "every server is alive, so a server did not answer in time"
+                                            : "waiting for " + peers);
+    os << ". The parameter-server client is aborted.";
+  } else {
+    os << (peers == "every rank reached it" ? "every rank reached it, so the transport stalled" : peers);
+    os << ". The communicator is aborted; create a new one to continue.";
+  }
   return os.str();
 }
 

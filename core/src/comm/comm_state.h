@@ -36,7 +36,11 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   int32_t dtype = -1;               // of its buffer, -1 if none
   size_t count = 0;
   bool collective = true;
-  uint64_t seq = 0;  // collective sequence number (0 for p2p)
+  // A parameter-server op: DT_ERR_INVALID_USAGE / DT_ERR_NOT_SUPPORTED fail
+  // the op only (the server refused one request); label names its table.
+  bool ps = false;
+  std::string label;  // "table 'emb', 64 keys x 8", or ""
+  uint64_t seq = 0;   // collective sequence number (0 for p2p)
   int peer = -1;     // p2p peer
   Clock::time_point submitted;
   std::atomic<int64_t> deadline_ns{0};  // steady clock
@@ -50,7 +54,7 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   std::exception_ptr error;
 
   ~WorkState();
-  // "allreduce #42 (f32 x 1024, sum)"
+  // "allreduce #42 (f32 x 1024, sum)", "ps_pull_sparse (table 'emb', 64 keys x 8)"
   std::string what() const;
   bool finished();
   // Returns true if this call finished the work.
@@ -69,6 +73,11 @@ struct CommState : std::enable_shared_from_this<CommState> {
   dt_comm_h handle = nullptr;
   int rank = 0;
   int size = 1;
+  // Parameter-server communicators: rank is the index among the processes
+  // of its role; size is the number of workers.
+  bool ps = false;
+  Role role = Role::Worker;
+  int num_servers = 0;
   std::string name;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<Store> store;  // scoped to this communicator
@@ -94,7 +103,9 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::string reason();
   // Fails a work because its deadline passed: diagnoses which ranks are
   // missing, poisons the communicator and fails every in-flight work.
-  void expire(const std::shared_ptr<WorkState>& w);
+  // backend_msg: the plugin's own words when it reported the timeout (kept
+  // for PS ops, whose servers name the workers a sync step waits for).
+  void expire(const std::shared_ptr<WorkState>& w, const char* backend_msg = nullptr);
   // Fails a work with the backend's error and poisons the communicator.
   void fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message);
   // Records a finished plugin status (not DT_IN_PROGRESS) on a work.
@@ -107,8 +118,20 @@ struct CommState : std::enable_shared_from_this<CommState> {
   // Which peers the work is waiting for, from their heartbeats.
   std::string peer_status(const WorkState& w);
   void publish_heartbeat(bool force);
-  std::string heartbeat_key(int r) const { return "hb/" + std::to_string(r); }
+  std::string heartbeat_key(int r) const { return heartbeat_key(role, r); }
+  std::string heartbeat_key(Role of, int r) const {
+    if (!ps) return "hb/" + std::to_string(r);
+    return std::string("hb/") + (of == Role::Server ? "server." : "worker.") + std::to_string(r);
+  }
+  // "rank 3 of 4", "worker 1 of 2", "server 0 of 3"
+  std::string who() const;
+  // PS communicators: which servers look dead, from their heartbeats.
+  std::string server_status();
 };
+
+// Creates the plugin's communicator and the core's state for it (checks the
+// options, scopes the store, registers with the watchdog).
+std::shared_ptr<CommState> create_comm_state(const std::shared_ptr<Backend>& backend, const CommOptions& options);
 
 std::exception_ptr make_backend_error(const std::string& backend, dt_status_t st, const std::string& msg);
 // Status <-> error kind, lossless both ways (Config goes out as invalid usage).

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "comm/comm_state.h"
+#include "comm/submit.h"
 #include "comm/watchdog.h"
 #include "common/log.h"
 #include "dtrain/config.h"
@@ -98,20 +99,47 @@ dt_status_t bridge_remove(void* ctx, const char* key) {
 // Same creation order on every rank gives the same instance number, so a
 // communicator re-created under one name never reads its predecessor's keys.
 // Each rank counts its own creations in the store itself, so the numbering
-// follows the store, whatever process or object holds it.
-std::string instance_name(const CommOptions& o) {
-  int64_t n = o.store->add("dtrain/instances/" + o.name + "/" + std::to_string(o.rank), 1) - 1;
+// follows the store, whatever process or object holds it. The servers and
+// workers of a PS communicator count apart (both have a rank 0).
+std::string instance_name(const CommOptions& o, bool ps) {
+  std::string who = std::to_string(o.rank);
+  if (ps) who = std::string(to_string(o.role)) + "." + who;
+  int64_t n = o.store->add("dtrain/instances/" + o.name + "/" + who, 1) - 1;
   return o.name + "." + std::to_string(n);
+}
+
+void check_ps_options(const Backend& b, const CommOptions& o) {
+  if (!b.supports(DT_CAP_PS_SERVER))
+    throw NotSupported("backend '" + b.name() + "' does not support parameter-server tables (ps-server), but a " +
+                       "parameter-server communicator (num_servers = " + std::to_string(o.num_servers) +
+                       ") was asked of it; it supports: " + b.info().caps_string() +
+                       ". Name a PS backend ([ps] backend = \"ps_grpc\")");
+  if (o.num_servers < 1 || o.num_workers < 1)
+    throw InvalidUsage("a parameter-server communicator needs num_servers >= 1 and num_workers >= 1, got " +
+                       std::to_string(o.num_servers) + " and " + std::to_string(o.num_workers));
+  if (o.world_size != o.num_workers)
+    throw InvalidUsage("a parameter-server communicator's world_size must equal num_workers (" +
+                       std::to_string(o.num_workers) + "), got " + std::to_string(o.world_size));
+  int count = o.role == Role::Server ? o.num_servers : o.num_workers;
+  if (o.rank < 0 || o.rank >= count)
+    throw InvalidUsage(std::string(to_string(o.role)) + " index " + std::to_string(o.rank) + " is outside the " +
+                       std::to_string(count) + " " + to_string(o.role) + "s of the job");
+  if (!o.store) throw InvalidUsage("a parameter-server communicator needs a store shared by its servers and workers");
 }
 
 }  // namespace
 
-std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o) {
-  const auto& info = impl_->info;
-  if (o.world_size < 1) throw InvalidUsage("world_size must be >= 1, got " + std::to_string(o.world_size));
-  if (o.rank < 0 || o.rank >= o.world_size)
-    throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " + std::to_string(o.world_size) +
-                       " ranks");
+std::shared_ptr<CommState> detail::create_comm_state(const std::shared_ptr<Backend>& backend, const CommOptions& o) {
+  const auto& info = backend->info();
+  bool ps = o.num_servers > 0 || o.num_workers > 0;
+  if (ps) {
+    check_ps_options(*backend, o);
+  } else {
+    if (o.world_size < 1) throw InvalidUsage("world_size must be >= 1, got " + std::to_string(o.world_size));
+    if (o.rank < 0 || o.rank >= o.world_size)
+      throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " +
+                         std::to_string(o.world_size) + " ranks");
+  }
   if (o.timeout.count() <= 0) throw InvalidUsage("communicator timeout must be positive");
   auto store = o.store ? o.store : std::make_shared<MemoryStore>();
   if (!o.store && o.world_size > 1)
@@ -124,13 +152,16 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   }
 
   auto state = std::make_shared<CommState>();
-  state->backend = shared_from_this();
-  state->table = impl_->table;
+  state->backend = backend;
+  state->table = backend->impl().table;
   state->rank = o.rank;
   state->size = o.world_size;
+  state->ps = ps;
+  state->role = o.role;
+  state->num_servers = o.num_servers;
   CommOptions scoped = o;
   scoped.store = store;
-  state->name = instance_name(scoped);
+  state->name = instance_name(scoped, ps);
   state->timeout = o.timeout;
   state->store = std::make_shared<PrefixStore>("dtrain/comm/" + state->name, store);
   state->bridge.store = std::make_shared<PrefixStore>("p", state->store);
@@ -154,18 +185,28 @@ std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o)
   init.store = &state->bridge.table;
   init.config_toml = o.config_toml.c_str();
   init.job_id = o.job_id.c_str();
+  init.job_token = o.job_token.c_str();
+  init.num_servers = o.num_servers;
+  init.num_workers = o.num_workers;
   dt_comm_h h = nullptr;
   dt_status_t st = state->table->comm_create(&init, &h);
   if (st != DT_OK || !h) {
     const char* e = state->table->backend_last_error ? state->table->backend_last_error() : nullptr;
-    std::rethrow_exception(
-        detail::make_backend_error(info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
-                                   "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
-                                       std::to_string(o.world_size) + " ranks: " + (e && *e ? e : "no reason given")));
+    std::string who = ps ? std::string(to_string(o.role)) + " " + std::to_string(o.rank) + ": cannot create a " +
+                               "parameter-server communicator of " + std::to_string(o.num_servers) + " servers and " +
+                               std::to_string(o.num_workers) + " workers"
+                         : "rank " + std::to_string(o.rank) + ": cannot create a communicator of " +
+                               std::to_string(o.world_size) + " ranks";
+    std::rethrow_exception(detail::make_backend_error(info.name, st == DT_OK ? DT_ERR_INTERNAL : st,
+                                                      who + ": " + (e && *e ? e : "no reason given")));
   }
   state->handle = h;
   detail::Watchdog::instance().add(state);
-  return std::make_shared<Communicator>(state);
+  return state;
+}
+
+std::shared_ptr<Communicator> Backend::create_communicator(const CommOptions& o) {
+  return std::make_shared<Communicator>(detail::create_comm_state(shared_from_this(), o));
 }
 
 Communicator::Communicator(std::shared_ptr<CommState> state) : state_(std::move(state)) {}
@@ -182,34 +223,10 @@ void Communicator::abort(const std::string& reason) {
 
 namespace {
 
-struct OpDesc {
-  const char* name;
-  uint64_t cap;
-  bool collective;
-};
-
-void check_buffer(const CommState& s, const Buffer& b, const char* role, const char* op) {
-  int t = static_cast<int>(b.dtype);
-  if (t < 0 || t >= kNumDTypes)
-    throw InvalidUsage(std::string(op) + ": " + role + " buffer has an unknown dtype code " + std::to_string(t));
-  if (b.count > 0 && !b.ptr)
-    throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " + std::to_string(b.count));
-  uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
-  if (!s.backend->supports(need))
-    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() + " buffers (" + op +
-                       ")");
-}
-
-dt_buffer_v1_t to_abi(const Buffer& b) {
-  dt_buffer_v1_t r{};
-  r.ptr = b.ptr;
-  r.count = b.count;
-  r.dtype = static_cast<int32_t>(b.dtype);
-  r.device_type = static_cast<int32_t>(b.device.type);
-  r.device_id = b.device.index;
-  r.stream = b.stream;
-  return r;
-}
+using detail::check_buffer;
+using detail::OpDesc;
+using detail::submit;
+using detail::to_abi;
 
 void check_same_type(const Buffer& a, const Buffer& b, const char* op) {
   if (a.dtype != b.dtype)
@@ -227,44 +244,6 @@ void check_p2p(const CommState& s, const Buffer& b, int peer, int tag, const cha
   check_rank(s, peer, "peer", op);
   if (peer == s.rank) throw InvalidUsage(std::string(op) + ": peer " + std::to_string(peer) + " is this rank itself");
   if (tag < 0) throw InvalidUsage(std::string(op) + ": tag must be >= 0");
-}
-
-template <typename Submit>
-std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& d, const Buffer* b, const char* op,
-                             int peer, CallOptions o, Submit&& call) {
-  if (s->poisoned.load())
-    throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
-                       "') is aborted and refuses new work: " + s->reason());
-  if (!s->backend->supports(d.cap))
-    throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name +
-                       " (it supports: " + s->backend->info().caps_string() + ")");
-  auto w = std::make_shared<WorkState>();
-  w->comm = s;
-  w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
-  w->peer = peer;
-  w->op_name = d.name;
-  w->op_detail = op;
-  w->collective = d.collective;
-  if (b) {
-    w->dtype = static_cast<int32_t>(b->dtype);
-    w->count = b->count;
-  }
-  w->submitted = detail::coarse_now();
-  auto timeout = o.timeout.count() > 0 ? o.timeout : s->timeout;
-  w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
-  dt_call_opts_v1_t opts{};
-  opts.struct_size = sizeof(opts);
-  opts.timeout_ms = timeout.count();
-  dt_work_h h = nullptr;
-  dt_status_t st = call(opts, &h);
-  if (st != DT_OK || !h) {
-    const char* e = s->table->comm_last_error(s->handle);
-    std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
-    std::rethrow_exception(detail::make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
-  }
-  w->handle = h;
-  s->track(w);
-  return std::make_shared<Work>(w);
 }
 
 constexpr OpDesc kAllreduce{"allreduce", DT_CAP_ALLREDUCE, true};

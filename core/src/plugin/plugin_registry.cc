@@ -70,9 +70,54 @@ ConfigType parse_key_type(const char* t, const std::string& plugin, const char* 
                      "' (use string, int, float or bool)");
 }
 
+// The parameter-server slots of minor 1. A table that covers them (abi_minor
+// >= 1 and a struct_size reaching ps_stop) is checked slot by slot against
+// its DT_CAP_PS_* bits; a v1.0 table is read only up to its v1.0 fields and
+// must not claim a PS bit.
+void check_ps_slots(const dt_backend_v1_t* t, const std::string& path) {
+  constexpr uint64_t kPs = DT_CAP_PS_DENSE | DT_CAP_PS_SPARSE | DT_CAP_PS_SERVER;
+  uint64_t ps = t->caps & kPs;
+  bool covers = t->abi_minor >= 1 && t->struct_size >= offsetof(dt_backend_v1_t, ps_stop) + sizeof(t->ps_stop);
+  if (!covers) {
+    if (ps)
+      throw InvalidUsage("plugin '" + path + "' claims " + sdk::caps_string(ps) + " but its table (ABI 1." +
+                         std::to_string(t->abi_minor) + ", " + std::to_string(t->struct_size) +
+                         " bytes) has no parameter-server slots; rebuild it against the ABI 1.1 header");
+    return;
+  }
+  if (!ps) return;
+  if (!(ps & DT_CAP_PS_SERVER))
+    throw InvalidUsage("plugin '" + path + "' claims " + sdk::caps_string(ps) +
+                       " without ps-server; a parameter-server backend must also serve (DT_CAP_PS_SERVER)");
+  struct Need {
+    uint64_t cap;
+    const void* fn;
+    const char* name;
+  };
+  const Need needs[] = {
+      {DT_CAP_PS_DENSE | DT_CAP_PS_SPARSE, reinterpret_cast<const void*>(t->ps_table), "ps_table"},
+      {DT_CAP_PS_DENSE, reinterpret_cast<const void*>(t->ps_pull_dense), "ps_pull_dense"},
+      {DT_CAP_PS_DENSE, reinterpret_cast<const void*>(t->ps_push_dense), "ps_push_dense"},
+      {DT_CAP_PS_SPARSE, reinterpret_cast<const void*>(t->ps_pull_sparse), "ps_pull_sparse"},
+      {DT_CAP_PS_SPARSE, reinterpret_cast<const void*>(t->ps_push_sparse), "ps_push_sparse"},
+      {DT_CAP_PS_SPARSE, reinterpret_cast<const void*>(t->ps_shrink), "ps_shrink"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_serve), "ps_serve"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_stop), "ps_stop"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_finish), "ps_finish"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_barrier), "ps_barrier"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_save), "ps_save"},
+      {DT_CAP_PS_SERVER, reinterpret_cast<const void*>(t->ps_load), "ps_load"},
+  };
+  for (auto& n : needs)
+    if ((t->caps & n.cap) && !n.fn)
+      throw InvalidUsage("plugin '" + path + "' claims " + sdk::caps_string(t->caps & n.cap & kPs) +
+                         " but its table has no " + n.name + " function");
+}
+
 // Which function each capability needs, so a table that claims a capability
 // but leaves its function NULL is refused at load instead of crashing later.
 void check_table(const dt_backend_v1_t* t, const std::string& path) {
+  check_ps_slots(t, path);
   struct Need {
     uint64_t cap;
     const void* fn;

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <sstream>
@@ -150,6 +151,7 @@ RoleInfo build(const RawRole& r, Role role, const Namer& n, const std::string& s
   info.worker_endpoints = r.worker_endpoints.value_or(std::vector<std::string>{});
   info.server_endpoints = r.server_endpoints.value_or(std::vector<std::string>{});
   info.current_endpoint = r.current_endpoint.value_or("");
+  info.num_servers = static_cast<int>(info.server_endpoints.size());
 
   if (r.world_size) {
     info.world_size = *r.world_size;
@@ -334,19 +336,44 @@ RoleInfo resolve_paddle(const EnvReader& e) {
   r.worker_endpoints = e.get_list("PADDLE_TRAINER_ENDPOINTS");
   r.server_endpoints = e.get_list("PADDLE_PSERVERS_IP_PORT_LIST");
   r.current_endpoint = e.get("PADDLE_CURRENT_ENDPOINT");
+  auto ip = e.get("POD_IP");
+  auto port = e.get("PADDLE_PORT");
+  bool ps_mode = role == Role::Server || (r.server_endpoints && !r.server_endpoints->empty());
+  if (role == Role::Server && (!r.server_endpoints || r.server_endpoints->empty()))
+    throw InvalidUsage("TRAINING_ROLE=PSERVER needs PADDLE_PSERVERS_IP_PORT_LIST (the servers' ip:port list)");
+  if (ps_mode && !r.world_size && !r.worker_endpoints)
+    throw InvalidUsage("PADDLE_TRAINERS_NUM is required in parameter-server mode (PADDLE_PSERVERS_IP_PORT_LIST=" +
+                       join(*r.server_endpoints, ",") + ")");
   if (role == Role::Worker) {
     r.rank = e.get_int("PADDLE_TRAINER_ID");
-  } else if (!r.current_endpoint) {
-    auto ip = e.get("POD_IP");
-    auto port = e.get("PADDLE_PORT");
-    if (!ip || !port)
-      throw InvalidUsage(
-          "TRAINING_ROLE=PSERVER needs PADDLE_CURRENT_ENDPOINT, or POD_IP and PADDLE_PORT, "
-          "to find this server in PADDLE_PSERVERS_IP_PORT_LIST");
+    if (!r.current_endpoint && ip && port) {
+      r.current_endpoint = *ip + ":" + *port;
+      names["current_endpoint"] = "POD_IP:PADDLE_PORT";
+    }
+  } else if (ip && port) {
+    // Paddle: a server's index is the place of POD_IP:PADDLE_PORT in the list.
     r.current_endpoint = *ip + ":" + *port;
     names["current_endpoint"] = "POD_IP:PADDLE_PORT";
+  } else if (!r.current_endpoint) {
+    throw InvalidUsage(
+        "TRAINING_ROLE=PSERVER needs POD_IP and PADDLE_PORT (or PADDLE_CURRENT_ENDPOINT) "
+        "to find this server in PADDLE_PSERVERS_IP_PORT_LIST");
   }
-  return build(r, role, EnvNamer(names), "paddle env");
+  bool self_hosted = ps_mode && !r.store;
+  if (self_hosted) {
+    // No launcher: server 0 serves the store on its listed endpoint.
+    r.store = r.server_endpoints->front();
+    if (r.job_id.empty()) {
+      uint32_t h = 2166136261u;
+      for (unsigned char c : join(*r.server_endpoints, ",")) h = (h ^ c) * 16777619u;
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%08x", h);
+      r.job_id = std::string("paddle-ps-") + buf;
+    }
+  }
+  RoleInfo info = build(r, role, EnvNamer(names), "paddle env");
+  info.self_hosted_store = self_hosted;
+  return info;
 }
 
 bool has_torchrun_rank(const EnvReader& e) { return e.has("RANK") && e.has("WORLD_SIZE"); }

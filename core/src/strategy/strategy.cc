@@ -1,6 +1,7 @@
 #include "dtrain/strategy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <sstream>
 
 #include "dtrain/error.h"
@@ -26,8 +27,10 @@ void add_strategy_keys(ConfigSchema& s) {
   s.add("strategy.gradient_merge.avg", ConfigType::Bool, "true", "average (not sum) the merged gradients");
   s.add("strategy.localsgd.k_steps", ConfigType::Int, "1", "average parameters every k steps (> 1 enables)");
   s.add("strategy.localsgd.begin_step", ConfigType::Int, "1", "steps of plain synchronous SGD first");
-  s.add("strategy.a_sync", ConfigType::Bool, "false", "parameter-server asynchronous mode (not available yet)");
-  s.add("strategy.a_sync_configs.k_steps", ConfigType::Int, "0", "parameter-server GEO mode (not available yet)");
+  s.add("strategy.a_sync", ConfigType::Bool, "false",
+        "parameter-server mode: false = sync, true = async (or GEO with a_sync_configs.k_steps > 0)");
+  s.add("strategy.a_sync_configs.k_steps", ConfigType::Int, "0",
+        "parameter-server GEO mode: push deltas and pull every k steps (needs a_sync = true)");
 }
 
 size_t StrategyOptions::bucket_bytes() const {
@@ -60,12 +63,21 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   o.localsgd_begin_step = static_cast<int>(k);
   if (o.localsgd() && o.gradient_merge_k_steps > 1)
     bad_value(c, "strategy.localsgd.k_steps", "local SGD and gradient_merge cannot be combined; set one of them to 1");
-  if (c.get_bool("strategy.a_sync", false))
-    bad_value(c, "strategy.a_sync",
-              "parameter-server mode is not available yet; remove it (or set false) for collective training");
-  if (c.get_int("strategy.a_sync_configs.k_steps", 0) != 0)
+  o.a_sync = c.get_bool("strategy.a_sync", false);
+  k = c.get_int("strategy.a_sync_configs.k_steps", 0);
+  if (k < 0) bad_value(c, "strategy.a_sync_configs.k_steps", "must be >= 0, got " + std::to_string(k));
+  if (k > INT32_MAX) bad_value(c, "strategy.a_sync_configs.k_steps", "is too large");
+  if (k > 0 && !o.a_sync)
     bad_value(c, "strategy.a_sync_configs.k_steps",
-              "parameter-server GEO mode is not available yet; remove the key for collective training");
+              "k_steps = " + std::to_string(k) + " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
+  o.ps_mode.mode = !o.a_sync ? ps::Mode::Sync : (k > 0 ? ps::Mode::Geo : ps::Mode::Async);
+  o.ps_mode.geo_k_steps = static_cast<int>(k);
+  if (o.a_sync && o.gradient_merge_k_steps > 1)
+    bad_value(c, "strategy.gradient_merge.k_steps",
+              "gradient_merge is collective training; it cannot be combined with a_sync = true (parameter-server mode)");
+  if (o.a_sync && o.localsgd())
+    bad_value(c, "strategy.localsgd.k_steps",
+              "local SGD is collective training; it cannot be combined with a_sync = true (parameter-server mode)");
   return o;
 }
 
@@ -75,6 +87,11 @@ std::string StrategyOptions::describe() const {
      << " fuse_grad_size_in_MB=" << fuse_grad_size_in_MB
      << " fp16_allreduce=" << (fp16_allreduce ? dtype_name(wire_dtype) : "false")
      << " gradient_merge.k_steps=" << gradient_merge_k_steps << " localsgd.k_steps=" << localsgd_k_steps;
+  if (a_sync) {
+    os << " a_sync=true (ps " << ps::to_string(ps_mode.mode);
+    if (ps_mode.mode == ps::Mode::Geo) os << ", k_steps=" << ps_mode.geo_k_steps;
+    os << ")";
+  }
   return os.str();
 }
 

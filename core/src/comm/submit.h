@@ -1,0 +1,98 @@
+#pragma once
+// How an op reaches the plugin: argument helpers and the one submission path
+// (poison check, capability check, WorkState with its deadline, tracking)
+// shared by Communicator's collectives and the parameter-server client.
+
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "comm/comm_state.h"
+#include "dtrain/work.h"
+#include "plugin/backend_impl.h"
+
+namespace dtrain::detail {
+
+struct OpDesc {
+  const char* name;
+  uint64_t cap;
+  bool collective;
+  bool unbounded = false;  // a negative CallOptions timeout means no deadline (ps_serve)
+};
+
+inline void check_buffer(const CommState& s, const Buffer& b, const char* role, const char* op) {
+  int t = static_cast<int>(b.dtype);
+  if (t < 0 || t >= kNumDTypes)
+    throw InvalidUsage(std::string(op) + ": " + role + " buffer has an unknown dtype code " + std::to_string(t));
+  if (b.count > 0 && !b.ptr)
+    throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " + std::to_string(b.count));
+  uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
+  if (!s.backend->supports(need))
+    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() + " buffers (" + op +
+                       ")");
+}
+
+inline dt_buffer_v1_t to_abi(const Buffer& b) {
+  dt_buffer_v1_t r{};
+  r.ptr = b.ptr;
+  r.count = b.count;
+  r.dtype = static_cast<int32_t>(b.dtype);
+  r.device_type = static_cast<int32_t>(b.device.type);
+  r.device_id = b.device.index;
+  r.stream = b.stream;
+  return r;
+}
+
+// Fills the parts of a work that describe it (op_name, label, dtype...).
+struct NoPrepare {
+  void operator()(WorkState&) const {}
+};
+
+// o.timeout: the op's deadline from now; zero (or negative) uses the
+// communicator's default; negative means none for an unbounded op.
+template <typename Submit, typename Prepare = NoPrepare>
+std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& d, const Buffer* b, const char* op,
+                             int peer, CallOptions o, Submit&& call, Prepare&& prepare = {}) {
+  if (s->poisoned.load())
+    throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
+                       "') is aborted and refuses new work: " + s->reason());
+  if (!s->backend->supports(d.cap))
+    throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name +
+                       " (it supports: " + s->backend->info().caps_string() + ")");
+  auto w = std::make_shared<WorkState>();
+  w->comm = s;
+  w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
+  w->peer = peer;
+  w->op_name = d.name;
+  w->op_detail = op;
+  w->collective = d.collective;
+  if (b) {
+    w->dtype = static_cast<int32_t>(b->dtype);
+    w->count = b->count;
+  }
+  prepare(*w);
+  w->submitted = coarse_now();
+  auto timeout = o.timeout.count() > 0 ? o.timeout : s->timeout;
+  if (o.timeout.count() < 0 && d.unbounded) timeout = o.timeout;
+  dt_call_opts_v1_t opts{};
+  opts.struct_size = sizeof(opts);
+  if (timeout.count() < 0) {
+    w->deadline_ns.store(std::numeric_limits<int64_t>::max());
+    opts.timeout_ms = -1;
+  } else {
+    w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
+    opts.timeout_ms = timeout.count();
+  }
+  dt_work_h h = nullptr;
+  dt_status_t st = call(opts, &h);
+  if (st != DT_OK || !h) {
+    const char* e = s->table->comm_last_error(s->handle);
+    std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
+    std::rethrow_exception(make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
+  }
+  w->handle = h;
+  s->track(w);
+  return std::make_shared<Work>(w);
+}
+
+}  // namespace dtrain::detail

@@ -1,0 +1,104 @@
+// join_ps: a process's membership in a PS job (store, PS communicator, and
+// the workers' side collective communicator).
+#include "common/log.h"
+#include "dtrain/endpoint.h"
+#include "dtrain/error.h"
+#include "dtrain/log.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/store.h"
+#include "dtrain/strategy.h"
+#include "ps/ps_internal.h"
+
+namespace dtrain::ps {
+
+namespace {
+
+std::chrono::milliseconds seconds_key(const Config& c, const std::string& key, double fallback) {
+  double s = c.get_float(key, fallback);
+  if (!(s > 0)) {
+    ConfigLocation loc = c.location_of(key);
+    throw ConfigError(loc.file.empty() ? c.source() : loc.file, loc.line, loc.column, key, "must be positive");
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+}  // namespace
+
+PsJob join_ps(const Config& config, const RoleInfo& role) {
+  PsJob job;
+  job.role = role;
+  std::string backend_name = config.get_string("ps.backend", "ps_grpc");
+  std::string collective = config.get_string("ps.collective", "gloo");
+  auto timeout = seconds_key(config, "ps.timeout_s", 60.0);
+  auto comm_timeout = seconds_key(config, "communicator.timeout_s", 300.0);
+  CheckpointOptions ckpt;
+  ckpt.dir = config.get_string("ps.checkpoint_dir", "");
+  ckpt.save_on_exit = config.get_bool("ps.save_on_exit", false);
+  ckpt.restart_count = role.restart_count;
+  ModeOptions mode = StrategyOptions::from_config(config).ps_mode;
+
+  int num_servers = role.num_servers > 0 ? role.num_servers : static_cast<int>(role.server_endpoints.size());
+  if (num_servers < 1)
+    throw InvalidUsage("join_ps: this " + std::string(to_string(role.role)) + " (" + role.source +
+                       ") knows of no parameter servers; start the job with `dtrain --server_num S --worker_num W`, "
+                       "or set PADDLE_PSERVERS_IP_PORT_LIST");
+  if (role.role == Role::Server && (role.server_index < 0 || role.server_index >= num_servers))
+    throw InvalidUsage("join_ps: server index " + std::to_string(role.server_index) + " is outside the " +
+                       std::to_string(num_servers) + " servers of the job");
+  std::vector<std::string> dirs;
+  if (config.has("plugins.path")) dirs = config.get_string_list("plugins.path");
+  PluginRegistry registry(dirs);
+  job.backend = registry.load(backend_name);
+
+  if (role.store_endpoint.empty())
+    throw InvalidUsage("join_ps: " + role.describe() + " has no store endpoint (DTRAIN_STORE); start the job with "
+                       "`dtrain`, or set Paddle's PS variables (the first server serves the store)");
+  auto [host, port] = parse_host_port(role.store_endpoint);
+  std::string token = role.job_token;
+  if (role.self_hosted_store) {
+    if (token.empty()) token = "dtrain-self-hosted:" + role.job_id;
+    if (role.role == Role::Server && role.server_index == 0) {
+      job.store_server = std::make_shared<TcpStoreServer>(role.nnodes > 1 ? "0.0.0.0" : host, port, token);
+      log_info("serving the job store on " + role.store_endpoint + " (" + role.source + ", server 0)");
+    }
+  }
+  auto root = std::make_shared<TcpStore>(host, port, token, timeout);
+  job.store = std::make_shared<PrefixStore>("run" + std::to_string(role.restart_count), root);
+
+  CommOptions co;
+  co.role = role.role;
+  co.rank = role.role == Role::Server ? role.server_index : role.rank;
+  co.world_size = role.world_size;
+  co.local_rank = role.local_rank;
+  co.local_world_size = role.local_world_size;
+  co.store = job.store;
+  co.config_toml = config.table_as_flat_toml(backend_name);
+  co.timeout = timeout;
+  co.name = "ps";
+  co.job_id = role.job_id;
+  co.num_servers = num_servers;
+  co.num_workers = role.world_size;
+  co.job_token = token;
+  if (role.role == Role::Server) {
+    job.server = start_server(job.backend, co);
+    return job;
+  }
+  job.worker = connect_worker(job.backend, co, mode, ckpt);
+  if (!collective.empty()) {
+    CommOptions cc;
+    cc.role = Role::Worker;
+    cc.rank = role.rank;
+    cc.world_size = role.world_size;
+    cc.local_rank = role.local_rank;
+    cc.local_world_size = role.local_world_size;
+    cc.store = job.store;
+    cc.config_toml = config.table_as_flat_toml(collective);
+    cc.timeout = comm_timeout;
+    cc.name = "ps.collective";
+    cc.job_id = role.job_id;
+    job.collective = registry.load(collective)->create_communicator(cc);
+  }
+  return job;
+}
+
+}  // namespace dtrain::ps
