@@ -8,7 +8,6 @@
 
 #include "ps_internal.h"
 #include "dtrain/buffer.h"
-#include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/ps.h"
 
@@ -16,7 +15,6 @@ namespace dtrain::bench::psb {
 
 namespace {
 
-#if DTRAIN_BENCH_PS_CORE
 CommOptions ps_options(const PsBenchOptions& o, const std::shared_ptr<Store>& store, Role role, int index,
                        const std::string& token) {
   CommOptions c;
@@ -78,8 +76,6 @@ class DtrainImpl : public Impl {
   std::map<size_t, ps::DenseTable> dense_;
 };
 
-#endif
-
 uint64_t key_of(size_t dim, size_t i) {
   uint64_t x = (uint64_t(dim) << 40) + i + 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -104,7 +100,6 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-#if DTRAIN_BENCH_PS_CORE
 std::unique_ptr<Impl> make_dtrain_impl(const PsBenchOptions& o, const std::shared_ptr<Store>& store, int worker,
                                        const std::string& token) {
   auto backend = PluginRegistry().load(o.backend);
@@ -120,14 +115,6 @@ int server_main(const PsBenchOptions& o, const std::shared_ptr<Store>& store, in
   server->serve();
   return 0;
 }
-#else
-std::unique_ptr<Impl> make_dtrain_impl(const PsBenchOptions&, const std::shared_ptr<Store>&, int, const std::string&) {
-  throw NotSupported("this dtrain-bench was built without the core's parameter-server API");
-}
-int server_main(const PsBenchOptions&, const std::shared_ptr<Store>&, int, const std::string&) {
-  throw NotSupported("this dtrain-bench was built without the core's parameter-server API");
-}
-#endif
 
 int worker_main(const PsBenchOptions& o, const std::shared_ptr<Store>& store, int index, const std::string& token) {
   const std::vector<Row> rows = make_rows(o);

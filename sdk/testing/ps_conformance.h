@@ -41,8 +41,9 @@ namespace dtrain::conformance {
 struct PsOptions {
   std::vector<int> servers{1, 2, 3};
   std::vector<int> workers{1, 2, 3};
-  // Only cases whose name contains this substring run ("" = all). Names look
-  // like "sync/S2xW3/sparse/adam", "geo/S1xW2/dense", "save/full/S3->S1/text".
+  // Only cases whose name contains this substring run ("" = all; "^x": names
+  // that start with x). Names look like "sync/S2xW3/sparse/adam",
+  // "geo/S1xW2/dense", "init/S2/unseen_keys", "save/full/S3->S2/text".
   std::string filter;
   bool verbose = false;
   // The backend's own options (flat TOML), as for collectives.

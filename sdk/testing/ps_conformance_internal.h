@@ -87,7 +87,11 @@ std::vector<std::string> run_job(const std::shared_ptr<Backend>& backend, const 
 struct Recorder {
   const PsOptions& o;
   Result& res;
-  bool wanted(const std::string& name) const { return o.filter.empty() || name.find(o.filter) != std::string::npos; }
+  // A filter starting with '^' matches the start of the name only.
+  bool wanted(const std::string& name) const {
+    if (!o.filter.empty() && o.filter[0] == '^') return name.compare(0, o.filter.size() - 1, o.filter, 1) == 0;
+    return o.filter.empty() || name.find(o.filter) != std::string::npos;
+  }
   void record(const std::string& name, const std::string& err);
 };
 

@@ -34,11 +34,12 @@ Keys pool_of(uint64_t seed, size_t n, size_t from = 0) {
   return k;
 }
 
-// Worker u's step n on a sparse table: small gradients for a subset of keys.
-void sparse_step(ps::SparseTable& t, uint64_t seed, int u, int n, const Keys& keys) {
+// Worker u's step n on a sparse table: small gradients for a subset of keys
+// (every key with all).
+void sparse_step(ps::SparseTable& t, uint64_t seed, int u, int n, const Keys& keys, bool all = false) {
   Keys ks;
   for (auto k : keys)
-    if (mix(seed, u, n, k) % 3 != 0) ks.push_back(k);
+    if (all || mix(seed, u, n, k) % 3 != 0) ks.push_back(k);
   if (ks.empty()) ks.push_back(keys[0]);
   Floats g(ks.size() * t.dim());
   for (size_t i = 0; i < g.size(); ++i) g[i] = small_grad(seed, u * 1000 + n, i, 1);
@@ -172,7 +173,7 @@ std::string base_delta_case(const std::shared_ptr<Backend>& b, const Recorder& r
     if (c.w == 0) t.save(base_dir, ps::SaveMode::Base)->wait();
     c.barrier();
     Floats bv = pull(t, all);
-    for (int n = 2; n < 4; ++n) sparse_step(t, 91, c.w, n, changed);
+    for (int n = 2; n < 4; ++n) sparse_step(t, 91, c.w, n, changed, true);
     pull(t, changed);
     c.barrier();
     if (c.w == 0) t.save(delta_dir, ps::SaveMode::Delta)->wait();
