@@ -247,6 +247,7 @@ void add_ps_options(CLI::App* sub, PsBenchOptions& o) {
   sub->add_option("--chunk-bytes", o.chunk_bytes, "largest message of the raw-gRPC reference")->capture_default_str();
   sub->add_option("--only", o.only, "run only these groups: sparse, dense, latency")
       ->check(CLI::IsMember({"sparse", "dense", "latency"}));
+  sub->add_option("--ops", o.ops, "run only pulls or pushes")->capture_default_str()->check(CLI::IsMember({"pull", "push"}));
   sub->add_option("--option,-o", o.options, "backend option key=value (repeatable), e.g. channels=2");
   sub->add_flag("--no-grpc", o.no_grpc, "leave out the raw-gRPC reference");
   sub->add_flag("--no-redis", o.no_redis, "leave out the Redis reference");

@@ -27,6 +27,7 @@ struct PsBenchOptions {
   size_t chunk_bytes = 4 << 20;  // the references' largest message (ps_grpc's default chunk_bytes)
   std::vector<std::string> options;  // the backend's own options, key=value
   std::vector<std::string> only;     // sparse, dense, latency ("" = all)
+  std::vector<std::string> ops{"pull", "push"};
   bool no_grpc = false, no_redis = false;
   bool no_dtrain = false;  // the references alone
   int time_limit_s = 1200;

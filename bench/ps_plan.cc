@@ -50,7 +50,7 @@ std::string human(size_t n, bool bytes) {
 std::vector<Row> make_rows(const PsBenchOptions& o) {
   auto want = [&](const char* what) { return o.only.empty() || std::count(o.only.begin(), o.only.end(), what); };
   if (o.step_factor < 2) throw InvalidUsage("--step-factor must be at least 2");
-  std::vector<Row> rows;
+  std::vector<Row> all, rows;
   if (want("latency")) {
     rows.push_back({Op::SparsePull, true, 8, 1, 0});
     rows.push_back({Op::SparsePush, true, 8, 1, 0});
@@ -76,8 +76,12 @@ std::vector<Row> make_rows(const PsBenchOptions& o) {
       rows.push_back({Op::DensePush, false, 0, 0, b / 4});
     }
   }
-  if (rows.empty()) throw InvalidUsage("--only selects no rows (sparse, dense, latency)");
-  return rows;
+  for (auto& r : rows) {
+    bool pull = r.op == Op::SparsePull || r.op == Op::DensePull;
+    if (std::count(o.ops.begin(), o.ops.end(), pull ? "pull" : "push")) all.push_back(r);
+  }
+  if (all.empty()) throw InvalidUsage("--only and --ops select no rows");
+  return all;
 }
 
 std::string config_toml(const PsBenchOptions& o) { return conformance::options_to_toml(o.options); }
