@@ -404,6 +404,24 @@ std::vector<Case> mode_cases(const Job& job, const PsOptions& o) {
   if (job.mode.mode == ps::Mode::Geo) {
     cases.push_back({tag + "/sparse", geo_sparse_case(31, job.mode.geo_k_steps)});
     cases.push_back({tag + "/dense", geo_dense_case(32, job.mode.geo_k_steps)});
+    // GEO applies the rule on the workers: only SGD is accepted, and the
+    // refusal fails that declaration only.
+    cases.push_back({tag + "/refuses_adam", [](Ctx& c) {
+                       std::string err;
+                       try {
+                         c.worker->sparse_table(
+                             table_config("geo_adam", ps::TableKind::Sparse, 4, ps::Optimizer::Adam, 33));
+                         err = "a GEO job accepted a sparse table with adam";
+                       } catch (const InvalidUsage&) {
+                       } catch (const std::exception& e) {
+                         err = std::string("refused with '") + e.what() + "', not InvalidUsage";
+                       }
+                       auto t = c.worker->sparse_table(table_config("geo_after", ps::TableKind::Sparse, 4,
+                                                                    ps::Optimizer::Sgd, 34));
+                       Keys k = key_pool(34, 4);
+                       pull(t, k);
+                       return err;
+                     }});
     return cases;
   }
   uint64_t seed = 40;
