@@ -57,6 +57,9 @@ constexpr milliseconds kRemoteReportWait{1000};
 // Node 0 keeps the store up this long at most for the others to read the outcome.
 constexpr std::chrono::seconds kStoreLinger{10};
 constexpr milliseconds kPollInterval{100};
+// The job store's root key that tells a parameter-server job's servers to stop
+// (PsServer::serve() watches it); set once every worker has exited 0.
+constexpr const char* kPsStopKey = "ps/stop";
 
 volatile sig_atomic_t g_signal = 0;
 int g_wake[2] = {-1, -1};
@@ -119,6 +122,15 @@ class JobRun {
     for (int attempt = 0;; ++attempt) {
       code = run_attempt(attempt);
       if (code == 0 || g_signal || attempt >= p_.options.max_restarts) break;
+      if (workers_finished_) {
+        std::cout << "dtrain: not restarting: every worker had finished; only the servers' stop failed\n" << std::flush;
+        break;
+      }
+      // The new attempt's servers must not see the last one's stop.
+      try {
+        root_->remove(kPsStopKey);
+      } catch (const std::exception&) {
+      }
       std::cout << fmt::format("dtrain: restarting the job ({} of {} restarts)\n", attempt + 1, p_.options.max_restarts)
                 << std::flush;
       if (!sync_nodes(fmt::format("a{}/ready", attempt + 1))) break;
@@ -159,6 +171,7 @@ class JobRun {
     p_.store_endpoint = format_host_port(m.store_host, static_cast<uint16_t>(m.store_port));
     auto client = std::make_shared<TcpStore>(m.store_host, static_cast<uint16_t>(m.store_port), p_.token,
                                              seconds_ms(o().join_timeout_s));
+    root_ = client;
     store_ = std::make_shared<PrefixStore>("launch", client);
   }
 
@@ -216,6 +229,11 @@ class JobRun {
     std::string prefix;  // store keys of this attempt: "a<n>/"
     int echo = -1;       // the process whose output is echoed to the console
     bool stopping = false, interrupted = false, done_sent = false, success = false;
+    // Parameter-server jobs: every worker of every machine has exited 0, the
+    // stop key is set, and the servers have until stop_deadline to exit;
+    // servers_done_sent once this machine's servers all exited 0.
+    bool workers_done = false, servers_done_sent = false;
+    Clock::time_point stop_deadline;
     Clock::time_point last_check, last_hb;
     std::map<int, std::pair<std::string, Clock::time_point>> peer_hb;  // node -> (value, when it changed)
     int64_t hb_count = 0;
@@ -263,7 +281,7 @@ class JobRun {
       }
       if (proc.succeeded() || reported_.count(static_cast<int>(i))) continue;
       reported_.insert(static_cast<int>(i));
-      Failure f = describe_exit(p_, p_.slots[i], proc, a.number);
+      Failure f = describe_exit(p_, p_.slots[i], proc, a.number, server_endpoint(a, p_.slots[i]));
       only_consequences = only_consequences && f.consequence;
       publish(a, f, !f.consequence);
       a.stopping = true;
@@ -288,9 +306,20 @@ class JobRun {
       a.stopping = true;
       return;
     }
-    if (a.done_sent) {
+    if (a.done_sent && !a.workers_done) {
       std::vector<std::string> keys;
       for (int n = 0; n < nnodes(); ++n) keys.push_back(fmt::format("{}done/{}", a.prefix, n));
+      if (store_->check(keys)) {
+        if (p_.server_eps.empty()) {
+          a.success = true;
+          return;
+        }
+        stop_servers(a);
+      }
+    }
+    if (a.servers_done_sent) {
+      std::vector<std::string> keys;
+      for (int n = 0; n < nnodes(); ++n) keys.push_back(fmt::format("{}sdone/{}", a.prefix, n));
       if (store_->check(keys)) {
         a.success = true;
         return;
@@ -314,11 +343,58 @@ class JobRun {
     }
   }
 
+  // Every worker of the job has exited 0: tell the servers to stop.
+  void stop_servers(Attempt& a) {
+    a.workers_done = workers_finished_ = true;
+    a.stop_deadline = Clock::now() + seconds_ms(o().server_stop_s);
+    root_->set(kPsStopKey, "every worker has finished");
+    const size_t n = p_.server_eps.size();
+    std::cout << fmt::format("dtrain: all workers done; stopping {} server{}\n", n, n == 1 ? "" : "s") << std::flush;
+  }
+
+  // The servers of this machine after the stop key: all exited 0 (tell the
+  // other machines), or the deadline passed (kill and report those left).
+  void watch_server_stop(Attempt& a) {
+    std::vector<size_t> left;
+    for (size_t i = 0; i < procs_.size(); ++i)
+      if (p_.slots[i].role == SlotRole::Server && !procs_[i]->exited()) left.push_back(i);
+    if (left.empty()) {
+      if (!a.servers_done_sent) {
+        store_->set(fmt::format("{}sdone/{}", a.prefix, node()), "1");
+        a.servers_done_sent = true;
+      }
+      return;
+    }
+    if (Clock::now() < a.stop_deadline) return;
+    for (size_t i : left) {
+      procs_[i]->signal(SIGKILL);
+      reported_.insert(static_cast<int>(i));
+      publish(a, describe_stuck_server(p_, p_.slots[i], *procs_[i], a.number, server_endpoint(a, p_.slots[i]),
+                                       o().server_stop_s));
+    }
+    a.stopping = true;
+  }
+
+  // Where a server of this machine serves: the address its PS backend
+  // published in the job store (the key the core's first "ps" communicator of
+  // the attempt gives it: core/src/ps/join_ps.cc, core/src/comm/communicator.cc),
+  // else the endpoint the launcher reserved for it (PADDLE_PORT).
+  std::string server_endpoint(const Attempt& a, const Slot& s) {
+    if (s.role != SlotRole::Server) return "";
+    try {
+      if (auto v = root_->try_get(fmt::format("run{}/dtrain/comm/ps.0/p/ps/server/{}", a.number, s.index)))
+        return text(*v);
+    } catch (const std::exception&) {
+    }
+    return s.endpoint;
+  }
+
   int run_attempt(int attempt) {
     Attempt a;
     a.number = attempt;
     a.prefix = fmt::format("a{}/", attempt);
     a.last_check = a.last_hb = Clock::now() - std::chrono::seconds(1);
+    workers_finished_ = false;
     start_processes(a);
 
     while (!a.stopping && !a.success) {
@@ -364,6 +440,7 @@ class JobRun {
 
       try {
         watch_store(a, workers_left);
+        if (a.workers_done && !a.stopping && !a.success) watch_server_stop(a);
       } catch (const std::exception& e) {
         local_failures_.push_back(machine_failure(
             unix_ms(), fmt::format("lost the job store at {}", p_.store_endpoint),
@@ -464,7 +541,9 @@ class JobRun {
 
   JobPlan p_;
   std::unique_ptr<TcpStoreServer> server_;
-  std::shared_ptr<Store> store_;
+  std::shared_ptr<Store> root_;    // the job store itself (the processes' keys)
+  std::shared_ptr<Store> store_;   // the launchers' keys, under "launch/"
+  bool workers_finished_ = false;  // the last attempt failed after every worker finished
   std::vector<std::unique_ptr<Process>> procs_;
   std::set<int> reported_;
   std::vector<Failure> local_failures_;

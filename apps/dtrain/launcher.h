@@ -34,7 +34,12 @@ struct LaunchOptions {
   // owner can read, else DTRAIN_JOB_TOKEN; insecure_open_job runs without one.
   std::string token_file;
   bool insecure_open_job = false;
-  double grace_s = 5.0;         // SIGTERM -> SIGKILL
+  double grace_s = 5.0;  // SIGTERM -> SIGKILL
+  // Parameter-server jobs: once every worker has exited 0, the launcher sets
+  // the job store's root key "ps/stop" and gives the servers this long to
+  // save (with [ps] save_on_exit) and exit 0; a server still running then is
+  // killed and reported as the job's failure.
+  double server_stop_s = 60.0;
   double join_timeout_s = 300;  // waiting for the other machines
 };
 
@@ -42,6 +47,11 @@ struct LaunchOptions {
 // of every other machine through the job store (served by node 0's dtrain).
 // Returns the process exit code for `dtrain`: 0 when every process of every
 // machine succeeded, else non-zero after printing one root-cause report.
+// A parameter-server job succeeds when every worker exited 0 and then every
+// server exited 0 after the stop key (see server_stop_s); a server that fails
+// or dies before is a root cause like a worker. --max_restarts restarts
+// servers and workers together (DTRAIN_RESTART_COUNT counts the attempts);
+// a failure after every worker finished is not restarted.
 //
 // Blocks; installs handlers for SIGINT, SIGTERM, SIGHUP (forwarded to the job)
 // and SIGCHLD. Must run on the main thread.

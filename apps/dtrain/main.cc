@@ -92,11 +92,15 @@ int main(int argc, char** argv) {
   app.add_flag("--insecure_open_job", lo.insecure_open_job,
                "run a job on several machines without a secret: any host that reaches the store can join it");
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
-  app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)");
+  app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)")
+      ->allow_extra_args(false);  // one value per -o: `-o a=1 JOB.toml` keeps JOB.toml positional
   app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")
       ->capture_default_str();
   app.add_option("--log_level", lo.log_level, "trace, debug, info, warn, error (DTRAIN_LOG_LEVEL of every process)");
   app.add_option("--grace_period", lo.grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")
+      ->capture_default_str();
+  app.add_option("--server_stop_timeout", lo.server_stop_s,
+                 "parameter-server jobs: seconds the servers get to save and exit after every worker finished")
       ->capture_default_str();
   app.add_option("--join_timeout", lo.join_timeout_s, "seconds to wait for the other machines")->capture_default_str();
 

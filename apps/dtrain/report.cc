@@ -36,7 +36,25 @@ std::string indent(const std::string& text, const std::string& prefix) {
 
 }  // namespace
 
-Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int attempt) {
+namespace {
+
+std::string process_text(const JobPlan& plan, const Slot& s, const Process& p, int attempt, const std::string& endpoint,
+                         const std::string& how, int64_t time_ms) {
+  return fmt::format(
+      "root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), {}attempt {}, at {}\n"
+      "  log {} (last lines):\n{}",
+      s.name(), how, s.role_name(), s.index, s.local, plan.machines.node, plan.machines.my_ip,
+      endpoint.empty() ? "" : "endpoint " + endpoint + ", ", attempt, format_time(time_ms), plan.log_file(s),
+      indent(p.log_tail(kLogTailLines), "    | "));
+}
+
+std::string with_endpoint(const Slot& s, const std::string& endpoint) {
+  return endpoint.empty() ? s.name() : fmt::format("{} ({})", s.name(), endpoint);
+}
+
+}  // namespace
+
+Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int attempt, const std::string& endpoint) {
   const int node = plan.machines.node;
   const std::string& ip = plan.machines.my_ip;
   Failure f;
@@ -48,13 +66,23 @@ Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int 
   std::ifstream ef(plan.error_file(s));
   std::string kind;
   f.consequence = std::getline(ef, kind) && kind == "peer";
-  f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", s.name(), how, node, ip, p.pid(),
+  f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", with_endpoint(s, endpoint), how, node, ip, p.pid(),
                           f.consequence ? " after losing a peer" : "");
-  f.text = fmt::format(
-      "root cause: {} {}\n  role {}, rank {}, local rank {}, machine {} ({}), attempt {}, at {}\n"
-      "  log {} (last lines):\n{}",
-      s.name(), how, s.role_name(), s.index, s.local, node, ip, attempt, format_time(f.time_ms), plan.log_file(s),
-      indent(p.log_tail(kLogTailLines), "    | "));
+  f.text = process_text(plan, s, p, attempt, endpoint, how, f.time_ms);
+  return f;
+}
+
+Failure describe_stuck_server(const JobPlan& plan, const Slot& s, const Process& p, int attempt,
+                              const std::string& endpoint, double waited_s) {
+  Failure f;
+  f.time_ms = unix_ms();
+  std::string how = fmt::format(
+      "did not exit within {} s after every worker had finished and the launcher set ps/stop; it was killed "
+      "(SIGKILL). A larger --server_stop_timeout gives a slow save more time",
+      waited_s);
+  f.summary = fmt::format("{} {} (node {}, {}, pid {})", with_endpoint(s, endpoint), "did not exit after ps/stop",
+                          plan.machines.node, plan.machines.my_ip, p.pid());
+  f.text = process_text(plan, s, p, attempt, endpoint, how, f.time_ms);
   return f;
 }
 

@@ -17,8 +17,16 @@ namespace dtrain::launch {
 constexpr std::chrono::milliseconds kSignalTieBreak{50};
 
 // A process of this machine that exited non-zero or was killed: its rank,
-// exit, machine and the last lines of its log.
-Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int attempt);
+// exit, machine and the last lines of its log. endpoint: where a server
+// served ("" for workers).
+Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int attempt,
+                      const std::string& endpoint = "");
+
+// A parameter server still running waited_s after every worker had finished
+// and the launcher had set the stop key: it was killed (a failure, never a
+// consequence).
+Failure describe_stuck_server(const JobPlan& plan, const Slot& s, const Process& p, int attempt,
+                              const std::string& endpoint, double waited_s);
 
 // A failure of a machine or of dtrain itself (a signal, a lost heartbeat, the store).
 Failure machine_failure(int64_t time_ms, const std::string& summary, const std::string& detail);

@@ -1,7 +1,7 @@
 // Misuse of the C++ Fleet API must give a clear error, not a hang.
 //   dtrain-fleet-misuse before_init   distributed_model / distributed_optimizer / worker_index before init()
 //   dtrain-fleet-misuse mismatch      (2 workers) rank 1 builds a different model
-//   dtrain-fleet-misuse ps            init(is_collective = false)
+//   dtrain-fleet-misuse ps            parameter-server calls in a collective job
 // Prints "error: <message>" for each expected error and exits 0 only if every
 // call that must fail did.
 #include <cstdio>
@@ -9,6 +9,7 @@
 #include <string>
 
 #include <dtrain/torch/fleet.h>
+#include <dtrain/torch/ps.h>
 #include <torch/torch.h>
 
 namespace fleet = dtrain::torch;
@@ -48,7 +49,10 @@ int main(int argc, char** argv) {
                                 torch::nn::Linear(hidden, 2));
     ok &= expect_error("distributed_model", [&] { fleet::distributed_model(model); });
   } else if (mode == "ps") {
-    ok &= expect_error("init", [] { fleet::init(/*is_collective=*/false); });
+    fleet::init();
+    ok &= expect_error("ps_worker", [] { fleet::ps_worker(); });
+    ok &= expect_error("run_server", [] { fleet::run_server(); });
+    ok &= expect_error("SparseEmbedding", [] { fleet::SparseEmbedding emb(dtrain::ps::TableConfig{}); });
   } else {
     std::fprintf(stderr, "usage: dtrain-fleet-misuse before_init|mismatch|ps\n");
     return 2;

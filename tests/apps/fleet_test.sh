@@ -83,7 +83,7 @@ misuse)
   expect before_init "distributed_optimizer: error: dtrain::torch::distributed_optimizer called before dtrain::torch::init()"
   expect before_init "worker_index: error: dtrain::torch::worker_index called before dtrain::torch::init()"
   timeout 60 "$misuse" ps > ps.out 2>&1 || { cat ps.out >&2; fail "ps"; }
-  expect ps "parameter-server mode (is_collective = false) is not available"
+  expect ps "needs a parameter-server job, but this one is collective"
   timeout 120 "$dtrain" --nproc_per_node 2 --log_dir log -- "$misuse" mismatch > mismatch.out 2>&1 \
     || { cat mismatch.out log/workerlog.* >&2; fail "mismatch: a worker did not report the error"; }
   cp log/workerlog.1 mismatch1.out

@@ -3,6 +3,10 @@
 // checks every result.
 //
 //   dtrain --nproc_per_node 4 -- dtrain-job-probe --backend gloo --iterations 1000
+//
+// Started as a parameter server (dtrain --server_num), it plays the launcher's
+// side of a server without a PS backend: it waits for the job store's root key
+// ps/stop, then exits with --server-exit-code (or never, --server-ignore-stop).
 #include <unistd.h>
 
 #include <chrono>
@@ -13,7 +17,9 @@
 #include <CLI/CLI.hpp>
 
 #include "dtrain/communicator.h"
+#include "dtrain/endpoint.h"
 #include "dtrain/job.h"
+#include "dtrain/store.h"
 
 using namespace dtrain;
 
@@ -29,9 +35,27 @@ int main(int argc, char** argv) {
   app.add_option("--fail-first-attempt-rank", fail_rank, "this rank exits with --exit-code on attempt 0");
   app.add_option("--exit-code", exit_code);
   app.add_option("--tag", tag, "ignored; lets a test find its processes");
+  int server_exit_code = 0;
+  bool server_ignore_stop = false;
+  app.add_option("--server-exit-code", server_exit_code, "a server's exit code after ps/stop");
+  app.add_flag("--server-ignore-stop", server_ignore_stop, "a server never exits on its own");
   CLI11_PARSE(app, argc, argv);
   try {
     RoleInfo role = resolve_role();
+    if (role.role == Role::Server) {
+      std::printf("probe server %d pid %d restart_count %d\n", role.server_index, getpid(), role.restart_count);
+      std::fflush(stdout);
+      auto [host, port] = parse_host_port(role.store_endpoint);
+      TcpStore store(host, port, role.job_token, std::chrono::seconds(30));
+      for (;;) {
+        if (auto v = store.try_get("ps/stop"); v && !server_ignore_stop) {
+          std::printf("probe server %d: ps/stop = %s; exiting with %d\n", role.server_index,
+                      std::string(v->begin(), v->end()).c_str(), server_exit_code);
+          return server_exit_code;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
     std::printf("probe rank %d/%d pid %d restart_count %d\n", role.rank, role.world_size, getpid(), role.restart_count);
     std::fflush(stdout);
     JobOptions jo;

@@ -26,36 +26,54 @@ detail::FleetState& detail::state(const char* what) {
   return *s;
 }
 
+void detail::install(std::unique_ptr<FleetState> s) {
+  if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
+  slot() = std::move(s);
+}
+
 void init(const InitOptions& o) {
   if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
-  if (!o.is_collective)
-    throw NotSupported(
-        "dtrain::torch::init: the parameter-server mode (is_collective = false) is not available in "
-        "dtrain::torch yet; use is_collective = true (data parallelism)");
-  Config file;
-  const Config* cfg = o.config.get();
+  std::shared_ptr<const Config> cfg = o.config;
   if (!cfg && !o.job_file.empty()) {
-    file = Config::from_file(o.job_file, o.overrides);
+    auto file = std::make_shared<Config>(Config::from_file(o.job_file, o.overrides));
     ConfigSchema schema;
     add_job_keys(schema);
     add_strategy_keys(schema);
+    ps::add_ps_keys(schema);
     // A user's own tables are open: only dtrain's keys are checked.
-    for (const auto& table : file.keys_of(""))
-      if (table != "job" && table != "communicator" && table != "plugins" && table != "role" && table != "strategy")
+    for (const auto& table : file->keys_of(""))
+      if (table != "job" && table != "communicator" && table != "plugins" && table != "role" && table != "strategy" &&
+          table != "ps")
         schema.add_open_table(table);
-    file.validate(schema);
-    cfg = &file;
+    file->validate(schema);
+    cfg = std::move(file);
   } else if (!cfg && !o.overrides.empty()) {
     throw InvalidUsage("dtrain::torch::init: overrides given without a job file");
   }
-  if (!cfg) cfg = &file;
+  if (!cfg) cfg = std::make_shared<Config>();
 
-  RoleInfo role = resolve_role(cfg);
-  if (role.role != Role::Worker)
-    throw NotSupported("dtrain::torch::init: this process's role is '" + std::string(to_string(role.role)) + "' (" +
-                       role.source +
-                       "), but only collective workers are supported; parameter servers are not "
-                       "available in dtrain::torch yet");
+  RoleInfo role = resolve_role(cfg.get());
+  if (o.is_collective && role.role != Role::Worker)
+    throw InvalidUsage("dtrain::torch::init: this process is a parameter server (" + role.source +
+                       "), but init was called with is_collective = true; a program started with servers calls "
+                       "init(false) (Paddle's fleet.init(is_collective=False))");
+  if (!o.is_collective) {
+    auto s = std::make_unique<detail::FleetState>();
+    s->config = cfg;
+    s->strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
+    s->ps = std::make_unique<ps::PsJob>(ps::join_ps(*cfg, role));
+    s->job.role = s->ps->role;
+    s->job.store = s->ps->store;
+    s->job.comm = s->ps->collective;
+    slot() = std::move(s);
+    return;
+  }
+  auto strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
+  if (strategy.a_sync)
+    throw InvalidUsage(
+        "dtrain::torch::init: [strategy] a_sync = true asks for parameter-server training, but init was called for "
+        "a collective job (is_collective = true); remove a_sync, or start servers (dtrain --server_num S "
+        "--worker_num W) and call init(false)");
   JobOptions jo = JobOptions::from_config(*cfg);
   if (!o.backend.empty())
     jo.backend = o.backend;
@@ -65,7 +83,8 @@ void init(const InitOptions& o) {
   if (o.timeout.count() > 0) jo.timeout = o.timeout;
 
   auto s = std::make_unique<detail::FleetState>();
-  s->strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
+  s->config = cfg;
+  s->strategy = strategy;
   s->job = join_job(jo, role);
   slot() = std::move(s);
 }
@@ -96,6 +115,10 @@ std::shared_ptr<Communicator> communicator() { return detail::state("communicato
 
 std::shared_ptr<DataParallel> distributed_model(std::shared_ptr<::torch::nn::Module> model) {
   auto& s = detail::state("distributed_model");
+  if (s.ps)
+    throw InvalidUsage(
+        "dtrain::torch::distributed_model is for collective jobs; in a parameter-server job (init(false)) put the "
+        "model's weights on the servers with ps_optimizer() / DenseParameters and SparseEmbedding");
   if (!model) throw InvalidUsage("dtrain::torch::distributed_model: the model is null");
   for (auto& m : s.models->models)
     if (m->module() == model) throw InvalidUsage("dtrain::torch::distributed_model: this model is already distributed");

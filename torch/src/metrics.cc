@@ -34,6 +34,29 @@ double acc(double correct, double total) {
   return v[1] > 0 ? v[0] / v[1] : 0.0;
 }
 
+double auc_of_buckets(const std::vector<double>& pos, const std::vector<double>& neg) {
+  if (pos.size() != neg.size())
+    throw InvalidUsage("dtrain::torch::metrics::auc: " + std::to_string(pos.size()) + " positive buckets but " +
+                       std::to_string(neg.size()) + " negative ones");
+  double tp = 0, fp = 0, area = 0;
+  for (size_t i = pos.size(); i-- > 0;) {
+    area += neg[i] * (tp + pos[i] / 2.0);
+    tp += pos[i];
+    fp += neg[i];
+  }
+  return tp > 0 && fp > 0 ? area / (tp * fp) : 0.5;
+}
+
+double auc(std::vector<double>& pos, std::vector<double>& neg) {
+  if (pos.size() != neg.size()) return auc_of_buckets(pos, neg);
+  std::vector<double> both(pos);
+  both.insert(both.end(), neg.begin(), neg.end());
+  sum(both);
+  std::copy(both.begin(), both.begin() + static_cast<std::ptrdiff_t>(pos.size()), pos.begin());
+  std::copy(both.begin() + static_cast<std::ptrdiff_t>(pos.size()), both.end(), neg.begin());
+  return auc_of_buckets(pos, neg);
+}
+
 void all_reduce(::torch::Tensor& tensor, ReduceOp op) {
   Communicator* c = comm_for("metrics::all_reduce");
   if (!tensor.device().is_cpu() || !tensor.is_contiguous())

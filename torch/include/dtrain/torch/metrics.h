@@ -19,6 +19,14 @@ double min(double local);
 void sum(std::vector<double>& values);
 // Global accuracy: sum(correct) / sum(total) (0 when total is 0 everywhere).
 double acc(double correct, double total);
+// Bucketed AUC as Paddle's fleet.metrics.auc(stat_pos, stat_neg): bucket i
+// counts the positives (negatives) whose predicted probability p has
+// floor(p * buckets) == i. The buckets are summed across workers (in place),
+// then the area under the ROC curve is computed from them (ties within a
+// bucket count one half). 0.5 when either class is empty.
+double auc(std::vector<double>& pos, std::vector<double>& neg);
+// The local helper: AUC of already-summed buckets.
+double auc_of_buckets(const std::vector<double>& pos, const std::vector<double>& neg);
 // Reduces a CPU tensor (float32, float64, int32 or int64) in place.
 void all_reduce(::torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
 

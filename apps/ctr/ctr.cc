@@ -1,0 +1,339 @@
+#include "ctr/ctr.h"
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/tensorboard.h"
+#include "common/trainer.h"
+#include "ctr/criteo.h"
+#include "ctr/gen.h"
+#include "ctr/model.h"
+#include "dtrain/error.h"
+#include "dtrain/torch/ps.h"
+
+namespace dtrain::apps {
+
+namespace fs = std::filesystem;
+using namespace ctr;
+using Clock = std::chrono::steady_clock;
+
+void add_ctr_keys(ConfigSchema& s) {
+  ps::add_ps_keys(s);
+  s.add("data.format", ConfigType::String, "\"criteo\"", "criteo | slot (PaddleRec)");
+  s.add("data.train_files", ConfigType::StringList, "[]", "training files (default: <dir>/train.txt)");
+  s.add("data.test_files", ConfigType::StringList, "[]", "test files (default: <dir>/test.txt)");
+  s.add("data.generate", ConfigType::Bool, "true", "generate click logs into dir when the files are missing");
+  s.add("data.dir", ConfigType::String, "\"output/ctr/data\"", "where generated logs go");
+  s.add("data.gen_train_lines", ConfigType::Int, "400000", "generated training lines");
+  s.add("data.gen_test_lines", ConfigType::Int, "50000", "generated test lines");
+  s.add("data.gen_seed", ConfigType::Int, "1", "the teacher model's seed");
+  s.add("data.on_error", ConfigType::String, "\"skip\"", "malformed lines: skip (and count) | fail");
+  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training lines (0: all)");
+  s.add("data.limit_test", ConfigType::Int, "0", "use only the first N test lines (0: all)");
+  s.add("data.prefetch", ConfigType::Int, "8", "batches parsed ahead");
+  s.add("model.embedding_dim", ConfigType::Int, "8", "deep embedding width");
+  s.add("model.hidden", ConfigType::IntList, "[64, 32]", "MLP layer sizes");
+}
+
+namespace {
+
+Config load_ctr_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_job_config(path, overrides, add_ctr_keys, "output/ctr");
+}
+
+std::vector<std::string> files_of(const Config& c, const std::string& key, const std::string& fallback) {
+  auto v = c.has(key) ? c.get_string_list(key) : std::vector<std::string>{};
+  if (v.empty()) v.push_back(fallback);
+  return v;
+}
+
+ReaderOptions reader_options(const Config& c, int rank, int world, int64_t batch, int64_t limit) {
+  ReaderOptions o;
+  o.format = parse_format(c.get_string("data.format", "criteo"));
+  const std::string on_error = c.get_string("data.on_error", "skip");
+  if (on_error != "skip" && on_error != "fail") config_error(c, "data.on_error", "must be \"skip\" or \"fail\"");
+  o.on_error = on_error == "skip" ? OnError::Skip : OnError::Fail;
+  o.rank = rank;
+  o.world = world;
+  o.batch_size = batch;
+  o.limit = limit;
+  o.prefetch = static_cast<int>(positive(c, "data.prefetch", 8));
+  return o;
+}
+
+// The model and its tables, on the servers (or the in-process one).
+struct Net {
+  fleet::SparseEmbedding wide{nullptr}, deep{nullptr};
+  WideDeep model{nullptr};
+  std::shared_ptr<fleet::PsOptimizer> opt;
+  int64_t dim = 8;
+
+  explicit Net(const Config& c) {
+    dim = positive(c, "model.embedding_dim", 8);
+    auto wide_cfg = fleet::sparse_table_config("wide");
+    auto deep_cfg = fleet::sparse_table_config("deep");
+    if (wide_cfg.dim != 1) config_error(c, "ps.tables.wide.dim", "the wide table has one value per feature (dim = 1)");
+    if (static_cast<int64_t>(deep_cfg.dim) != dim)
+      config_error(c, "ps.tables.deep.dim", "must equal model.embedding_dim (" + std::to_string(dim) + ")");
+    wide = fleet::SparseEmbedding(wide_cfg);
+    deep = fleet::SparseEmbedding(deep_cfg);
+    model = WideDeep(dim, c.get_int_list("model.hidden"));
+    opt = fleet::ps_optimizer({wide, deep}, model.ptr(), "dense");
+  }
+
+  torch::Tensor logits(const ctr::Batch& b) {
+    const auto n = static_cast<int64_t>(b.size());
+    auto keys = torch::from_blob(const_cast<uint64_t*>(b.keys.data()), {n, kSparse}, torch::kLong);
+    auto dense = torch::from_blob(const_cast<float*>(b.dense.data()), {n, kDense}, torch::kFloat);
+    return model->forward(wide->forward(keys), deep->forward(keys), dense);
+  }
+};
+
+void evaluate_into(Net& net, const std::vector<std::string>& files, const ReaderOptions& ro, EvalStats* stats) {
+  torch::NoGradGuard no_grad;
+  Reader reader(files, ro);
+  ctr::Batch b;
+  while (reader.next(&b)) {
+    if (b.size() == 0) continue;
+    auto p = torch::sigmoid(net.logits(b)).contiguous();
+    stats->add(p.data_ptr<float>(), b.labels.data(), b.size());
+  }
+}
+
+std::string teacher_line(const std::string& dir) {
+  std::ifstream in(dir + "/teacher.toml");
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind("teacher_auc", 0) == 0) out = line;
+  return out;
+}
+
+void ensure_data(const Config& c, const std::vector<std::string>& train, const std::vector<std::string>& test) {
+  bool missing = false;
+  for (const auto& f : train) missing |= !fs::exists(f);
+  for (const auto& f : test) missing |= !fs::exists(f);
+  if (!missing || fleet::worker_index() != 0) return;
+  if (!c.get_bool("data.generate", true)) return;  // the reader names the missing file
+  GenOptions g;
+  g.dir = c.get_string("data.dir", "output/ctr/data");
+  g.train_lines = positive(c, "data.gen_train_lines", 400000);
+  g.test_lines = positive(c, "data.gen_test_lines", 50000);
+  g.seed = static_cast<uint64_t>(c.get_int("data.gen_seed", 1));
+  auto t0 = Clock::now();
+  auto r = generate(g);
+  log_line(fmt::format("ctr: generated {} training and {} test lines in {} ({:.1f} s): teacher auc {:.4f} "
+                       "logloss {:.4f} ctr {:.3f}",
+                       g.train_lines, g.test_lines, g.dir, std::chrono::duration<double>(Clock::now() - t0).count(),
+                       r.teacher_auc, r.teacher_logloss, r.ctr));
+}
+
+void train(const Config& c) {
+  fleet::InitOptions io;
+  io.is_collective = false;
+  io.config = std::make_shared<Config>(c);
+  fleet::init(io);
+  if (fleet::is_server()) {
+    fleet::init_server();
+    log_line(fmt::format("ctr: server {} of {} serving", fleet::server_index(), fleet::server_num()));
+    fleet::run_server();
+    log_line("ctr: server done");
+    return;
+  }
+  const int rank = fleet::worker_index(), world = fleet::worker_num();
+  torch::set_num_threads(static_cast<int>(positive(c, "train.threads", 1)));
+  torch::manual_seed(static_cast<uint64_t>(c.get_int("train.seed", 42)));
+  const std::string dir = c.get_string("data.dir", "output/ctr/data");
+  auto train_files = files_of(c, "data.train_files", dir + "/train.txt");
+  auto test_files = files_of(c, "data.test_files", dir + "/test.txt");
+  ensure_data(c, train_files, test_files);
+  fleet::barrier_worker();
+
+  const int64_t batch = positive(c, "train.batch_size", 512);
+  const int64_t epochs = positive(c, "train.epochs", 1);
+  const int64_t log_every = positive(c, "log.every_steps", 100);
+  const int64_t ckpt_every = c.get_int("checkpoint.every_steps", 0);
+  const int64_t lines = count_lines(train_files, c.get_int("data.limit_train", 0));
+  const int64_t per_worker = lines / world;
+  if (per_worker == 0) throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " +
+                                          std::to_string(world) + " workers");
+  const int64_t steps_per_epoch = (per_worker + batch - 1) / batch;
+  const int64_t total_steps = steps_per_epoch * epochs;
+
+  Net net(c);
+  auto& worker = fleet::ps_worker();
+  int64_t step = 0;
+  if (int64_t restored = worker.restored_step(); restored >= 0) {
+    step = restored;
+    log_line(fmt::format("ctr: worker {} restored step {} from the checkpoint", rank, step));
+  }
+  std::unique_ptr<EventWriter> tb;
+  if (const std::string tbdir = c.get_string("log.tensorboard", ""); !tbdir.empty() && rank == 0)
+    tb = std::make_unique<EventWriter>(tbdir);
+  log_line(fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
+                       "emb {} hidden [{}]",
+                       rank, world, ps::to_string(worker.mode().mode), worker.mode().geo_k_steps, lines,
+                       steps_per_epoch, batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", ")));
+
+  const auto t_start = Clock::now();
+  double t_pull = 0, t_push = 0, t_compute = 0, loss_sum = 0;
+  int64_t loss_n = 0, examples = 0, done_since_start = 0;
+  for (int64_t epoch = step / steps_per_epoch; epoch < epochs; ++epoch) {
+    auto ro = reader_options(c, rank, world, batch, c.get_int("data.limit_train", 0));
+    ro.per_worker = per_worker;
+    Reader reader(train_files, ro);
+    ctr::Batch b;
+    for (int64_t i = 0; reader.next(&b); ++i) {
+      if (epoch * steps_per_epoch + i < step) continue;  // resumed: already trained
+      const auto n = static_cast<int64_t>(b.size());
+      auto t0 = Clock::now();
+      auto keys = torch::from_blob(b.keys.data(), {n, kSparse}, torch::kLong);
+      auto wide_rows = net.wide->forward(keys);
+      auto deep_rows = net.deep->forward(keys);
+      auto t1 = Clock::now();
+      auto dense = torch::from_blob(b.dense.data(), {n, kDense}, torch::kFloat);
+      auto labels = torch::from_blob(b.labels.data(), {n}, torch::kFloat);
+      auto logit = net.model->forward(wide_rows, deep_rows, dense);
+      auto loss = torch::binary_cross_entropy_with_logits(logit, labels);
+      if (n > 0) loss.backward();
+      auto t2 = Clock::now();
+      net.opt->step();
+      net.opt->zero_grad();
+      auto t3 = Clock::now();
+      t_pull += std::chrono::duration<double>(t1 - t0).count();
+      t_compute += std::chrono::duration<double>(t2 - t1).count();
+      t_push += std::chrono::duration<double>(t3 - t2).count();
+      if (n > 0) loss_sum += loss.item<double>() * static_cast<double>(n);
+      loss_n += n;
+      examples += n;
+      ++step;
+      ++done_since_start;
+      if (step % log_every == 0 || step == total_steps) {
+        const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
+        const double eps = static_cast<double>(examples) / el * world;
+        const double eta = el / static_cast<double>(done_since_start) * static_cast<double>(total_steps - step);
+        const double avg = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
+        log_line(fmt::format("ctr: epoch {}/{} step {}/{} loss {:.4f} examples/s {:.0f} (all workers) per step: "
+                             "pull {:.2f} ms compute {:.2f} ms push {:.2f} ms ETA {}",
+                             epoch + 1, epochs, step, total_steps, avg, eps, 1e3 * t_pull / done_since_start,
+                             1e3 * t_compute / done_since_start, 1e3 * t_push / done_since_start, hms(eta)));
+        if (tb) {
+          tb->add_scalar("train/loss", static_cast<float>(avg), step);
+          tb->add_scalar("train/examples_per_s", static_cast<float>(eps), step);
+        }
+        loss_sum = 0;
+        loss_n = 0;
+      }
+      if (ckpt_every > 0 && step % ckpt_every == 0) worker.save_checkpoint(step);
+      if (c.get_int("debug.kill_at_step", 0) == step && rank == 0) {
+        log_line(fmt::format("ctr: debug.kill_at_step {}: exiting", step));
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+    }
+    if (reader.skipped() > 0)
+      log_line(fmt::format("ctr: worker {} skipped {} malformed lines (first: {})", rank, reader.skipped(),
+                           reader.first_error()));
+  }
+  const double train_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+
+  EvalStats stats;
+  auto ro = reader_options(c, rank, world, 4096, c.get_int("data.limit_test", 0));
+  evaluate_into(net, test_files, ro, &stats);
+  const double auc = fleet::metrics::auc(stats.pos, stats.neg);
+  std::vector<double> ll{stats.loss_sum, stats.count};
+  fleet::metrics::sum(ll);
+  const double logloss = ll[1] > 0 ? ll[0] / ll[1] : 0.0;
+  log_line(fmt::format("ctr: test auc {:.4f} logloss {:.4f} over {:.0f} examples ({}); trained {:.1f} s, "
+                       "{:.0f} examples/s",
+                       auc, logloss, ll[1], teacher_line(dir), train_s,
+                       static_cast<double>(examples) * world / std::max(train_s, 1e-9)));
+  if (tb) {
+    tb->add_scalar("test/auc", static_cast<float>(auc), step);
+    tb->add_scalar("test/logloss", static_cast<float>(logloss), step);
+    tb->flush();
+  }
+  fleet::stop_worker();
+}
+
+int predict(const Config& c, const std::string& model_dir, const std::string& input, const std::string& output) {
+  fleet::init_standalone(std::make_shared<Config>(c));
+  Net net(c);
+  std::string dir = model_dir;
+  if (fs::exists(dir + "/LATEST")) {
+    std::ifstream in(dir + "/LATEST");
+    std::string name;
+    std::getline(in, name);
+    dir += "/" + name;
+  }
+  net.wide->table().load(dir)->wait();
+  net.deep->table().load(dir)->wait();
+  net.opt->dense()->load(dir);
+  auto ro = reader_options(c, 0, 1, 4096, 0);
+  torch::NoGradGuard no_grad;
+  Reader reader({input}, ro);
+  std::ofstream out(output.empty() ? "/dev/stdout" : output);
+  if (!out) throw InvalidUsage("cannot write '" + output + "'");
+  EvalStats stats;
+  ctr::Batch b;
+  while (reader.next(&b)) {
+    if (b.size() == 0) continue;
+    auto p = torch::sigmoid(net.logits(b)).contiguous();
+    const float* pp = p.data_ptr<float>();
+    for (size_t i = 0; i < b.size(); ++i) out << fmt::format("{:.6f}\n", pp[i]);
+    stats.add(pp, b.labels.data(), b.size());
+  }
+  std::fprintf(stderr, "dtrain-ctr predict: %.0f lines from %s scored with %s: auc %.4f logloss %.4f\n", stats.count,
+               input.c_str(), dir.c_str(), fleet::metrics::auc_of_buckets(stats.pos, stats.neg),
+               stats.count > 0 ? stats.loss_sum / stats.count : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int ctr_main(int argc, char** argv) {
+  CLI::App cli{"dtrain-ctr: wide & deep click-through-rate training on the parameter server"};
+  cli.require_subcommand(0, 1);
+  std::string job_file, model_dir, input, output;
+  std::vector<std::string> overrides;
+  cli.add_option("job", job_file, "job file (TOML), e.g. apps/ctr.toml");
+  cli.add_option("-o,--override", overrides, "override a key: -o train.epochs=2 (repeatable)");
+  GenOptions g;
+  auto* gen = cli.add_subcommand("gen", "write Criteo-format click logs from a teacher model");
+  gen->add_option("--dir", g.dir, "output folder")->required();
+  gen->add_option("--train_lines", g.train_lines, "training lines");
+  gen->add_option("--test_lines", g.test_lines, "test lines");
+  gen->add_option("--seed", g.seed, "teacher seed");
+  gen->add_option("--bad_lines", g.bad_lines, "malformed lines to put into train.txt (for tests)");
+  auto* pred = cli.add_subcommand("predict", "score a Criteo-format file with saved tables, one process");
+  pred->add_option("job", job_file, "the job file the model was trained with")->required();
+  pred->add_option("-o,--override", overrides, "override a key (repeatable)");
+  pred->add_option("--model", model_dir, "a checkpoint folder ([ps] checkpoint_dir or one step-N in it)")->required();
+  pred->add_option("--input", input, "Criteo-format file")->required();
+  pred->add_option("--output", output, "one probability per line (default: stdout)");
+  CLI11_PARSE(cli, argc, argv);
+  try {
+    if (*gen) {
+      auto r = generate(g);
+      std::printf("teacher auc %.4f logloss %.4f ctr %.3f (%s/teacher.toml)\n", r.teacher_auc, r.teacher_logloss,
+                  r.ctr, g.dir.c_str());
+      return 0;
+    }
+    if (job_file.empty()) throw InvalidUsage("no job file given (dtrain-ctr JOB.toml)");
+    Config cfg = load_ctr_config(job_file, overrides);
+    if (*pred) return predict(cfg, model_dir, input, output);
+    train(cfg);
+    return 0;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-ctr: error: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-ctr: error: %s\n", e.what());
+  }
+  return 1;
+}
+
+}  // namespace dtrain::apps

@@ -1,0 +1,27 @@
+#pragma once
+
+#include "dtrain/config.h"
+
+namespace dtrain::apps {
+
+// The CTR app's own job-file keys (besides [job], [strategy], [ps],
+// [ps.tables.*] and the trainer's [train], [eval], [checkpoint], [log]):
+//
+//   [data]   format = "criteo" | "slot"; train_files, test_files (lists);
+//            generate (write click logs from a teacher model into dir when
+//            train_files are missing), dir, gen_train_lines, gen_test_lines,
+//            gen_seed; on_error = "skip" | "fail" (malformed lines);
+//            limit_train, limit_test (0: all); prefetch
+//   [model]  embedding_dim, hidden (MLP sizes)
+//
+// Tables: [ps.tables.wide] (sparse, dim 1), [ps.tables.deep] (sparse, dim =
+// model.embedding_dim), [ps.tables.dense] (the MLP and the wide part's dense
+// weights, one dense table per parameter).
+void add_ctr_keys(ConfigSchema& schema);
+
+// `dtrain-ctr JOB.toml [-o k=v]...` (train: a server or a worker, as the
+// role says), `dtrain-ctr gen --dir D ...`, `dtrain-ctr predict JOB.toml
+// --model DIR --input FILE --output FILE`. Returns the exit code.
+int ctr_main(int argc, char** argv);
+
+}  // namespace dtrain::apps

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ctr/criteo.h"
+
+namespace dtrain::apps::ctr {
+
+// Wide & deep as in Paddle's Fleet CTR example, without its embeddings (they
+// are SparseEmbedding modules on the servers, looked up by the caller):
+//   wide: sum over slots of the slot value's 1-dim weight + a linear map of
+//         the dense features;
+//   deep: the slots' embeddings concatenated with the dense features, then
+//         an MLP (ReLU) to one logit.
+// forward returns the logit (sigmoid(logit) is the click probability).
+class WideDeepImpl : public ::torch::nn::Module {
+ public:
+  WideDeepImpl(int64_t embedding_dim, const std::vector<int64_t>& hidden);
+  // wide_rows [B, 26, 1], deep_rows [B, 26, dim], dense [B, 13]
+  ::torch::Tensor forward(const ::torch::Tensor& wide_rows, const ::torch::Tensor& deep_rows,
+                          const ::torch::Tensor& dense);
+
+ private:
+  ::torch::nn::Linear wide_dense_{nullptr};
+  ::torch::nn::Sequential mlp_{nullptr};
+};
+
+class WideDeep : public ::torch::nn::ModuleHolder<WideDeepImpl> {
+ public:
+  using ::torch::nn::ModuleHolder<WideDeepImpl>::ModuleHolder;
+};
+
+// Evaluation counters of one pass: log loss sums and AUC buckets.
+struct EvalStats {
+  explicit EvalStats(size_t buckets = 1 << 14) : pos(buckets, 0.0), neg(buckets, 0.0) {}
+  std::vector<double> pos, neg;
+  double loss_sum = 0, count = 0;
+  void add(const float* probs, const float* labels, size_t n);
+};
+
+}  // namespace dtrain::apps::ctr

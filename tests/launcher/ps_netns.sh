@@ -1,0 +1,51 @@
+# dtrain-ps-linear on two "machines" (network namespaces): the server on
+# machine B, one worker on each. The job trains and ends with exit 0 on both;
+# then a SIGKILLed server stops the job on both machines, each report naming
+# the server and the endpoint it served on.
+source "$(dirname "$0")/ps_lib.sh"
+NA=dsa$$ NB=dsb$$
+new_ns $NA
+new_ns $NB
+sub=$((RANDOM % 200 + 20))
+A=10.$sub.9.1 B=10.$sub.9.2
+link_ns $NA $A $NB $B s$$
+make_secret secret
+port=$((20000 + RANDOM % 20000))
+run() {  # run NS LOGDIR ARGS...
+  local ns=$1 dir=$2
+  shift 2
+  ip netns exec "$ns" timeout 120 "$BIN/dtrain" --ips $A,$B --start_port $port --servers $B:$((port + 10)) \
+    --workers $A:$((port + 11)),$B:$((port + 12)) --log_dir "$dir" --token_file secret --job_id "$TAG" "$@" "$JOB"
+}
+
+run $NA logA >outA.txt 2>errA.txt &
+pa=$!
+run $NB logB >outB.txt 2>errB.txt &
+pb=$!
+wait $pa || fail "machine A's dtrain failed"
+wait $pb || fail "machine B's dtrain failed"
+for f in outA.txt outB.txt; do grep -q "all workers done; stopping 1 server" $f || fail "$f: no stop line"; done
+expect_loss_fell logA/workerlog.0
+expect_loss_fell logB/workerlog.1
+grep -q "served; exiting" logB/serverlog.0 || fail "the server did not return from serve()"
+
+port=$((port + 20))
+run $NA logA2 --log_level info -o ps.timeout_s=10 -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 \
+  >outA2.txt 2>errA2.txt &
+pa=$!
+run $NB logB2 --log_level info -o ps.timeout_s=10 -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 \
+  >outB2.txt 2>errB2.txt &
+pb=$!
+wait_for logA2/workerlog.0 "step 20/"
+victim=$(pid_in logB2/serverlog.0)
+ep=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' logB2/serverlog.0 | head -1)
+case "$ep" in $B:*) ;; *) fail "the server listens on '$ep', not on machine B's address $B" ;; esac
+kill -9 "$victim"
+wait $pa && fail "machine A's dtrain exited 0 after the server was killed"
+wait $pb && fail "machine B's dtrain exited 0 after the server was killed"
+for f in errA2.txt errB2.txt; do
+  grep -q "root cause: server 0 was killed by SIGKILL" $f || fail "$f does not name the server"
+  grep -q "endpoint $ep," $f || fail "$f does not name the server's endpoint $ep"
+done
+expect_no_leftovers
+echo "PASS"

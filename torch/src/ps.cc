@@ -1,0 +1,296 @@
+#include "dtrain/torch/ps.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+
+#include "dtrain/error.h"
+#include "dtrain/plugin_registry.h"
+#include "dtrain/store.h"
+#include "dtrain/work.h"
+#include "fleet_state.h"
+
+namespace dtrain::torch {
+
+namespace {
+
+ps::PsJob& ps_job(const char* what) {
+  auto& s = detail::state(what);
+  if (!s.ps)
+    throw InvalidUsage(std::string("dtrain::torch::") + what +
+                       " needs a parameter-server job, but this one is collective: call init(false) (Paddle's "
+                       "fleet.init(is_collective=False)) in a job with servers");
+  return *s.ps;
+}
+
+ps::PsWorker& worker(const char* what) {
+  auto& j = ps_job(what);
+  if (!j.worker)
+    throw InvalidUsage(std::string("dtrain::torch::") + what + " is a worker call, but this process is server " +
+                       std::to_string(j.role.server_index));
+  return *j.worker;
+}
+
+std::vector<uint64_t> to_keys(const ::torch::Tensor& ids) {
+  if (ids.is_floating_point() || ids.is_complex())
+    throw InvalidUsage("dtrain::torch::SparseEmbedding: ids must be an integer tensor, got " +
+                       std::string(::torch::toString(ids.scalar_type())));
+  auto c = ids.to(::torch::kLong).contiguous().cpu();
+  std::vector<uint64_t> keys(static_cast<size_t>(c.numel()));
+  if (!keys.empty()) std::memcpy(keys.data(), c.data_ptr<int64_t>(), keys.size() * sizeof(uint64_t));
+  return keys;
+}
+
+Buffer float_buffer(const ::torch::Tensor& t) { return Buffer::of(t.data_ptr<float>(), static_cast<size_t>(t.numel())); }
+
+std::string table_name(const std::string& prefix, const std::string& param) {
+  std::string out = prefix + "." + param;
+  for (char& ch : out)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
+  return out;
+}
+
+void wait_all(std::vector<std::shared_ptr<Work>>& works) {
+  for (auto& w : works) w->wait();
+  works.clear();
+}
+
+}  // namespace
+
+void init_standalone(std::shared_ptr<const Config> config) {
+  if (!config) throw InvalidUsage("dtrain::torch::init_standalone: no config");
+  auto s = std::make_unique<detail::FleetState>();
+  s->config = config;
+  s->strategy = StrategyOptions::from_config(*config);
+  std::vector<std::string> dirs;
+  if (config->has("plugins.path")) dirs = config->get_string_list("plugins.path");
+  auto backend = PluginRegistry(dirs).load(config->get_string("ps.backend", "ps_grpc"));
+  CommOptions co;
+  co.store = std::make_shared<MemoryStore>();
+  co.num_servers = 1;
+  co.num_workers = 1;
+  co.name = "standalone";
+  co.role = Role::Server;
+  s->local_server = ps::start_server(backend, co);
+  co.role = Role::Worker;
+  auto job = std::make_unique<ps::PsJob>();
+  job->backend = backend;
+  job->store = co.store;
+  job->worker = ps::connect_worker(backend, co, ps::ModeOptions{ps::Mode::Async, 0});
+  s->job.role = job->role;
+  s->job.store = job->store;
+  s->ps = std::move(job);
+  detail::install(std::move(s));
+}
+
+bool is_server() {
+  auto& s = detail::state("is_server");
+  return s.ps && s.ps->server;
+}
+bool is_worker() { return !is_server(); }
+int server_index() { return ps_job("server_index").role.server_index; }
+int server_num() {
+  auto& j = ps_job("server_num");
+  return j.worker ? j.worker->num_servers() : static_cast<int>(j.role.server_endpoints.size());
+}
+
+void init_server() {
+  auto& j = ps_job("init_server");
+  if (!j.server) throw InvalidUsage("dtrain::torch::init_server called on worker " + std::to_string(j.role.rank));
+}
+
+void run_server() {
+  auto& j = ps_job("run_server");
+  if (!j.server) throw InvalidUsage("dtrain::torch::run_server called on worker " + std::to_string(j.role.rank));
+  j.server->serve();
+}
+
+void init_worker() { worker("init_worker"); }
+void stop_worker() { worker("stop_worker").finish(); }
+
+ps::PsWorker& ps_worker() { return worker("ps_worker"); }
+const ps::ModeOptions& ps_mode() { return worker("ps_mode").mode(); }
+
+ps::TableConfig sparse_table_config(const std::string& name) {
+  auto& s = detail::state("sparse_table_config");
+  ps_job("sparse_table_config");
+  return ps::TableConfig::from_config(*s.config, name);
+}
+
+SparseEmbeddingImpl::SparseEmbeddingImpl(const ps::TableConfig& config) {
+  auto& w = worker("SparseEmbedding");
+  table_ = w.sparse_table(config);
+  dim_ = static_cast<int64_t>(config.dim);
+  if (w.mode().mode == ps::Mode::Geo)
+    geo_ = std::make_unique<ps::GeoSparseTable>(table_, w.num_workers(), w.mode().geo_k_steps);
+}
+
+::torch::Tensor SparseEmbeddingImpl::forward(const ::torch::Tensor& ids, const ::torch::Tensor& show_click) {
+  auto keys = to_keys(ids);
+  const auto n = static_cast<int64_t>(keys.size());
+  auto rows = ::torch::empty({n, dim_}, ::torch::kFloat);
+  if (geo_)
+    geo_->lookup(keys.data(), keys.size(), rows.data_ptr<float>());
+  else
+    table_.pull(keys.data(), keys.size(), float_buffer(rows))->wait();
+  auto shape = ids.sizes().vec();
+  shape.push_back(dim_);
+  if (!::torch::GradMode::is_enabled()) return rows.view(shape);
+  rows.requires_grad_(true);
+  ::torch::Tensor sc;
+  if (show_click.defined()) {
+    sc = show_click.to(::torch::kFloat).contiguous().cpu();
+    if (sc.numel() != 2 * n)
+      throw InvalidUsage("dtrain::torch::SparseEmbedding '" + table_.name() + "': show_click has " +
+                         std::to_string(sc.numel()) + " values for " + std::to_string(n) + " ids (needs 2 per id)");
+  }
+  lookups_.push_back({std::move(keys), rows, sc});
+  return rows.view(shape);
+}
+
+void SparseEmbeddingImpl::push_gradients() {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads, show_click;
+  bool any_show_click = false;
+  for (auto& l : lookups_) any_show_click |= l.show_click.defined();
+  for (auto& l : lookups_) {
+    const size_t n = l.keys.size();
+    keys.insert(keys.end(), l.keys.begin(), l.keys.end());
+    const size_t at = grads.size();
+    grads.resize(at + n * dim_, 0.0f);
+    if (l.rows.grad().defined()) {
+      auto g = l.rows.grad().contiguous();
+      std::memcpy(grads.data() + at, g.data_ptr<float>(), n * dim_ * sizeof(float));
+    }
+    if (any_show_click) {
+      if (l.show_click.defined()) {
+        const float* p = l.show_click.data_ptr<float>();
+        show_click.insert(show_click.end(), p, p + 2 * n);
+      } else {
+        for (size_t i = 0; i < n; ++i) show_click.insert(show_click.end(), {1.0f, 0.0f});
+      }
+    }
+  }
+  lookups_.clear();
+  if (geo_) {
+    geo_->apply(keys.data(), keys.size(), grads.data());
+    geo_->step();
+    return;
+  }
+  // One push per step even when empty: in sync mode a worker's n-th push is its step n.
+  table_.push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
+              any_show_click ? show_click.data() : nullptr)
+      ->wait();
+}
+
+void SparseEmbeddingImpl::clear() { lookups_.clear(); }
+
+DenseParameters::DenseParameters(std::shared_ptr<::torch::nn::Module> model, const ps::TableConfig& config,
+                                 const std::string& prefix)
+    : model_(std::move(model)), lr_(config.learning_rate) {
+  auto& w = worker("DenseParameters");
+  for (auto& item : model_->named_parameters()) {
+    auto& t = item.value();
+    if (t.scalar_type() != ::torch::kFloat || !t.device().is_cpu() || !t.is_contiguous())
+      throw InvalidUsage("dtrain::torch::DenseParameters: parameter '" + item.key() +
+                         "' must be a contiguous float32 CPU tensor");
+    ps::TableConfig c = config;
+    c.kind = ps::TableKind::Dense;
+    c.name = table_name(prefix, item.key());
+    c.dim = static_cast<uint64_t>(t.numel());
+    if (t.dim() >= 2) {
+      const double bound = 1.0 / std::sqrt(static_cast<double>(t.numel() / t.size(0)));
+      c.initializer = ps::Initializer::Uniform;
+      c.init_a = -bound;
+      c.init_b = bound;
+    } else {
+      c.initializer = ps::Initializer::Constant;
+      c.init_a = t.numel() ? t.mean().item<double>() : 0.0;
+      c.init_b = 0.0;
+    }
+    Param p{t, w.dense_table(c), nullptr};
+    if (w.mode().mode == ps::Mode::Geo)
+      p.geo = std::make_unique<ps::GeoDenseTable>(p.table, w.num_workers(), w.mode().geo_k_steps);
+    count_ += c.dim;
+    params_.push_back(std::move(p));
+  }
+  pull();
+}
+
+void DenseParameters::pull() {
+  ::torch::NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& p : params_) {
+    if (p.geo) {
+      std::memcpy(p.tensor.data_ptr<float>(), p.geo->values(), p.tensor.numel() * sizeof(float));
+      continue;
+    }
+    works.push_back(p.table.pull(float_buffer(p.tensor)));
+  }
+  wait_all(works);
+}
+
+void DenseParameters::load(const std::string& dir) {
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& p : params_) works.push_back(p.table.load(dir));
+  wait_all(works);
+  pull();
+}
+
+void DenseParameters::step() {
+  ::torch::NoGradGuard no_grad;
+  std::vector<::torch::Tensor> grads;
+  for (auto& p : params_) {
+    auto g = p.tensor.grad();
+    grads.push_back(g.defined() ? g.contiguous() : ::torch::zeros_like(p.tensor));
+  }
+  std::vector<std::shared_ptr<Work>> works;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (p.geo) {
+      float* v = p.geo->values();
+      const float* g = grads[i].data_ptr<float>();
+      const float lr = static_cast<float>(lr_);
+      for (int64_t k = 0; k < p.tensor.numel(); ++k) v[k] -= lr * g[k];
+      p.geo->step();
+      continue;
+    }
+    works.push_back(p.table.push(float_buffer(grads[i])));
+  }
+  wait_all(works);
+  pull();
+}
+
+PsOptimizer::PsOptimizer(std::vector<SparseEmbedding> embeddings, std::shared_ptr<::torch::nn::Module> model,
+                         std::shared_ptr<DenseParameters> dense)
+    : embeddings_(std::move(embeddings)), model_(std::move(model)), dense_(std::move(dense)) {}
+
+void PsOptimizer::step() {
+  for (auto& e : embeddings_) e->push_gradients();
+  if (dense_) dense_->step();
+  ++steps_;
+}
+
+void PsOptimizer::zero_grad() {
+  if (model_) model_->zero_grad();
+}
+
+std::shared_ptr<PsOptimizer> ps_optimizer(std::vector<SparseEmbedding> embeddings,
+                                          std::shared_ptr<::torch::nn::Module> model, const std::string& dense_table) {
+  auto& s = detail::state("ps_optimizer");
+  worker("ps_optimizer");
+  ps::TableConfig c;
+  const std::string key = "ps.tables." + dense_table;
+  if (s.config->has(key)) {
+    // The template's dim is each parameter's size: it need not be given.
+    Config cfg = *s.config;
+    if (!cfg.has(key + ".dim")) cfg.set_literal(key + ".dim", "1");
+    c = ps::TableConfig::from_config(cfg, dense_table);
+  }
+  c.kind = ps::TableKind::Dense;
+  std::shared_ptr<DenseParameters> dense;
+  if (model) dense = std::make_shared<DenseParameters>(model, c, dense_table);
+  return std::make_shared<PsOptimizer>(std::move(embeddings), std::move(model), std::move(dense));
+}
+
+}  // namespace dtrain::torch
