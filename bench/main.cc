@@ -3,6 +3,7 @@
 //
 //   dtrain-bench collectives --backend gloo --world-size 2
 //   dtrain-bench training apps/cls.toml     (execs dtrain-bench-training, built with libtorch)
+//   dtrain-bench ps                         (the PS backend against raw gRPC and Redis; built with gRPC + hiredis)
 
 #include <unistd.h>
 
@@ -16,6 +17,9 @@
 
 #include "collectives.h"
 #include "process.h"
+#if DTRAIN_BENCH_HAVE_PS
+#include "ps.h"
+#endif
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "training") {
@@ -34,7 +38,17 @@ int main(int argc, char** argv) {
                                "time a collective over a range of sizes (nccl-tests style), with raw Gloo and "
                                "Open MPI as references");
   dtrain::bench::add_collectives_options(c, coll);
+#if DTRAIN_BENCH_HAVE_PS
+  dtrain::bench::PsBenchOptions psopt;
+  auto* ps = app.add_subcommand("ps",
+                                "time a parameter-server backend's sparse and dense pulls and pushes, with a raw "
+                                "gRPC echo server and Redis as references");
+  dtrain::bench::add_ps_options(ps, psopt);
+#endif
   CLI11_PARSE(app, argc, argv);
   if (c->parsed()) return dtrain::bench::run_collectives(coll, args);
+#if DTRAIN_BENCH_HAVE_PS
+  if (ps->parsed()) return dtrain::bench::run_ps_bench(psopt, args);
+#endif
   return 2;
 }

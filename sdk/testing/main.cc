@@ -4,6 +4,8 @@
 //   dtrain --nproc_per_node 4 -- dtrain-conformance --backend gloo
 //                                                        ranks as processes (rank, world
 //                                                        size and store from the environment)
+//   dtrain-conformance --backend ps_grpc --ps            the parameter-server suite: 1-3 servers
+//                                                        x 1-3 workers as threads (ps_conformance.h)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +14,7 @@
 
 #include "conformance.h"
 #include "options.h"
+#include "ps_conformance.h"
 #include "threads.h"
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
@@ -39,6 +42,14 @@ int main(int argc, char** argv) {
   app.add_option("--filter", o.filter, "run only cases whose name contains this");
   app.add_option("--timeout-s", timeout_s, "deadline of each op in seconds")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print every passing case");
+  bool ps_suite = false;
+  conformance::PsOptions po;
+  app.add_flag("--ps", ps_suite,
+               "run the parameter-server suite instead: servers and workers as threads of this process over an "
+               "in-memory store, every table kind x optimizer rule x mode, save and load");
+  app.add_option("--servers", po.servers, "--ps: server counts to run")->capture_default_str();
+  app.add_option("--workers", po.workers, "--ps: worker counts to run")->capture_default_str();
+  app.add_option("--scratch-dir", po.scratch_dir, "--ps: where the save/load cases write (default: the temp folder)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -51,6 +62,19 @@ int main(int argc, char** argv) {
 
     std::vector<conformance::Result> results;
     auto t0 = std::chrono::steady_clock::now();
+    if (ps_suite) {
+      po.filter = o.filter;
+      po.verbose = o.verbose;
+      po.config_toml = base.config_toml;
+      po.timeout = base.timeout;
+      auto r = conformance::run_ps(be, po);
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      for (auto& f : r.failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
+      std::printf("parameter-server conformance of backend '%s' %s (servers and workers as threads), %.1f s\n",
+                  be->name().c_str(), be->info().version.c_str(), secs);
+      std::printf("%d passed, %d failed\n", r.passed, r.failed);
+      return r.failed == 0 && r.passed > 0 ? 0 : 1;
+    }
     if (world > 0) {
       base.store = std::make_shared<MemoryStore>();
       results.resize(world);
