@@ -60,11 +60,11 @@ struct GeoSparseTable::Impl {
     if (touched.empty()) return;
     size_t n = touched.size();
     std::vector<float> deltas(n * dim);
-    float inv = 1.0f / static_cast<float>(num_workers);
+    const float workers = static_cast<float>(num_workers);
     for (size_t i = 0; i < n; ++i) {
       Row& r = rows[touched[i]];
       for (uint64_t j = 0; j < dim; ++j) {
-        float d = (r.latest[j] - r.old[j]) * inv;
+        float d = (r.latest[j] - r.old[j]) / workers;
         deltas[i * dim + j] = d;
         r.old[j] += d;
       }
@@ -131,9 +131,9 @@ struct GeoDenseTable::Impl {
 
   void sync() {
     std::vector<float> delta(latest.size());
-    float inv = 1.0f / static_cast<float>(num_workers);
+    const float workers = static_cast<float>(num_workers);
     for (size_t j = 0; j < latest.size(); ++j) {
-      delta[j] = (latest[j] - old[j]) * inv;
+      delta[j] = (latest[j] - old[j]) / workers;
       old[j] += delta[j];
     }
     table.push(Buffer(delta.data(), delta.size(), DType::F32))->wait();
