@@ -20,7 +20,7 @@ const char* op_name(Op op) {
 }
 
 std::string Row::label() const {
-  if (sparse()) return fmt::format("{} {} keys x dim {}", op_name(op), human(keys, false), dim);
+  if (sparse()) return fmt::format("{} {} key{} x dim {}", op_name(op), human(keys, false), keys == 1 ? "" : "s", dim);
   return fmt::format("{} {}", op_name(op), human(count * 4, true));
 }
 
