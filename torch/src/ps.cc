@@ -204,8 +204,13 @@ DenseParameters::DenseParameters(std::shared_ptr<::torch::nn::Module> model, con
       c.init_a = -bound;
       c.init_b = bound;
     } else {
+      // A constant local init (BatchNorm's 1 and 0) is kept; a random one
+      // (a Linear's bias) differs between workers and starts at 0.
       c.initializer = ps::Initializer::Constant;
-      c.init_a = t.numel() ? t.mean().item<double>() : 0.0;
+      const std::string& key = item.key();
+      const bool bias = key.size() >= 4 && key.compare(key.size() - 4, 4, "bias") == 0;
+      const bool constant = !bias && t.numel() > 0 && (t == t.flatten()[0]).all().item<bool>();
+      c.init_a = constant ? t.flatten()[0].item<double>() : 0.0;
       c.init_b = 0.0;
     }
     Param p{t, w.dense_table(c), nullptr};

@@ -107,9 +107,9 @@ class SparseEmbedding : public ::torch::nn::ModuleHolder<SparseEmbeddingImpl> {
 // parameters of `config` and an initializer taken from the parameter's shape,
 // so every worker starts from the same values: a tensor of 2 or more
 // dimensions uniform in +-1/sqrt(fan_in) (libtorch's Linear/Conv default), a
-// 1-D tensor the constant its local initial values average to (BatchNorm's
-// 1 and 0, a bias's ~0). The values are pulled into the parameters at
-// construction.
+// 1-D tensor named "...bias" 0, another 1-D tensor its local value where
+// that is one constant (BatchNorm's weight 1), else 0. The values are pulled into the
+// parameters at construction.
 class DenseParameters {
  public:
   DenseParameters(std::shared_ptr<::torch::nn::Module> model, const ps::TableConfig& config,
