@@ -70,17 +70,17 @@ package)
   for r in 0 1; do wait "${pids[$r]}" || { cat torchrun.$r.out >&2; fail "torchrun-style rank $r failed"; }; done
   check_run torchrun torchrun.0.out torchrun.1.out
 
-  # The parameter-server example (examples/ctr_fleet) from the same package:
+  # The parameter-server example (examples/wide_deep_fleet) from the same package:
   # 1 server and 2 workers, async and sync; the loss falls on every worker.
   [[ -e prefix/lib/dtrain/plugins/libdtrain_ps_grpc.so ]] || fail "the install has no ps_grpc plugin"
-  mkdir -p ps_user && cp -r "$example/../ctr_fleet"/. ps_user/src
+  mkdir -p ps_user && cp -r "$example/../wide_deep_fleet"/. ps_user/src
   cmake -S ps_user/src -B ps_user/build -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \
       > ps_configure.log 2>&1 || { cat ps_configure.log >&2; fail "configuring the PS example failed"; }
   cmake --build ps_user/build > ps_build.log 2>&1 || { cat ps_build.log >&2; fail "building the PS example failed"; }
   for m in async sync; do
     flag=(); [[ $m == sync ]] && flag=(--sync)
     timeout 300 prefix/bin/dtrain --server_num 1 --worker_num 2 --log_dir pslog_$m -- \
-        "$work/ps_user/build/ctr_fleet" --steps 150 "${flag[@]}" > ps_$m.out 2>&1 \
+        "$work/ps_user/build/wide_deep_fleet" --steps 150 --save_dir "$work/model_$m" "${flag[@]}" > ps_$m.out 2>&1 \
       || { cat ps_$m.out pslog_$m/*log.* >&2; fail "the PS example ($m) failed"; }
     grep -q "all workers done; stopping 1 server" ps_$m.out || { cat ps_$m.out >&2; fail "PS $m: no stop line"; }
     for w in 0 1; do
@@ -88,6 +88,9 @@ package)
       read -r first last < <(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\1 \2/' <<< "$line")
       awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.9 * a)}' || fail "PS $m worker $w: loss did not fall: $line"
       echo "ok PS example $m, worker $w: $line"
+    done
+    for t in embedding wide dense.0.weight; do
+      [[ -e model_$m/$t/MANIFEST ]] || fail "PS $m: save_persistables wrote no model_$m/$t/MANIFEST"
     done
   done
   echo PASS

@@ -19,6 +19,9 @@ struct FleetState {
   // worker is destroyed (and finishes) first.
   std::unique_ptr<ps::PsServer> local_server;
   std::unique_ptr<ps::PsJob> ps;  // init(false)
+  // Every PS table this worker's modules declared (save_persistables).
+  std::vector<ps::SparseTable> sparse_tables;
+  std::vector<ps::DenseTable> dense_tables;
   std::shared_ptr<const Config> config;
   StrategyOptions strategy;
   std::shared_ptr<ModelSet> models = std::make_shared<ModelSet>();

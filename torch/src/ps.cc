@@ -108,6 +108,24 @@ void run_server() {
 void init_worker() { worker("init_worker"); }
 void stop_worker() { worker("stop_worker").finish(); }
 
+void save_persistables(const std::string& dir, ps::SaveMode mode, ps::SaveFormat format) {
+  auto& s = detail::state("save_persistables");
+  worker("save_persistables");
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& t : s.sparse_tables) works.push_back(t.save(dir, mode, format));
+  for (auto& t : s.dense_tables) works.push_back(t.save(dir, mode, format));
+  wait_all(works);
+}
+
+void load_persistables(const std::string& dir) {
+  auto& s = detail::state("load_persistables");
+  worker("load_persistables");
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& t : s.sparse_tables) works.push_back(t.load(dir));
+  for (auto& t : s.dense_tables) works.push_back(t.load(dir));
+  wait_all(works);
+}
+
 ps::PsWorker& ps_worker() { return worker("ps_worker"); }
 const ps::ModeOptions& ps_mode() { return worker("ps_mode").mode(); }
 
@@ -120,6 +138,7 @@ ps::TableConfig sparse_table_config(const std::string& name) {
 SparseEmbeddingImpl::SparseEmbeddingImpl(const ps::TableConfig& config) {
   auto& w = worker("SparseEmbedding");
   table_ = w.sparse_table(config);
+  detail::state("SparseEmbedding").sparse_tables.push_back(table_);
   dim_ = static_cast<int64_t>(config.dim);
   if (w.mode().mode == ps::Mode::Geo)
     geo_ = std::make_unique<ps::GeoSparseTable>(table_, w.num_workers(), w.mode().geo_k_steps);
@@ -214,6 +233,7 @@ DenseParameters::DenseParameters(std::shared_ptr<::torch::nn::Module> model, con
       c.init_b = 0.0;
     }
     Param p{t, w.dense_table(c), nullptr};
+    detail::state("DenseParameters").dense_tables.push_back(p.table);
     if (w.mode().mode == ps::Mode::Geo)
       p.geo = std::make_unique<ps::GeoDenseTable>(p.table, w.num_workers(), w.mode().geo_k_steps);
     count_ += c.dim;

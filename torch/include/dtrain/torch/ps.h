@@ -58,6 +58,17 @@ void run_server();
 void init_worker();
 void stop_worker();
 
+// fleet.save_persistables / load_persistables: saves (loads) every table the
+// worker's SparseEmbedding and DenseParameters declared into (from) dir, one
+// folder per table (dtrain/ps.h's save: atomic, loadable onto any number of
+// servers). Saving is not collective: call it on one worker
+// (is_first_worker()) after a barrier_worker() when every worker's pushes must
+// be in. Loading, on one worker too, then barrier_worker() and pull (the
+// modules' next forward and DenseParameters::pull see the loaded values).
+void save_persistables(const std::string& dir, ps::SaveMode mode = ps::SaveMode::Full,
+                       ps::SaveFormat format = ps::SaveFormat::Binary);
+void load_persistables(const std::string& dir);
+
 // The worker's PS client (throws before init(false) or on a server).
 ps::PsWorker& ps_worker();
 const ps::ModeOptions& ps_mode();

@@ -22,8 +22,10 @@ constexpr int64_t kVocab = 1000;
 int main(int argc, char** argv) {
   int64_t steps = 200, batch = 256;
   bool sync = false;
+  std::string save_dir = "model";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--save_dir") && i + 1 < argc) save_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--sync")) sync = true;
   }
   torch::set_num_threads(1);
@@ -49,8 +51,14 @@ int main(int argc, char** argv) {
   emb_cfg.init_a = -0.05;
   emb_cfg.init_b = 0.05;
   fleet::SparseEmbedding emb(emb_cfg);
+  dtrain::ps::TableConfig wide_cfg = emb_cfg;
+  wide_cfg.name = "wide";
+  wide_cfg.dim = 1;
+  wide_cfg.initializer = dtrain::ps::Initializer::Constant;
+  wide_cfg.init_a = 0.0;
+  fleet::SparseEmbedding wide(wide_cfg);
   auto mlp = torch::nn::Sequential(torch::nn::Linear(kSlots * 8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 1));
-  auto opt = fleet::ps_optimizer({emb}, mlp.ptr());   // fleet.distributed_optimizer in PS mode
+  auto opt = fleet::ps_optimizer({emb, wide}, mlp.ptr());   // fleet.distributed_optimizer in PS mode
 
   // The rule behind the clicks: a fixed weight per (slot, value).
   auto gen = torch::Generator(at::detail::createCPUGenerator(1234));
@@ -62,8 +70,9 @@ int main(int argc, char** argv) {
     auto logit_true = truth.gather(1, ids.t()).sum(0);
     auto labels = (torch::rand({batch}, data_gen) < torch::sigmoid(logit_true)).to(torch::kFloat);
     auto keys = ids + torch::arange(kSlots).unsqueeze(0) * kVocab;  // one key space per slot
-    auto rows = emb(keys).reshape({batch, kSlots * 8});
-    auto loss = torch::binary_cross_entropy_with_logits(mlp->forward(rows).squeeze(1), labels);
+    auto deep = mlp->forward(emb(keys).reshape({batch, kSlots * 8})).squeeze(1);
+    auto logit = deep + wide(keys).reshape({batch, kSlots}).sum(1);
+    auto loss = torch::binary_cross_entropy_with_logits(logit, labels);
     loss.backward();
     opt->step();
     opt->zero_grad();
@@ -75,6 +84,11 @@ int main(int argc, char** argv) {
   double global_last = fleet::metrics::sum(last) / fleet::worker_num();
   std::printf("worker %d/%d done: loss %.4f -> %.4f (all workers %.4f)\n", fleet::worker_index(),
               fleet::worker_num(), first, last, global_last);
+  fleet::barrier_worker();
+  if (fleet::is_first_worker()) {
+    fleet::save_persistables(save_dir);  // fleet.save_persistables(exe, dirname)
+    std::printf("saved every table into %s\n", save_dir.c_str());
+  }
   std::fflush(stdout);
   fleet::stop_worker();                               // fleet.stop_worker()
   return 0;
