@@ -33,21 +33,22 @@ std::string cuda_version(cudaError_t st, int v) {
   return dotted(v / 1000, v % 1000 / 10);
 }
 
+// "0.1.0 (NCCL 2.28.9)": the loaded libnccl, as gloo's names its Gloo.
 const char* version_string() {
+  static const std::string s = "0.1.0 (NCCL " + nccl_version() + ")";
+  return s.c_str();
+}
+
+const char* description_string() {
   static const std::string s = [] {
     int rt = 0, drv = 0;
     cudaError_t rst = cudaRuntimeGetVersion(&rt);
     cudaError_t dst = cudaDriverGetVersion(&drv);
     cudaGetLastError();
-    return "0.1.0 (NCCL " + nccl_version() + ", CUDA runtime " + cuda_version(rst, rt) + ", driver " +
-           cuda_version(dst, drv) + ")";
+    return "GPU collectives over NCCL " + nccl_version() + " (built against " +
+           dotted(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) + "), CUDA runtime " + cuda_version(rst, rt) + ", driver " +
+           cuda_version(dst, drv) + "; CUDA buffers only";
   }();
-  return s.c_str();
-}
-
-const char* description_string() {
-  static const std::string s = "GPU collectives over NCCL " + nccl_version() + " (built against " +
-                               dotted(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) + "); CUDA buffers only";
   return s.c_str();
 }
 
