@@ -99,7 +99,11 @@ int visible_devices_or_throw() {
                                       "); use --backend gloo or --backend ucx on CPU-only machines");
 }
 
-void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what, Clock::time_point deadline) {
+void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what, Clock::time_point deadline,
+                      const std::string& last_error) {
+  if (r != ncclSuccess && r != ncclInProgress)
+    sdk::fail(status_of(r), "nccl: " + what + " failed: " + ncclGetErrorString(r) +
+                                (last_error.empty() ? "" : ": " + last_error));
   auto start = Clock::now();
   while (r == ncclInProgress) {
     if (state.aborted()) sdk::fail(DT_ERR_ABORTED, "nccl: " + what + " aborted: " + state.abort_reason());
@@ -116,10 +120,7 @@ void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what,
                     "NCCL_DEBUG=INFO shows where it waits)");
     std::this_thread::sleep_for(std::chrono::microseconds(now - start < std::chrono::milliseconds(1) ? 20 : 500));
   }
-  if (r != ncclSuccess) {
-    std::string last = state.aborted() ? "" : ncclGetLastError(state.comm());
-    sdk::fail(status_of(r), "nccl: " + what + " failed: " + ncclGetErrorString(r) + (last.empty() ? "" : ": " + last));
-  }
+  if (r != ncclSuccess) sdk::fail(status_of(r), "nccl: " + what + " failed: " + ncclGetErrorString(r));
 }
 
 // ---- P2pBatch / P2pWork ----
@@ -130,36 +131,40 @@ void P2pBatch::add(bool is_send, const dt_buffer_v1_t& buf, int peer, cudaStream
   pending_.push_back(Entry{is_send, buf, peer, stream, deadline, work});
 }
 
-void P2pBatch::flush(bool throw_on_error) {
-  std::lock_guard<std::mutex> lk(mu_);
+void P2pBatch::flush(bool submitter) {
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  if (submitter)
+    lk.lock();
+  else if (!lk.try_lock())
+    return;  // another thread is issuing the batch
   if (pending_.empty()) return;
   std::vector<Entry> batch;
   batch.swap(pending_);
-  auto fail_all = [&](dt_status_t st, const std::string& msg) {
-    for (auto& e : batch)
-      if (auto w = e.work.lock()) w->complete(st, msg + " (" + w->what() + ")");
-    if (throw_on_error) sdk::fail(st, msg);
-  };
   try {
-    if (state_->aborted()) sdk::fail(DT_ERR_ABORTED, "nccl: aborted: " + state_->abort_reason());
     check_cuda(cudaSetDevice(state_->device()), "cudaSetDevice");
     Clock::time_point deadline = batch.front().deadline;
-    ncclComm_t comm = state_->comm();
-    ncclResult_t r = ncclGroupStart();
-    for (auto& e : batch) {
-      if (r != ncclSuccess) break;
-      auto t = nccl_dtype(e.buf.dtype);
-      r = e.is_send ? ncclSend(e.buf.ptr, e.buf.count, t, e.peer, comm, e.stream)
-                    : ncclRecv(e.buf.ptr, e.buf.count, t, e.peer, comm, e.stream);
-      deadline = std::min(deadline, e.deadline);
-    }
-    ncclResult_t end = ncclGroupEnd();
-    if (r == ncclSuccess) r = end;
-    finish_nccl_call(*state_, r, std::to_string(batch.size()) + " grouped send/recv", deadline);
+    for (auto& e : batch) deadline = std::min(deadline, e.deadline);
+    std::string last;
+    ncclResult_t r = state_->call(
+        [&](ncclComm_t comm) {
+          ncclResult_t r = ncclGroupStart();
+          for (auto& e : batch) {
+            if (r != ncclSuccess) break;
+            auto t = nccl_dtype(e.buf.dtype);
+            r = e.is_send ? ncclSend(e.buf.ptr, e.buf.count, t, e.peer, comm, e.stream)
+                          : ncclRecv(e.buf.ptr, e.buf.count, t, e.peer, comm, e.stream);
+          }
+          ncclResult_t end = ncclGroupEnd();
+          return r == ncclSuccess ? end : r;
+        },
+        &last);
+    finish_nccl_call(*state_, r, std::to_string(batch.size()) + " grouped send/recv", deadline, last);
     for (auto& e : batch)
       if (auto w = e.work.lock()) w->issued(std::make_shared<EventWork>(state_, e.stream, w->what()));
   } catch (const sdk::Error& err) {
-    fail_all(err.status(), err.what());
+    for (auto& e : batch)
+      if (auto w = e.work.lock()) w->complete(err.status(), std::string(err.what()) + " (" + w->what() + ")");
+    if (submitter) throw;
   }
 }
 
@@ -173,7 +178,7 @@ dt_status_t P2pWork::test() {
   }
   if (!inner) {
     if (auto b = batch_.lock())
-      b->flush(false);
+      b->flush(/*submitter=*/false);
     else
       complete(DT_ERR_ABORTED, "nccl: " + what_ + ": the communicator was destroyed before it was issued");
     std::lock_guard<std::mutex> lk(inner_mu_);
@@ -229,20 +234,23 @@ NcclCommunicator::NcclCommunicator(const sdk::CommInit& init)
   if (comm == nullptr)
     sdk::fail(status_of(r) == DT_OK ? DT_ERR_INTERNAL : status_of(r),
               me + ": ncclCommInitRankConfig: " + ncclGetErrorString(r) + ": " + ncclGetLastError(nullptr));
+  std::string last = r == ncclSuccess || r == ncclInProgress ? "" : ncclGetLastError(comm);
   state_ = std::make_shared<NcclState>(comm, device_, rank_, world_size_);
   try {
-    finish_nccl_call(*state_, r, "communicator init (ncclCommInitRankConfig)", deadline);
+    finish_nccl_call(*state_, r, "communicator init (ncclCommInitRankConfig)", deadline, last);
   } catch (const sdk::Error& e) {
+    state_->abort("init failed");
+    std::string why = e.what();
+    if (why.rfind("nccl: ", 0) == 0) why = why.substr(6);
+    why = me + ": " + why;
     std::string missing;
-    for (int q = 0; q < world_size_; ++q) {
+    for (int q = 0; q < world_size_ && e.status() == DT_ERR_TIMEOUT; ++q) {
       try {
         init.store.get("nccl/joined/" + std::to_string(q), 1);
       } catch (const sdk::Error&) {
         missing += (missing.empty() ? "" : ", ") + std::to_string(q);
       }
     }
-    state_->abort("init failed");
-    std::string why = e.what();
     if (e.status() == DT_ERR_TIMEOUT)
       why = me + ": communicator init did not finish within " + std::to_string(timeout_ms_) + " ms; " +
             (missing.empty() ? "every rank reached it, so NCCL could not connect them (check NCCL_SOCKET_IFNAME, "
@@ -269,10 +277,6 @@ NcclCommunicator::NcclCommunicator(const sdk::CommInit& init)
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (state_ && state_->aborted()) {
-    // Freeing memory an aborted kernel may still touch is what abort exists
-    // to allow: NCCL has stopped its kernels.
-  }
   cudaSetDevice(device_);
   if (own_stream_) {
     cudaError_t st = cudaStreamSynchronize(own_stream_);
@@ -318,10 +322,11 @@ std::shared_ptr<sdk::Work> NcclCommunicator::enqueue(const std::string& what, cu
   if (state_->aborted()) sdk::fail(DT_ERR_ABORTED, "nccl: " + what + ": aborted: " + state_->abort_reason());
   if (std::string f = state_->failure(); !f.empty())
     sdk::fail(DT_ERR_REMOTE, "nccl: " + what + ": the communicator failed earlier: " + f);
-  p2p_->flush(true);
+  p2p_->flush(/*submitter=*/true);
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  ncclResult_t r = call(state_->comm());
-  finish_nccl_call(*state_, r, what, sdk::deadline_after(o.timeout_ms, timeout_ms_));
+  std::string last;
+  ncclResult_t r = state_->call(call, &last);
+  finish_nccl_call(*state_, r, what, sdk::deadline_after(o.timeout_ms, timeout_ms_), last);
   return std::make_shared<EventWork>(state_, stream, what);
 }
 
@@ -367,7 +372,11 @@ std::shared_ptr<sdk::Work> NcclCommunicator::reduce(const Buf& send, const Buf& 
   if (o.root < 0 || o.root >= world_size_) sdk::fail(DT_ERR_INVALID_USAGE, "nccl: reduce: root out of range");
   // recv is used only on root; elsewhere NCCL gets send twice (in place, not written).
   bool root = rank_ == o.root;
-  cudaStream_t s = root ? check_pair("reduce", send, recv) : (check_buffer("reduce", send), (cudaStream_t)send.stream);
+  cudaStream_t s = static_cast<cudaStream_t>(send.stream);
+  if (root)
+    s = check_pair("reduce", send, recv);
+  else
+    check_buffer("reduce", send);
   if (root && send.count != recv.count) sdk::fail(DT_ERR_INVALID_USAGE, "nccl: reduce: send and recv counts differ");
   auto red = nccl_op(op);
   void* out = root ? recv.ptr : send.ptr;

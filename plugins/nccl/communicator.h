@@ -31,9 +31,11 @@ class P2pBatch {
   explicit P2pBatch(std::shared_ptr<NcclState> state) : state_(std::move(state)) {}
   void add(bool is_send, const dt_buffer_v1_t& buf, int peer, cudaStream_t stream, sdk::Clock::time_point deadline,
            const std::shared_ptr<P2pWork>& work);
-  // Issues every pending call as one group; on failure fails their works
-  // (and throws when throw_on_error, for a submitting caller).
-  void flush(bool throw_on_error);
+  // Issues every pending call as one group; on failure fails their works.
+  // The submitting thread (before a collective) waits for a flush in
+  // progress and gets the failure thrown; a testing thread returns at once
+  // if another one is flushing.
+  void flush(bool submitter);
 
  private:
   struct Entry {
@@ -67,7 +69,9 @@ class P2pWork : public PolledWork {
 // Waits out a nonblocking NCCL call that returned ncclInProgress (polling the
 // communicator's asynchronous error) until deadline; throws on an error,
 // abort or timeout, naming what.
-void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what, sdk::Clock::time_point deadline);
+// last_error: ncclGetLastError when r is an error.
+void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what, sdk::Clock::time_point deadline,
+                      const std::string& last_error);
 
 // One NCCL communicator on one CUDA device (option `device`, else the
 // launcher's DTRAIN_DEVICE, else local_rank modulo the visible devices).

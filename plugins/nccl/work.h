@@ -34,10 +34,19 @@ class NcclState {
   int device() const { return device_; }
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
-  // The communicator for submitting; caller holds no lock, the submitting
-  // thread is the only one (ABI contract), and abort() may run concurrently:
-  // a submission racing an abort fails with DT_ERR_ABORTED at its next check.
-  ncclComm_t comm() const { return comm_; }
+  // Runs f(comm) -> ncclResult_t under the lock abort() takes, so the
+  // communicator cannot be aborted (freed) during the call; f makes only
+  // nonblocking NCCL calls. Throws DT_ERR_ABORTED after an abort; on an NCCL
+  // error sets *last_error to ncclGetLastError.
+  template <typename F>
+  ncclResult_t call(F&& f, std::string* last_error) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (aborted_.load(std::memory_order_acquire) || comm_ == nullptr)
+      sdk::fail(DT_ERR_ABORTED, "nccl: the communicator was aborted: " + abort_reason());
+    ncclResult_t r = f(comm_);
+    if (r != ncclSuccess && r != ncclInProgress && last_error) *last_error = ncclGetLastError(comm_);
+    return r;
+  }
 
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   std::string abort_reason() const;
