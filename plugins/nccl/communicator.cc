@@ -95,15 +95,15 @@ int visible_devices_or_throw() {
   } else {
     return n;
   }
-  sdk::fail(DT_ERR_NOT_SUPPORTED, "nccl: no CUDA device is visible (" + why +
-                                      "); use --backend gloo or --backend ucx on CPU-only machines");
+  sdk::fail(DT_ERR_NOT_SUPPORTED,
+            "nccl: no CUDA device is visible (" + why + "); use --backend gloo or --backend ucx on CPU-only machines");
 }
 
 void finish_nccl_call(NcclState& state, ncclResult_t r, const std::string& what, Clock::time_point deadline,
                       const std::string& last_error) {
   if (r != ncclSuccess && r != ncclInProgress)
-    sdk::fail(status_of(r), "nccl: " + what + " failed: " + ncclGetErrorString(r) +
-                                (last_error.empty() ? "" : ": " + last_error));
+    sdk::fail(status_of(r),
+              "nccl: " + what + " failed: " + ncclGetErrorString(r) + (last_error.empty() ? "" : ": " + last_error));
   auto start = Clock::now();
   while (r == ncclInProgress) {
     if (state.aborted()) sdk::fail(DT_ERR_ABORTED, "nccl: " + what + " aborted: " + state.abort_reason());
@@ -293,14 +293,14 @@ void NcclCommunicator::abort(const std::string& reason) {
 
 void NcclCommunicator::check_buffer(const char* op, const Buf& b) const {
   if (b.device_type != DT_DEVICE_CUDA)
-    sdk::fail(DT_ERR_NOT_SUPPORTED,
-              std::string("nccl: ") + op + ": the nccl backend takes CUDA buffers only (use gloo or ucx for CPU buffers)");
+    sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("nccl: ") + op +
+                                        ": the nccl backend takes CUDA buffers only (use gloo or ucx for CPU buffers)");
   if (b.device_id != device_)
     sdk::fail(DT_ERR_INVALID_USAGE, std::string("nccl: ") + op + ": buffer on cuda:" + std::to_string(b.device_id) +
                                         ", but this communicator runs on cuda:" + std::to_string(device_));
   if (b.ptr == nullptr && b.count > 0)
-    sdk::fail(DT_ERR_INVALID_USAGE, std::string("nccl: ") + op + ": null buffer with " + std::to_string(b.count) +
-                                        " elements");
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              std::string("nccl: ") + op + ": null buffer with " + std::to_string(b.count) + " elements");
   nccl_dtype(b.dtype);
 }
 

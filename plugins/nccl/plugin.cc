@@ -54,5 +54,5 @@ const char* description_string() {
 
 }  // namespace
 
-DTRAIN_EXPORT_BACKEND_V1(dtrain::nccl_backend::NcclCommunicator, "nccl", version_string(), description_string(),
-                         kCaps, kKeys)
+DTRAIN_EXPORT_BACKEND_V1(dtrain::nccl_backend::NcclCommunicator, "nccl", version_string(), description_string(), kCaps,
+                         kKeys)

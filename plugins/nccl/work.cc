@@ -70,8 +70,8 @@ ncclResult_t NcclState::poll_async_error(std::string* message) {
   ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
   if (r != ncclSuccess) async = r;
   if (async == ncclSuccess || async == ncclInProgress) return async;
-  std::string m = std::string("rank ") + std::to_string(rank_) + ": NCCL reported " + ncclGetErrorString(async) +
-                  ": " + ncclGetLastError(comm_);
+  std::string m = std::string("rank ") + std::to_string(rank_) + ": NCCL reported " + ncclGetErrorString(async) + ": " +
+                  ncclGetLastError(comm_);
   std::lock_guard<std::mutex> info(info_mu_);
   failure_ = m;
   if (message) *message = m;
@@ -129,8 +129,8 @@ dt_status_t EventWork::test() {
   }
   if (q != cudaErrorNotReady) {
     cudaGetLastError();
-    complete(DT_ERR_SYSTEM, "nccl: " + what_ + ": cudaEventQuery: " + cudaGetErrorName(q) + ": " +
-                                cudaGetErrorString(q));
+    complete(DT_ERR_SYSTEM,
+             "nccl: " + what_ + ": cudaEventQuery: " + cudaGetErrorName(q) + ": " + cudaGetErrorString(q));
     return sdk::Work::test();
   }
   std::string msg;
@@ -150,8 +150,7 @@ dt_status_t PolledWork::wait(int64_t timeout_ms) {
     if (timeout_ms >= 0 && now >= until) return DT_IN_PROGRESS;
     // Spin briefly (small ops finish in microseconds), then back off to 1 ms.
     if (now - start > std::chrono::microseconds(200))
-      pause = std::min<std::chrono::microseconds>(std::chrono::milliseconds(1),
-                                                  pause + std::chrono::microseconds(50));
+      pause = std::min<std::chrono::microseconds>(std::chrono::milliseconds(1), pause + std::chrono::microseconds(50));
     if (pause.count() > 0)
       std::this_thread::sleep_for(pause);
     else
