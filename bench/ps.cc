@@ -142,13 +142,17 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
   auto start = Clock::now();
   if (!o.no_dtrain) PluginRegistry().load(o.backend);  // fail here, once
   std::string redis_exe = o.no_redis ? "" : find_in_path("redis-server");
-  std::string redis_note = o.no_redis ? "left out (--no-redis)" : redis_exe.empty() ? "left out: no redis-server on PATH" : "";
-  fmt::print("# dtrain-bench ps: backend '{}', {} server(s) x {} worker(s), each a process on this host; async mode, "
-             "SGD tables\n",
-             o.backend, o.servers, o.workers);
-  fmt::print("# {} trial(s) per row, dtrain / raw gRPC / Redis back to back in each trial; iterations per trial from "
-             "one warm call (~{:g} ms per trial)\n",
-             o.trials, o.target_ms);
+  std::string redis_note = o.no_redis          ? "left out (--no-redis)"
+                           : redis_exe.empty() ? "left out: no redis-server on PATH"
+                                               : "";
+  fmt::print(
+      "# dtrain-bench ps: backend '{}', {} server(s) x {} worker(s), each a process on this host; async mode, "
+      "SGD tables\n",
+      o.backend, o.servers, o.workers);
+  fmt::print(
+      "# {} trial(s) per row, dtrain / raw gRPC / Redis back to back in each trial; iterations per trial from "
+      "one warm call (~{:g} ms per trial)\n",
+      o.trials, o.target_ms);
   fmt::print("# raw gRPC: {}\n",
              o.no_grpc ? "left out (--no-grpc)"
                        : fmt::format("an echo service on gRPC's synchronous server (the plugin's threading), one per "
@@ -201,9 +205,10 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
   fmt::print("\n# memcpy of 64 MiB on one core (the machine's ceiling for moving bytes): {:.2f} GB/s\n", memcpy_gbs());
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   if (busy >= 0)
-    fmt::print("# CPU busy during the timed phase: {:.2f} of {} CPUs on average (the bench's own processes "
-               "included)\n",
-               busy / work_s, ncpu);
+    fmt::print(
+        "# CPU busy during the timed phase: {:.2f} of {} CPUs on average (the bench's own processes "
+        "included)\n",
+        busy / work_s, ncpu);
   fmt::print("# wall time {:.1f} s\n", seconds_since(start));
   return 0;
 }
@@ -247,7 +252,9 @@ void add_ps_options(CLI::App* sub, PsBenchOptions& o) {
   sub->add_option("--chunk-bytes", o.chunk_bytes, "largest message of the raw-gRPC reference")->capture_default_str();
   sub->add_option("--only", o.only, "run only these groups: sparse, dense, latency")
       ->check(CLI::IsMember({"sparse", "dense", "latency"}));
-  sub->add_option("--ops", o.ops, "run only pulls or pushes")->capture_default_str()->check(CLI::IsMember({"pull", "push"}));
+  sub->add_option("--ops", o.ops, "run only pulls or pushes")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"pull", "push"}));
   sub->add_option("--option,-o", o.options, "backend option key=value (repeatable), e.g. channels=2");
   sub->add_flag("--no-grpc", o.no_grpc, "leave out the raw-gRPC reference");
   sub->add_flag("--no-redis", o.no_redis, "leave out the Redis reference");

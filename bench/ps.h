@@ -18,13 +18,13 @@ struct PsBenchOptions {
   int servers = 1;
   int workers = 1;
   std::vector<int> dims{8, 64};
-  std::string min_keys = "1K", max_keys = "1M";     // sparse keys per call
+  std::string min_keys = "1K", max_keys = "1M";      // sparse keys per call
   std::string min_bytes = "64K", max_bytes = "64M";  // dense bytes per call
   int step_factor = 4;
   int trials = 5;
-  double target_ms = 150;   // wall time of one trial (iterations chosen from a warm-up call)
-  int latency_calls = 2000; // small calls per latency trial
-  size_t chunk_bytes = 4 << 20;  // the references' largest message (ps_grpc's default chunk_bytes)
+  double target_ms = 150;            // wall time of one trial (iterations chosen from a warm-up call)
+  int latency_calls = 2000;          // small calls per latency trial
+  size_t chunk_bytes = 4 << 20;      // the references' largest message (ps_grpc's default chunk_bytes)
   std::vector<std::string> options;  // the backend's own options, key=value
   std::vector<std::string> only;     // sparse, dense, latency ("" = all)
   std::vector<std::string> ops{"pull", "push"};

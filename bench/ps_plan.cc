@@ -33,10 +33,14 @@ size_t parse_size(const std::string& text) {
     throw InvalidUsage("'" + text + "' is not a size (like 64K, 16M)");
   }
   std::string unit = text.substr(pos);
-  if (unit == "K" || unit == "k") v <<= 10;
-  else if (unit == "M" || unit == "m") v <<= 20;
-  else if (unit == "G" || unit == "g") v <<= 30;
-  else if (!unit.empty()) throw InvalidUsage("'" + text + "': unknown unit '" + unit + "' (K, M, G)");
+  if (unit == "K" || unit == "k")
+    v <<= 10;
+  else if (unit == "M" || unit == "m")
+    v <<= 20;
+  else if (unit == "G" || unit == "g")
+    v <<= 30;
+  else if (!unit.empty())
+    throw InvalidUsage("'" + text + "': unknown unit '" + unit + "' (K, M, G)");
   return v;
 }
 

@@ -45,7 +45,8 @@ redisContext* connect(int port, std::chrono::seconds wait) {
     if (c && !c->err) return c;
     std::string err = c ? c->errstr : "out of memory";
     if (c) redisFree(c);
-    if (Clock::now() > until) throw IoError("cannot reach redis-server on 127.0.0.1:" + std::to_string(port) + ": " + err);
+    if (Clock::now() > until)
+      throw IoError("cannot reach redis-server on 127.0.0.1:" + std::to_string(port) + ": " + err);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
@@ -74,57 +75,72 @@ class RedisImpl : public Impl {
   void sparse_pull(const uint64_t* keys, size_t n, size_t dim, float* out) override {
     const std::string table = "t" + std::to_string(dim);
     const size_t row = dim * 4;
-    run_batches(n, [&](size_t b, size_t e, std::vector<const char*>& argv, std::vector<size_t>& lens) {
-      argv = {"HMGET", table.c_str()};
-      lens = {5, table.size()};
-      for (size_t i = b; i < e; ++i) argv.push_back(reinterpret_cast<const char*>(keys + i)), lens.push_back(8);
-    }, [&](size_t b, size_t e, redisReply* r) {
-      if (r->type != REDIS_REPLY_ARRAY || r->elements != e - b) fail("HMGET", r);
-      for (size_t i = b; i < e; ++i) {
-        redisReply* el = r->element[i - b];
-        if (el->type == REDIS_REPLY_STRING && el->len == row)
-          std::memcpy(out + i * dim, el->str, row);
-        else
-          std::memset(out + i * dim, 0, row);
-      }
-    });
+    run_batches(
+        n,
+        [&](size_t b, size_t e, std::vector<const char*>& argv, std::vector<size_t>& lens) {
+          argv = {"HMGET", table.c_str()};
+          lens = {5, table.size()};
+          for (size_t i = b; i < e; ++i) argv.push_back(reinterpret_cast<const char*>(keys + i)), lens.push_back(8);
+        },
+        [&](size_t b, size_t e, redisReply* r) {
+          if (r->type != REDIS_REPLY_ARRAY || r->elements != e - b) fail("HMGET", r);
+          for (size_t i = b; i < e; ++i) {
+            redisReply* el = r->element[i - b];
+            if (el->type == REDIS_REPLY_STRING && el->len == row)
+              std::memcpy(out + i * dim, el->str, row);
+            else
+              std::memset(out + i * dim, 0, row);
+          }
+        });
   }
 
   void sparse_push(const uint64_t* keys, size_t n, size_t dim, const float* grads) override {
     const std::string table = "t" + std::to_string(dim);
     const size_t row = dim * 4;
-    run_batches(n, [&](size_t b, size_t e, std::vector<const char*>& argv, std::vector<size_t>& lens) {
-      argv = {"HSET", table.c_str()};
-      lens = {4, table.size()};
-      for (size_t i = b; i < e; ++i) {
-        argv.push_back(reinterpret_cast<const char*>(keys + i)), lens.push_back(8);
-        argv.push_back(reinterpret_cast<const char*>(grads + i * dim)), lens.push_back(row);
-      }
-    }, [&](size_t, size_t, redisReply* r) {
-      if (r->type != REDIS_REPLY_INTEGER) fail("HSET", r);
-    });
+    run_batches(
+        n,
+        [&](size_t b, size_t e, std::vector<const char*>& argv, std::vector<size_t>& lens) {
+          argv = {"HSET", table.c_str()};
+          lens = {4, table.size()};
+          for (size_t i = b; i < e; ++i) {
+            argv.push_back(reinterpret_cast<const char*>(keys + i)), lens.push_back(8);
+            argv.push_back(reinterpret_cast<const char*>(grads + i * dim)), lens.push_back(row);
+          }
+        },
+        [&](size_t, size_t, redisReply* r) {
+          if (r->type != REDIS_REPLY_INTEGER) fail("HSET", r);
+        });
   }
 
   void dense_pull(float* out, size_t count) override {
     const std::string key = "d" + std::to_string(count);
-    for_servers(count, [&](redisContext* c, size_t b, size_t e) {
-      redisAppendCommand(c, "GET %b", key.data(), key.size());
-      (void)b, (void)e;
-    }, [&](redisReply* r, size_t b, size_t e) {
-      size_t bytes = (e - b) * 4;
-      if (r->type == REDIS_REPLY_STRING && r->len == bytes) std::memcpy(out + b, r->str, bytes);
-      else if (r->type == REDIS_REPLY_NIL) std::memset(out + b, 0, bytes);
-      else fail("GET", r);
-    });
+    for_servers(
+        count,
+        [&](redisContext* c, size_t b, size_t e) {
+          redisAppendCommand(c, "GET %b", key.data(), key.size());
+          (void)b, (void)e;
+        },
+        [&](redisReply* r, size_t b, size_t e) {
+          size_t bytes = (e - b) * 4;
+          if (r->type == REDIS_REPLY_STRING && r->len == bytes)
+            std::memcpy(out + b, r->str, bytes);
+          else if (r->type == REDIS_REPLY_NIL)
+            std::memset(out + b, 0, bytes);
+          else
+            fail("GET", r);
+        });
   }
 
   void dense_push(const float* grads, size_t count) override {
     const std::string key = "d" + std::to_string(count);
-    for_servers(count, [&](redisContext* c, size_t b, size_t e) {
-      redisAppendCommand(c, "SET %b %b", key.data(), key.size(), grads + b, (e - b) * 4);
-    }, [&](redisReply* r, size_t, size_t) {
-      if (r->type != REDIS_REPLY_STATUS) fail("SET", r);
-    });
+    for_servers(
+        count,
+        [&](redisContext* c, size_t b, size_t e) {
+          redisAppendCommand(c, "SET %b %b", key.data(), key.size(), grads + b, (e - b) * 4);
+        },
+        [&](redisReply* r, size_t, size_t) {
+          if (r->type != REDIS_REPLY_STATUS) fail("SET", r);
+        });
   }
 
  private:

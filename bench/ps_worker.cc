@@ -152,8 +152,7 @@ int worker_main(const PsBenchOptions& o, const std::shared_ptr<Store>& store, in
       auto t0 = Clock::now();
       call(im, r, k.data(), vals.data(), grads.data());
       double one = std::max(seconds_since(t0), 1e-7);
-      iters[j] = r.latency ? size_t(o.latency_calls)
-                           : std::clamp<size_t>(size_t(o.target_ms * 1e-3 / one), 1, 100000);
+      iters[j] = r.latency ? size_t(o.latency_calls) : std::clamp<size_t>(size_t(o.target_ms * 1e-3 / one), 1, 100000);
     }
     std::vector<std::string> out(impls.size());
     for (int t = 0; t < o.trials; ++t) {

@@ -128,8 +128,8 @@ bool parse_slot(const char* line, size_t len, Example* out, std::string* why) {
     } else {
       long long slot = 0;
       if (!parse_int(tok, kn, &slot) || slot < 1 || slot > kSparse) {
-        *why = "unknown slot " + quote(tok, kn) + " (expected click, dense_feature or 1.." + std::to_string(kSparse) +
-               ")";
+        *why =
+            "unknown slot " + quote(tok, kn) + " (expected click, dense_feature or 1.." + std::to_string(kSparse) + ")";
         return false;
       }
       if (!have_slot[slot - 1]) {

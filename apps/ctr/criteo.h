@@ -55,14 +55,14 @@ struct ReaderOptions {
   // needs every worker to run the same number of steps: the app passes the
   // smallest share, (lines / world).
   int64_t per_worker = 0;
-  int prefetch = 8;   // batches parsed ahead by the background thread
+  int prefetch = 8;  // batches parsed ahead by the background thread
 };
 
 // A batch in the layout the model wants.
 struct Batch {
-  std::vector<float> labels;    // n
-  std::vector<float> dense;     // n x kDense
-  std::vector<uint64_t> keys;   // n x kSparse, example-major
+  std::vector<float> labels;   // n
+  std::vector<float> dense;    // n x kDense
+  std::vector<uint64_t> keys;  // n x kSparse, example-major
   size_t size() const { return labels.size(); }
 };
 

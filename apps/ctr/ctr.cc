@@ -126,10 +126,11 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
   g.seed = static_cast<uint64_t>(c.get_int("data.gen_seed", 1));
   auto t0 = Clock::now();
   auto r = generate(g);
-  log_line(fmt::format("ctr: generated {} training and {} test lines in {} ({:.1f} s): teacher auc {:.4f} "
-                       "logloss {:.4f} ctr {:.3f}",
-                       g.train_lines, g.test_lines, g.dir, std::chrono::duration<double>(Clock::now() - t0).count(),
-                       r.teacher_auc, r.teacher_logloss, r.ctr));
+  log_line(
+      fmt::format("ctr: generated {} training and {} test lines in {} ({:.1f} s): teacher auc {:.4f} "
+                  "logloss {:.4f} ctr {:.3f}",
+                  g.train_lines, g.test_lines, g.dir, std::chrono::duration<double>(Clock::now() - t0).count(),
+                  r.teacher_auc, r.teacher_logloss, r.ctr));
 }
 
 void train(const Config& c) {
@@ -159,8 +160,8 @@ void train(const Config& c) {
   const int64_t ckpt_every = c.get_int("checkpoint.every_steps", 0);
   const int64_t lines = count_lines(train_files, c.get_int("data.limit_train", 0));
   const int64_t per_worker = lines / world;
-  if (per_worker == 0) throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " +
-                                          std::to_string(world) + " workers");
+  if (per_worker == 0)
+    throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " + std::to_string(world) + " workers");
   const int64_t steps_per_epoch = (per_worker + batch - 1) / batch;
   const int64_t total_steps = steps_per_epoch * epochs;
 
@@ -174,10 +175,11 @@ void train(const Config& c) {
   std::unique_ptr<EventWriter> tb;
   if (const std::string tbdir = c.get_string("log.tensorboard", ""); !tbdir.empty() && rank == 0)
     tb = std::make_unique<EventWriter>(tbdir);
-  log_line(fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
-                       "emb {} hidden [{}]",
-                       rank, world, ps::to_string(worker.mode().mode), worker.mode().geo_k_steps, lines,
-                       steps_per_epoch, batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", ")));
+  log_line(
+      fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
+                  "emb {} hidden [{}]",
+                  rank, world, ps::to_string(worker.mode().mode), worker.mode().geo_k_steps, lines, steps_per_epoch,
+                  batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", ")));
 
   const auto t_start = Clock::now();
   double t_pull = 0, t_push = 0, t_compute = 0, loss_sum = 0;
@@ -217,10 +219,11 @@ void train(const Config& c) {
         const double eps = static_cast<double>(examples) / el * world;
         const double eta = el / static_cast<double>(done_since_start) * static_cast<double>(total_steps - step);
         const double avg = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
-        log_line(fmt::format("ctr: epoch {}/{} step {}/{} loss {:.4f} examples/s {:.0f} (all workers) per step: "
-                             "pull {:.2f} ms compute {:.2f} ms push {:.2f} ms ETA {}",
-                             epoch + 1, epochs, step, total_steps, avg, eps, 1e3 * t_pull / done_since_start,
-                             1e3 * t_compute / done_since_start, 1e3 * t_push / done_since_start, hms(eta)));
+        log_line(
+            fmt::format("ctr: epoch {}/{} step {}/{} loss {:.4f} examples/s {:.0f} (all workers) per step: "
+                        "pull {:.2f} ms compute {:.2f} ms push {:.2f} ms ETA {}",
+                        epoch + 1, epochs, step, total_steps, avg, eps, 1e3 * t_pull / done_since_start,
+                        1e3 * t_compute / done_since_start, 1e3 * t_push / done_since_start, hms(eta)));
         if (tb) {
           tb->add_scalar("train/loss", static_cast<float>(avg), step);
           tb->add_scalar("train/examples_per_s", static_cast<float>(eps), step);
@@ -248,10 +251,11 @@ void train(const Config& c) {
   std::vector<double> ll{stats.loss_sum, stats.count};
   fleet::metrics::sum(ll);
   const double logloss = ll[1] > 0 ? ll[0] / ll[1] : 0.0;
-  log_line(fmt::format("ctr: test auc {:.4f} logloss {:.4f} over {:.0f} examples ({}); trained {:.1f} s, "
-                       "{:.0f} examples/s",
-                       auc, logloss, ll[1], teacher_line(dir), train_s,
-                       static_cast<double>(examples) * world / std::max(train_s, 1e-9)));
+  log_line(
+      fmt::format("ctr: test auc {:.4f} logloss {:.4f} over {:.0f} examples ({}); trained {:.1f} s, "
+                  "{:.0f} examples/s",
+                  auc, logloss, ll[1], teacher_line(dir), train_s,
+                  static_cast<double>(examples) * world / std::max(train_s, 1e-9)));
   if (tb) {
     tb->add_scalar("test/auc", static_cast<float>(auc), step);
     tb->add_scalar("test/logloss", static_cast<float>(logloss), step);
@@ -321,8 +325,8 @@ int ctr_main(int argc, char** argv) {
   try {
     if (*gen) {
       auto r = generate(g);
-      std::printf("teacher auc %.4f logloss %.4f ctr %.3f (%s/teacher.toml)\n", r.teacher_auc, r.teacher_logloss,
-                  r.ctr, g.dir.c_str());
+      std::printf("teacher auc %.4f logloss %.4f ctr %.3f (%s/teacher.toml)\n", r.teacher_auc, r.teacher_logloss, r.ctr,
+                  g.dir.c_str());
       return 0;
     }
     if (job_file.empty()) throw InvalidUsage("no job file given (dtrain-ctr JOB.toml)");

@@ -24,18 +24,21 @@ int main(int argc, char** argv) {
   bool sync = false;
   std::string save_dir = "model";
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--save_dir") && i + 1 < argc) save_dir = argv[++i];
-    else if (!std::strcmp(argv[i], "--sync")) sync = true;
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--save_dir") && i + 1 < argc)
+      save_dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--sync"))
+      sync = true;
   }
   torch::set_num_threads(1);
   fleet::InitOptions init;
-  init.is_collective = false;                         // fleet.init(is_collective=False)
+  init.is_collective = false;  // fleet.init(is_collective=False)
   fleet::DistributedStrategy strategy;
-  strategy.a_sync = !sync;                            // strategy.a_sync
+  strategy.a_sync = !sync;  // strategy.a_sync
   init.strategy = strategy;
   fleet::init(init);
-  if (fleet::is_server()) {                           // fleet.init_server(); fleet.run_server()
+  if (fleet::is_server()) {  // fleet.init_server(); fleet.run_server()
     fleet::init_server();
     fleet::run_server();
     return 0;
@@ -58,7 +61,7 @@ int main(int argc, char** argv) {
   wide_cfg.init_a = 0.0;
   fleet::SparseEmbedding wide(wide_cfg);
   auto mlp = torch::nn::Sequential(torch::nn::Linear(kSlots * 8, 16), torch::nn::ReLU(), torch::nn::Linear(16, 1));
-  auto opt = fleet::ps_optimizer({emb, wide}, mlp.ptr());   // fleet.distributed_optimizer in PS mode
+  auto opt = fleet::ps_optimizer({emb, wide}, mlp.ptr());  // fleet.distributed_optimizer in PS mode
 
   // The rule behind the clicks: a fixed weight per (slot, value).
   auto gen = torch::Generator(at::detail::createCPUGenerator(1234));
@@ -82,14 +85,14 @@ int main(int argc, char** argv) {
     if (step % 20 == 0) std::printf("[step %lld] loss %.4f\n", static_cast<long long>(step), l);
   }
   double global_last = fleet::metrics::sum(last) / fleet::worker_num();
-  std::printf("worker %d/%d done: loss %.4f -> %.4f (all workers %.4f)\n", fleet::worker_index(),
-              fleet::worker_num(), first, last, global_last);
+  std::printf("worker %d/%d done: loss %.4f -> %.4f (all workers %.4f)\n", fleet::worker_index(), fleet::worker_num(),
+              first, last, global_last);
   fleet::barrier_worker();
   if (fleet::is_first_worker()) {
     fleet::save_persistables(save_dir);  // fleet.save_persistables(exe, dirname)
     std::printf("saved every table into %s\n", save_dir.c_str());
   }
   std::fflush(stdout);
-  fleet::stop_worker();                               // fleet.stop_worker()
+  fleet::stop_worker();  // fleet.stop_worker()
   return 0;
 }

@@ -42,8 +42,8 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
       chunk_bytes_(options.chunk_bytes) {
   if (num_servers_ < 1) sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: a worker needs num_servers >= 1");
   if (num_workers_ < 1 || rank_ < 0 || rank_ >= num_workers_)
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: worker rank " + std::to_string(rank_) + " is not in [0, " +
-                                        std::to_string(num_workers_) + ")");
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_grpc: worker rank " + std::to_string(rank_) + " is not in [0, " + std::to_string(num_workers_) + ")");
   sharding_.num_servers = num_servers_;
   sharding_.num_shards = options.shard_num;
   auto start = sdk::Clock::now();
@@ -55,8 +55,8 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
     try {
       srv->endpoint = init.store.get("ps/server/" + std::to_string(s), left);
     } catch (const sdk::Error& e) {
-      sdk::fail(e.status(), "ps_grpc: parameter server " + std::to_string(s) + " did not publish its address: " +
-                                e.what());
+      sdk::fail(e.status(),
+                "ps_grpc: parameter server " + std::to_string(s) + " did not publish its address: " + e.what());
     }
     for (int c = 0; c < options.channels; ++c) {
       grpc::ChannelArguments args;
@@ -472,11 +472,11 @@ std::shared_ptr<sdk::Work> PsClient::save(uint32_t id, const std::string& dir, i
                                           const Opts& o) {
   ClientTable& t = table(id, -1, "ps_save");
   if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA)
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': save mode " + std::to_string(mode) +
-                                        " is unknown");
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_save of table '" + t.desc.name + "': save mode " + std::to_string(mode) + " is unknown");
   if (format != DT_PS_FORMAT_BINARY && format != DT_PS_FORMAT_TEXT)
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': format " + std::to_string(format) +
-                                        " is unknown");
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_save of table '" + t.desc.name + "': format " + std::to_string(format) + " is unknown");
   if (dir.empty()) sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': the directory is empty");
   auto op = new_op("a save of table '" + t.desc.name + "' to " + dir, num_servers_, o);
   op->after = {t.declared, t.last_push};

@@ -31,8 +31,8 @@ class PsClient {
   std::shared_ptr<sdk::Work> declare(const sdk::TableDesc& desc, uint32_t* id, const Opts& o);
   std::shared_ptr<sdk::Work> pull_dense(uint32_t id, float* values, uint64_t count, const Opts& o);
   std::shared_ptr<sdk::Work> push_dense(uint32_t id, const float* grads, uint64_t count, const Opts& o);
-  std::shared_ptr<sdk::Work> pull_sparse(uint32_t id, const uint64_t* keys, uint64_t n, float* values,
-                                         uint64_t count, const Opts& o);
+  std::shared_ptr<sdk::Work> pull_sparse(uint32_t id, const uint64_t* keys, uint64_t n, float* values, uint64_t count,
+                                         const Opts& o);
   std::shared_ptr<sdk::Work> push_sparse(uint32_t id, const uint64_t* keys, uint64_t n, const float* grads,
                                          uint64_t count, const float* show_click, const Opts& o);
   std::shared_ptr<sdk::Work> save(uint32_t id, const std::string& dir, int32_t mode, int32_t format, const Opts& o);

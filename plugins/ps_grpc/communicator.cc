@@ -19,9 +19,10 @@ float* f32(const sdk::Communicator::Buf& b, const char* op, const char* what) {
 
 PsCommunicator::PsCommunicator(const sdk::CommInit& init) : options_(PsOptions::parse(init)), rank_(init.rank) {
   if (init.num_servers < 1 || init.num_workers < 1)
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: a parameter-server communicator needs num_servers >= 1 and "
-                                    "num_workers >= 1 (got " + std::to_string(init.num_servers) + " and " +
-                                        std::to_string(init.num_workers) + ")");
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_grpc: a parameter-server communicator needs num_servers >= 1 and "
+              "num_workers >= 1 (got " +
+                  std::to_string(init.num_servers) + " and " + std::to_string(init.num_workers) + ")");
   if (!init.is_server()) {
     client_ = std::make_unique<PsClient>(init, options_);
     return;
@@ -31,8 +32,8 @@ PsCommunicator::PsCommunicator(const sdk::CommInit& init) : options_(PsOptions::
                                         std::to_string(init.num_servers) + ")");
   service_ = std::make_unique<PsService>(init, options_);
   std::string host = options_.bind_host(init);
-  std::string bind = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-                     std::to_string(options_.port);
+  std::string bind =
+      (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(options_.port);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(bind, grpc::InsecureServerCredentials(), &port);
@@ -65,8 +66,8 @@ PsCommunicator::~PsCommunicator() {
 
 PsClient& PsCommunicator::client(const char* op) {
   if (!client_)
-    sdk::fail(DT_ERR_INVALID_USAGE,
-              std::string(op) + " is a worker operation; this communicator is parameter server " + std::to_string(rank_));
+    sdk::fail(DT_ERR_INVALID_USAGE, std::string(op) + " is a worker operation; this communicator is parameter server " +
+                                        std::to_string(rank_));
   return *client_;
 }
 
@@ -96,8 +97,8 @@ std::shared_ptr<sdk::Work> PsCommunicator::ps_push_sparse(uint32_t table, const 
   return c.push_sparse(table, keys, n, f32(grads, "ps_push_sparse", "grads"), grads.count, show_click, o);
 }
 
-std::shared_ptr<sdk::Work> PsCommunicator::ps_save(uint32_t table, const std::string& dir, int32_t mode,
-                                                   int32_t format, const Opts& o) {
+std::shared_ptr<sdk::Work> PsCommunicator::ps_save(uint32_t table, const std::string& dir, int32_t mode, int32_t format,
+                                                   const Opts& o) {
   return client("ps_save").save(table, dir, mode, format, o);
 }
 
@@ -115,8 +116,8 @@ std::shared_ptr<sdk::Work> PsCommunicator::ps_finish(const Opts& o) { return cli
 
 std::shared_ptr<sdk::Work> PsCommunicator::ps_serve(const Opts&) {
   if (!service_)
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps_serve is a server operation; this communicator is worker " +
-                                        std::to_string(rank_));
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_serve is a server operation; this communicator is worker " + std::to_string(rank_));
   return service_->serve_work();
 }
 

@@ -45,16 +45,17 @@ class DenseTable final : public Table {
     check_worker(desc_.name, worker, workers_);
     check_count("push", count);
     if (desc_.mode == DT_PS_MODE_SYNC) {
-      sync_.push(worker, std::vector<float>(g, g + count), [&](const std::vector<const std::vector<float>*>& by_worker) {
-        std::vector<float> sum(*by_worker[0]);
-        for (size_t w = 1; w < by_worker.size(); ++w) {
-          const float* x = by_worker[w]->data();
-          for (uint64_t i = 0; i < n_; ++i) sum[i] += x[i];
-        }
-        const float nw = static_cast<float>(workers_);
-        for (uint64_t i = 0; i < n_; ++i) sum[i] /= nw;
-        apply(sum.data());
-      });
+      sync_.push(worker, std::vector<float>(g, g + count),
+                 [&](const std::vector<const std::vector<float>*>& by_worker) {
+                   std::vector<float> sum(*by_worker[0]);
+                   for (size_t w = 1; w < by_worker.size(); ++w) {
+                     const float* x = by_worker[w]->data();
+                     for (uint64_t i = 0; i < n_; ++i) sum[i] += x[i];
+                   }
+                   const float nw = static_cast<float>(workers_);
+                   for (uint64_t i = 0; i < n_; ++i) sum[i] /= nw;
+                   apply(sum.data());
+                 });
       return;
     }
     apply(g);
@@ -66,8 +67,7 @@ class DenseTable final : public Table {
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' is dense; shrink applies to sparse tables");
   }
 
-  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode,
-                                int format) override;
+  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode, int format) override;
   void load(const std::string& dir) override;
 
   TableStats stats() const override {
@@ -115,8 +115,7 @@ class DenseTable final : public Table {
   SyncSteps<std::vector<float>> sync_;
 };
 
-std::vector<std::string> DenseTable::save(const std::string& dir, const std::string& generation, int mode,
-                                          int format) {
+std::vector<std::string> DenseTable::save(const std::string& dir, const std::string& generation, int mode, int format) {
   if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA || format < DT_PS_FORMAT_BINARY || format > DT_PS_FORMAT_TEXT)
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': unknown save mode " + std::to_string(mode) +
                                         " or format " + std::to_string(format));
@@ -204,11 +203,13 @@ void DenseTable::load(const std::string& dir) {
       };
       if (h.kind != DT_PS_TABLE_DENSE) mismatch("kind", kind_name(h.kind), "dense");
       if (h.dim != m.dim) mismatch("dim", std::to_string(h.dim), std::to_string(m.dim));
-      if (h.save_mode != static_cast<uint32_t>(m.mode)) mismatch("mode", save_mode_name(h.save_mode), save_mode_name(m.mode));
+      if (h.save_mode != static_cast<uint32_t>(m.mode))
+        mismatch("mode", save_mode_name(h.save_mode), save_mode_name(m.mode));
       if (h.optimizer != static_cast<uint32_t>(m.optimizer))
         mismatch("optimizer", optimizer_name(h.optimizer), optimizer_name(m.optimizer));
       if (full && h.state != static_cast<uint32_t>(arrays))
-        mismatch("state arrays", std::to_string(h.state), std::to_string(arrays) + " for " + optimizer_name(m.optimizer));
+        mismatch("state arrays", std::to_string(h.state),
+                 std::to_string(arrays) + " for " + optimizer_name(m.optimizer));
       if (h.dense_begin + h.count > m.dim)
         fail_file(path, "values [" + std::to_string(h.dense_begin) + ", " + std::to_string(h.dense_begin + h.count) +
                             ") lie outside dim " + std::to_string(m.dim));
@@ -261,7 +262,8 @@ void DenseTable::load(const std::string& dir) {
     if (lo >= hi) continue;
     const uint64_t k = hi - lo, src = lo - pbegin, dst = lo - begin_;
     std::copy_n(buf.begin() + static_cast<ptrdiff_t>(src), k, w.begin() + static_cast<ptrdiff_t>(dst));
-    if (arrays >= 1) std::copy_n(buf.begin() + static_cast<ptrdiff_t>(pcount + src), k, s0.begin() + static_cast<ptrdiff_t>(dst));
+    if (arrays >= 1)
+      std::copy_n(buf.begin() + static_cast<ptrdiff_t>(pcount + src), k, s0.begin() + static_cast<ptrdiff_t>(dst));
     if (arrays >= 2)
       std::copy_n(buf.begin() + static_cast<ptrdiff_t>(2 * pcount + src), k, s1.begin() + static_cast<ptrdiff_t>(dst));
     covered += k;
@@ -282,8 +284,7 @@ void DenseTable::load(const std::string& dir) {
 
 }  // namespace
 
-std::unique_ptr<Table> make_dense_table(const sdk::TableDesc& desc, const Sharding& sharding, int server,
-                                        int workers) {
+std::unique_ptr<Table> make_dense_table(const sdk::TableDesc& desc, const Sharding& sharding, int server, int workers) {
   return std::make_unique<DenseTable>(desc, sharding, server, workers);
 }
 

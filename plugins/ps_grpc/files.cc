@@ -107,7 +107,8 @@ void AtomicWriter::flush() {
 
 void AtomicWriter::flush_some(const void* p, size_t n) {
   flush();
-  if (n >= buf_.size()) write_all(fd_, static_cast<const char*>(p), n, tmp_);
+  if (n >= buf_.size())
+    write_all(fd_, static_cast<const char*>(p), n, tmp_);
   else {
     std::memcpy(buf_.data(), p, n);
     used_ = n;
@@ -161,8 +162,8 @@ void FileReader::read(void* p, size_t n) {
   const uint64_t at = consumed_;
   while (n > 0) {
     if (!fill())
-      fail_file(path_, "truncated: it ends at byte " + std::to_string(consumed_) + " inside a record that starts at byte " +
-                           std::to_string(at));
+      fail_file(path_, "truncated: it ends at byte " + std::to_string(consumed_) +
+                           " inside a record that starts at byte " + std::to_string(at));
     const size_t k = std::min(n, end_ - begin_);
     std::memcpy(out, buf_.data() + begin_, k);
     begin_ += k;
@@ -188,7 +189,8 @@ bool FileReader::getline(std::string_view& out) {
       begin_ += k + 1;
       consumed_ += k + 1;
       ++line_;
-      if (carry_.empty()) out = std::string_view(b, k);
+      if (carry_.empty())
+        out = std::string_view(b, k);
       else {
         carry_.append(b, k);
         out = carry_;
@@ -357,7 +359,8 @@ void Manifest::write(const std::string& table_dir) const {
   kv("num_servers", std::to_string(num_servers));
   kv("generation", generation);
   for (const auto& f : files) {
-    if (!safe_name(f)) sdk::fail(DT_ERR_INVALID_USAGE, "manifest of table '" + table + "': bad part file name '" + f + "'");
+    if (!safe_name(f))
+      sdk::fail(DT_ERR_INVALID_USAGE, "manifest of table '" + table + "': bad part file name '" + f + "'");
     kv("file", f);
   }
   {
@@ -394,21 +397,21 @@ Manifest Manifest::read(const std::string& table_dir) {
     const std::string l = sdk::trim(line);
     if (l.empty() || l[0] == '#') continue;
     const size_t eq = l.find('=');
-    if (eq == std::string::npos)
-      sdk::fail(DT_ERR_SYSTEM, where + ": expected 'key = value', found '" + l + "'");
+    if (eq == std::string::npos) sdk::fail(DT_ERR_SYSTEM, where + ": expected 'key = value', found '" + l + "'");
     const std::string k = sdk::trim(std::string_view(l).substr(0, eq));
     const std::string v = sdk::trim(std::string_view(l).substr(eq + 1));
     auto number = [&](uint64_t max) {
       uint64_t n = 0;
-      if (!parse_u64(v, &n) || n > max) sdk::fail(DT_ERR_SYSTEM, where + ": " + k + " = '" + v + "' is not a valid number");
+      if (!parse_u64(v, &n) || n > max)
+        sdk::fail(DT_ERR_SYSTEM, where + ": " + k + " = '" + v + "' is not a valid number");
       return n;
     };
     auto code = [&](int c) {
       if (c < 0) sdk::fail(DT_ERR_SYSTEM, where + ": unknown " + k + " '" + v + "'");
       return c;
     };
-    static const char* const keys[] = {"version", "table", "kind", "dim", "optimizer",
-                                       "mode", "format", "num_servers", "generation"};
+    static const char* const keys[] = {"version", "table",  "kind",        "dim",       "optimizer",
+                                       "mode",    "format", "num_servers", "generation"};
     int idx = -1;
     for (int i = 0; i < 9; ++i)
       if (k == keys[i]) idx = i;
@@ -434,8 +437,8 @@ Manifest Manifest::read(const std::string& table_dir) {
       case 8: m.generation = v; break;
     }
   }
-  static const char* const required[] = {"version", "table", "kind", "dim", "optimizer",
-                                         "mode", "format", "num_servers", "generation"};
+  static const char* const required[] = {"version", "table",  "kind",        "dim",       "optimizer",
+                                         "mode",    "format", "num_servers", "generation"};
   for (int i = 0; i < 9; ++i)
     if (!seen[i]) sdk::fail(DT_ERR_SYSTEM, path + ": '" + required[i] + "' is missing");
   if (m.files.empty()) sdk::fail(DT_ERR_SYSTEM, path + ": lists no part file");

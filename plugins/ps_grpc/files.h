@@ -28,7 +28,8 @@ class AtomicWriter {
   AtomicWriter& operator=(const AtomicWriter&) = delete;
 
   void write(const void* p, size_t n) {
-    if (used_ + n > buf_.size()) flush_some(p, n);
+    if (used_ + n > buf_.size())
+      flush_some(p, n);
     else {
       std::memcpy(buf_.data() + used_, p, n);
       used_ += n;

@@ -45,8 +45,8 @@ PsOptions PsOptions::parse(const sdk::CommInit& init) {
   p.address = o.get_string("address", "");
   p.port = static_cast<int>(in_range(o, "port", 0, 0, 65535));
   p.chunk_bytes = static_cast<uint64_t>(in_range(o, "chunk_bytes", static_cast<int64_t>(p.chunk_bytes), 4096, 1 << 30));
-  p.max_request_bytes = static_cast<uint64_t>(in_range(o, "max_request_bytes", static_cast<int64_t>(p.max_request_bytes),
-                                                       1, std::numeric_limits<int64_t>::max()));
+  p.max_request_bytes = static_cast<uint64_t>(in_range(
+      o, "max_request_bytes", static_cast<int64_t>(p.max_request_bytes), 1, std::numeric_limits<int64_t>::max()));
   p.threads = static_cast<int>(in_range(o, "threads", 0, 0, 4096));
   p.channels = static_cast<int>(in_range(o, "channels", 1, 1, 64));
   return p;

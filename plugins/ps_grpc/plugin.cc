@@ -5,7 +5,8 @@
 namespace {
 
 const dt_config_key_v1_t kKeys[] = {
-    {"shard_num", "int", "64", "sparse shards in the whole job (keys hash to shards, shards go round-robin to servers)"},
+    {"shard_num", "int", "64",
+     "sparse shards in the whole job (keys hash to shards, shards go round-robin to servers)"},
     {"address", "string", "\"\"",
      "servers: address to bind and publish (default: 127.0.0.1 on one host, else DTRAIN_HOST_IP, else the "
      "hostname's address)"},

@@ -69,7 +69,8 @@ grpc::Status PsService::guarded(grpc::ServerContext* ctx, F&& f) {
     if (it == md.end() || it->second != grpc::string_ref(token_)) {
       const char* why = it == md.end() ? "missing job token" : "wrong job token";
       sdk::Log::warn("ps_grpc: " + who() + " refused a client from " + ctx->peer() + ": " + why);
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(why) + " (this client is not part of the job)");
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          std::string(why) + " (this client is not part of the job)");
     }
   }
   auto failed = [&](dt_status_t st, const std::string& msg) {
@@ -101,8 +102,8 @@ Table& PsService::table(const std::string& name, int kind) {
   if (it == tables_.end())
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "' is unknown on " + who() + " (declare it first)");
   if (kind >= 0 && it->second->desc().kind != kind)
-    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "' is " + kind_name(it->second->desc().kind) + ", not " +
-                                        kind_name(kind));
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "table '" + name + "' is " + kind_name(it->second->desc().kind) + ", not " + kind_name(kind));
   return *it->second;
 }
 
@@ -134,16 +135,15 @@ void PsService::interruptible(grpc::ServerContext* ctx, F&& f) {
 void PsService::check_size(const Table& t, uint64_t bytes, const std::string& what) const {
   if (bytes > options_.max_request_bytes)
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': " + what + " of " + std::to_string(bytes) +
-                                        " bytes (" + mib(bytes) + ") to " + who() + " is over max_request_bytes = " +
-                                        std::to_string(options_.max_request_bytes));
+                                        " bytes (" + mib(bytes) + ") to " + who() +
+                                        " is over max_request_bytes = " + std::to_string(options_.max_request_bytes));
 }
 
 grpc::Status PsService::Hello(grpc::ServerContext* ctx, const HelloRequest* req, HelloReply* reply) {
   return guarded(ctx, [&] {
     auto mismatch = [&](const char* what, int64_t here, int64_t there) {
-      sdk::fail(DT_ERR_INVALID_USAGE, std::string(what) + " is " + std::to_string(here) + " on " + who() +
-                                          " and " + std::to_string(there) + " on worker " +
-                                          std::to_string(req->worker()));
+      sdk::fail(DT_ERR_INVALID_USAGE, std::string(what) + " is " + std::to_string(here) + " on " + who() + " and " +
+                                          std::to_string(there) + " on worker " + std::to_string(req->worker()));
     };
     if (req->num_servers() != num_servers_) mismatch("num_servers", num_servers_, req->num_servers());
     if (req->num_workers() != num_workers_) mismatch("num_workers", num_workers_, req->num_workers());
@@ -187,7 +187,8 @@ grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req
     if (n <= per) {
       std::string* s = msg.mutable_values();
       s->resize(n * sizeof(float));
-      interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, until); });
+      interruptible(ctx,
+                    [&](Clock::time_point until) { t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, until); });
       w->Write(msg);
       return;
     }
@@ -280,13 +281,13 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
         sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push's keys are " +
                                             std::to_string(m.keys().size()) + " bytes, not a multiple of 8");
       if (m.grads().size() != k * dim * sizeof(float))
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) + " keys carries " +
-                                            std::to_string(m.grads().size() / sizeof(float)) +
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) +
+                                            " keys carries " + std::to_string(m.grads().size() / sizeof(float)) +
                                             " gradient values; dim is " + std::to_string(dim) + ", so " +
                                             std::to_string(k * dim) + " were expected");
       if (sc && m.show_click().size() != k * 2 * sizeof(float))
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) + " keys carries " +
-                                            std::to_string(m.show_click().size() / sizeof(float)) +
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push of " + std::to_string(k) +
+                                            " keys carries " + std::to_string(m.show_click().size() / sizeof(float)) +
                                             " show/click values, not " + std::to_string(2 * k));
       return k;
     };
@@ -305,8 +306,8 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
     uint64_t got = 0;
     for (;;) {
       if (got + k > total)
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push announced " + std::to_string(total) +
-                                            " keys and sent more");
+        sdk::fail(DT_ERR_INVALID_USAGE,
+                  "table '" + name + "': a sparse push announced " + std::to_string(total) + " keys and sent more");
       std::memcpy(keys.data() + got, msg.keys().data(), k * sizeof(uint64_t));
       std::memcpy(grads.data() + got * dim, msg.grads().data(), k * dim * sizeof(float));
       if (sc) std::memcpy(show_click.data() + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));

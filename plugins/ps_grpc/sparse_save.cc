@@ -156,7 +156,8 @@ void SparseTable::read_part(const Manifest& m, const std::string& dir, const std
     if (h.save_mode != static_cast<uint32_t>(m.mode))
       mismatch("mode", save_mode_name(h.save_mode), std::string(save_mode_name(m.mode)) + " (the MANIFEST's)");
     if (h.optimizer != static_cast<uint32_t>(m.optimizer))
-      mismatch("optimizer", optimizer_name(h.optimizer), std::string(optimizer_name(m.optimizer)) + " (the MANIFEST's)");
+      mismatch("optimizer", optimizer_name(h.optimizer),
+               std::string(optimizer_name(m.optimizer)) + " (the MANIFEST's)");
     if (h.state != nstate)
       mismatch("state", std::to_string(h.state) + " floats per row",
                std::to_string(nstate) + " for a " + save_mode_name(m.mode) + " save of " +
@@ -209,19 +210,22 @@ void SparseTable::read_part(const Manifest& m, const std::string& dir, const std
     if (f.size() != cols)
       bad("expected " + std::to_string(cols) + " columns (key, " + std::to_string(dim_) +
           " values, show, click, unseen_days, changed" +
-          (full && desc_.optimizer != DT_PS_OPT_SGD ? std::string(", ") + optimizer_name(desc_.optimizer) + " state" : "") +
+          (full && desc_.optimizer != DT_PS_OPT_SGD ? std::string(", ") + optimizer_name(desc_.optimizer) + " state"
+                                                    : "") +
           "), found " + std::to_string(f.size()));
     uint64_t key = 0, unseen = 0, changed = 0, t = 0;
     if (!parse_u64(f[0], &key)) bad("key '" + std::string(f[0]) + "' is not a u64");
     auto flt = [&](size_t c, float* out) {
-      if (!parse_float(f[c], out)) bad("column " + std::to_string(c + 1) + " '" + std::string(f[c]) + "' is not a number");
+      if (!parse_float(f[c], out))
+        bad("column " + std::to_string(c + 1) + " '" + std::string(f[c]) + "' is not a number");
     };
     for (uint64_t c = 0; c < dim_; ++c) flt(1 + c, &vals[c]);
     RowMeta meta;
     flt(1 + dim_, &meta.show);
     flt(2 + dim_, &meta.click);
     if (!parse_u64(f[3 + dim_], &unseen) || unseen > 0xffffffffu) bad("unseen_days '" + std::string(f[3 + dim_]) + "'");
-    if (!parse_u64(f[4 + dim_], &changed) || changed > 1) bad("changed '" + std::string(f[4 + dim_]) + "' is not 0 or 1");
+    if (!parse_u64(f[4 + dim_], &changed) || changed > 1)
+      bad("changed '" + std::string(f[4 + dim_]) + "' is not 0 or 1");
     size_t c = 5 + dim_;
     if (adam) {
       if (!parse_u64(f[c], &t) || t > 0xffffffffu) bad("adam t '" + std::string(f[c]) + "' is not a count");

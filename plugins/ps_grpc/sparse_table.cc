@@ -43,8 +43,7 @@ SparseTable::SparseTable(const sdk::TableDesc& desc, const Sharding& sh, int ser
   if (sh.num_shards > 1 && (sh.num_shards & (sh.num_shards - 1)) == 0) shard_mask_ = sh.num_shards - 1;
 }
 
-void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out,
-                              Clock::time_point deadline) {
+void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out, Clock::time_point deadline) {
   check_worker(desc_.name, worker, workers_);
   Scratch& s = tls;
   ScratchGuard guard{s};
@@ -72,8 +71,10 @@ void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, floa
       }
       const uint32_t i = s.order[k], r = s.rows[k];
       float* dst = out + i * dim_;
-      if (r != FlatMap::kNone) copy_row(dst, &d.data[r * stride_], dim_);
-      else init_.fill(keys[i], dst, dim_);
+      if (r != FlatMap::kNone)
+        copy_row(dst, &d.data[r * stride_], dim_);
+      else
+        init_.fill(keys[i], dst, dim_);
     }
   }
 }
@@ -304,8 +305,10 @@ uint32_t SparseTable::admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npu
     uint32_t* c = d.pending.find_mut(key, h);
     const uint64_t count = (c ? *c : 0) + npush;
     if (count < desc_.admit_count) {
-      if (c) *c = static_cast<uint32_t>(count);
-      else d.pending.insert(key, h, static_cast<uint32_t>(count));
+      if (c)
+        *c = static_cast<uint32_t>(count);
+      else
+        d.pending.insert(key, h, static_cast<uint32_t>(count));
       return FlatMap::kNone;
     }
     if (c) d.pending.erase(key, h);

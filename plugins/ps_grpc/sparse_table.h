@@ -89,11 +89,9 @@ class SparseTable final : public Table {
   void pull_dense(int, float*, uint64_t, Clock::time_point) override { dense_op("pull"); }
   void push_dense(int, const float*, uint64_t) override { dense_op("push"); }
   void pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out, Clock::time_point deadline) override;
-  void push_sparse(int worker, const uint64_t* keys, uint64_t n, const float* grads,
-                   const float* show_click) override;
+  void push_sparse(int worker, const uint64_t* keys, uint64_t n, const float* grads, const float* show_click) override;
   uint64_t shrink(uint32_t flags) override;
-  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode,
-                                int format) override;
+  std::vector<std::string> save(const std::string& dir, const std::string& generation, int mode, int format) override;
   void load(const std::string& dir) override;
   TableStats stats() const override;
 

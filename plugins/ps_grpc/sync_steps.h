@@ -58,8 +58,8 @@ class SyncSteps {
     for (size_t w = 0; w < pushed_.size(); ++w)
       if (pushed_[w] < step) missing += (missing.empty() ? "" : ", ") + std::to_string(w);
     sdk::fail(DT_ERR_TIMEOUT, "table '" + table + "' sync step " + std::to_string(step) + ": waiting for worker(s) " +
-                                  missing + " that have not pushed it (worker " + std::to_string(worker) + " has pushed " +
-                                  std::to_string(pushed_[worker]) + " steps)");
+                                  missing + " that have not pushed it (worker " + std::to_string(worker) +
+                                  " has pushed " + std::to_string(pushed_[worker]) + " steps)");
   }
 
   uint64_t applied() const {
@@ -78,8 +78,7 @@ class SyncSteps {
 // Factories of the two table kinds (table.cc's Table::create calls them after
 // checking the descriptor).
 std::unique_ptr<Table> make_dense_table(const sdk::TableDesc& desc, const Sharding& sharding, int server, int workers);
-std::unique_ptr<Table> make_sparse_table(const sdk::TableDesc& desc, const Sharding& sharding, int server,
-                                         int workers);
+std::unique_ptr<Table> make_sparse_table(const sdk::TableDesc& desc, const Sharding& sharding, int server, int workers);
 // DT_ERR_INVALID_USAGE unless 0 <= worker < workers.
 void check_worker(const std::string& table, int worker, int workers);
 

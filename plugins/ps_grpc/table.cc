@@ -14,7 +14,9 @@ namespace dtrain::ps_grpc {
 
 uint32_t Sharding::shard_of(uint64_t key) const { return static_cast<uint32_t>(mix64(key) % num_shards); }
 
-int Sharding::server_of(uint64_t key) const { return static_cast<int>(shard_of(key) % static_cast<uint32_t>(num_servers)); }
+int Sharding::server_of(uint64_t key) const {
+  return static_cast<int>(shard_of(key) % static_cast<uint32_t>(num_servers));
+}
 
 uint64_t Sharding::dense_begin(uint64_t dim, int server) const {
   const uint64_t s = static_cast<uint64_t>(std::clamp(server, 0, num_servers));

@@ -37,8 +37,8 @@ struct Sharding {
 };
 
 struct TableStats {
-  uint64_t rows = 0;        // sparse rows held (dense: values held)
-  uint64_t pending = 0;     // keys counted but not yet admitted
+  uint64_t rows = 0;     // sparse rows held (dense: values held)
+  uint64_t pending = 0;  // keys counted but not yet admitted
   uint64_t applied_steps = 0;
 };
 
@@ -95,7 +95,7 @@ struct Manifest {
   int num_servers = 0;
   std::string generation;
   std::vector<std::string> files;
-  void write(const std::string& table_dir) const;  // MANIFEST.tmp, fsync, rename to MANIFEST, fsync the dir
+  void write(const std::string& table_dir) const;      // MANIFEST.tmp, fsync, rename to MANIFEST, fsync the dir
   static Manifest read(const std::string& table_dir);  // names the path and the bad line
 };
 

@@ -70,18 +70,16 @@ sdk::TableDesc from_proto(const TableDesc& p) {
 }
 
 void check_desc(const sdk::TableDesc& d) {
-  auto bad = [&](const std::string& what) {
-    sdk::fail(DT_ERR_INVALID_USAGE, "ps table '" + d.name + "': " + what);
-  };
+  auto bad = [&](const std::string& what) { sdk::fail(DT_ERR_INVALID_USAGE, "ps table '" + d.name + "': " + what); };
   if (d.name.empty()) sdk::fail(DT_ERR_INVALID_USAGE, "ps table: the name is empty");
   for (char c : d.name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-')
       bad("the name may hold only letters, digits, '_', '.' and '-'");
   if (d.name == "." || d.name == "..") bad("the name may not be '.' or '..'");
-  if (d.kind != DT_PS_TABLE_DENSE && d.kind != DT_PS_TABLE_SPARSE) bad("kind " + std::to_string(d.kind) + " is unknown");
+  if (d.kind != DT_PS_TABLE_DENSE && d.kind != DT_PS_TABLE_SPARSE)
+    bad("kind " + std::to_string(d.kind) + " is unknown");
   if (d.dim == 0) bad("dim is 0");
-  if (d.dtype != DT_DTYPE_F32)
-    bad(std::string("dtype ") + sdk::dtype_name(d.dtype) + " is not supported (only f32)");
+  if (d.dtype != DT_DTYPE_F32) bad(std::string("dtype ") + sdk::dtype_name(d.dtype) + " is not supported (only f32)");
   if (d.mode < DT_PS_MODE_SYNC || d.mode > DT_PS_MODE_GEO) bad("mode " + std::to_string(d.mode) + " is unknown");
   if (d.optimizer < DT_PS_OPT_SGD || d.optimizer > DT_PS_OPT_ADAM)
     bad("optimizer " + std::to_string(d.optimizer) + " is unknown");

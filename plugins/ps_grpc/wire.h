@@ -26,5 +26,4 @@ sdk::TableDesc from_proto(const TableDesc& p);
 // f32, an unknown kind, mode, rule or initializer, GEO with a rule other than SGD.
 void check_desc(const sdk::TableDesc& d);
 
-
 }  // namespace dtrain::ps_grpc

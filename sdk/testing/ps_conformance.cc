@@ -37,7 +37,11 @@ float any_float(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
 }
 
 Rule::Rule(const ps::TableConfig& c)
-    : opt(c.optimizer), lr(c.learning_rate), beta1(c.beta1), beta2(c.beta2), epsilon(c.epsilon),
+    : opt(c.optimizer),
+      lr(c.learning_rate),
+      beta1(c.beta1),
+      beta2(c.beta2),
+      epsilon(c.epsilon),
       initial_g2sum(c.initial_g2sum) {}
 
 RowState new_row(const Rule& r, const float* init, size_t dim, bool dense) {
@@ -115,7 +119,8 @@ std::string compare(const float* got, const float* want, size_t n, size_t dim, c
     if (a == b) continue;
     char buf[256];
     if (keys)
-      std::snprintf(buf, sizeof buf, "%s: key %" PRIu64 " (position %zu) value %zu is %.9g (0x%08x), expected %.9g (0x%08x)",
+      std::snprintf(buf, sizeof buf,
+                    "%s: key %" PRIu64 " (position %zu) value %zu is %.9g (0x%08x), expected %.9g (0x%08x)",
                     what.c_str(), keys[i / dim], i / dim, i % dim, got[i], a, want[i], b);
     else
       std::snprintf(buf, sizeof buf, "%s: value %zu is %.9g (0x%08x), expected %.9g (0x%08x)", what.c_str(), i, got[i],
@@ -242,7 +247,8 @@ std::vector<std::string> run_job(const std::shared_ptr<Backend>& backend, const 
   for (auto& e : server_errors)
     if (!e.empty()) common += (common.empty() ? "" : "; ") + e;
   for (int w = 0; w < W; ++w)
-    if (!setup_errors[w].empty()) common += (common.empty() ? "" : "; ") + ("worker " + std::to_string(w) + ": " + setup_errors[w]);
+    if (!setup_errors[w].empty())
+      common += (common.empty() ? "" : "; ") + ("worker " + std::to_string(w) + ": " + setup_errors[w]);
   if (!serve_error.empty()) common += (common.empty() ? "" : "; ") + serve_error;
 
   std::vector<std::string> out(cases.size());

@@ -104,7 +104,7 @@ struct SparseRef {
       apply_rule(rule, rows.at(k), avg.data(), false);
     }
   }
-  void apply_push(const Push& p) { apply(sum({&p}), 1); }  // async: one push alone
+  void apply_push(const Push& p) { apply(sum({&p}), 1); }    // async: one push alone
   void apply_step(const std::vector<Push>& pushes, int W) {  // sync: step of every worker
     std::vector<const Push*> ps;
     for (auto& p : pushes) ps.push_back(&p);
@@ -406,22 +406,21 @@ std::vector<Case> mode_cases(const Job& job, const PsOptions& o) {
     cases.push_back({tag + "/dense", geo_dense_case(32, job.mode.geo_k_steps)});
     // GEO applies the rule on the workers: only SGD is accepted, and the
     // refusal fails that declaration only.
-    cases.push_back({tag + "/refuses_adam", [](Ctx& c) {
-                       std::string err;
-                       try {
-                         c.worker->sparse_table(
-                             table_config("geo_adam", ps::TableKind::Sparse, 4, ps::Optimizer::Adam, 33));
-                         err = "a GEO job accepted a sparse table with adam";
-                       } catch (const InvalidUsage&) {
-                       } catch (const std::exception& e) {
-                         err = std::string("refused with '") + e.what() + "', not InvalidUsage";
-                       }
-                       auto t = c.worker->sparse_table(table_config("geo_after", ps::TableKind::Sparse, 4,
-                                                                    ps::Optimizer::Sgd, 34));
-                       Keys k = key_pool(34, 4);
-                       pull(t, k);
-                       return err;
-                     }});
+    cases.push_back(
+        {tag + "/refuses_adam", [](Ctx& c) {
+           std::string err;
+           try {
+             c.worker->sparse_table(table_config("geo_adam", ps::TableKind::Sparse, 4, ps::Optimizer::Adam, 33));
+             err = "a GEO job accepted a sparse table with adam";
+           } catch (const InvalidUsage&) {
+           } catch (const std::exception& e) {
+             err = std::string("refused with '") + e.what() + "', not InvalidUsage";
+           }
+           auto t = c.worker->sparse_table(table_config("geo_after", ps::TableKind::Sparse, 4, ps::Optimizer::Sgd, 34));
+           Keys k = key_pool(34, 4);
+           pull(t, k);
+           return err;
+         }});
     return cases;
   }
   uint64_t seed = 40;

@@ -206,8 +206,8 @@ std::string base_delta_case(const std::shared_ptr<Backend>& b, const Recorder& r
                     "the DELTA save alone, rows it must not hold (they pull their initial rows)");
     t.load(base_dir)->wait();
     if (err.empty())
-      err = compare(pull(t, old_keys).data(), rows(base_vals, old_keys).data(), old_keys.size() * 8, 8,
-                    old_keys.data(), "after loading the BASE save");
+      err = compare(pull(t, old_keys).data(), rows(base_vals, old_keys).data(), old_keys.size() * 8, 8, old_keys.data(),
+                    "after loading the BASE save");
     t.load(delta_dir)->wait();
     if (err.empty())
       err = compare(pull(t, all).data(), final_vals.data(), all.size() * 8, 8, all.data(),

@@ -42,7 +42,8 @@ double ref_unit(uint64_t seed, uint64_t key, uint64_t j) {
 }
 float ref_init(const TableDesc& d, uint64_t key, uint64_t j) {
   if (d.initializer == DT_PS_INIT_CONSTANT) return static_cast<float>(d.init_a);
-  if (d.initializer == DT_PS_INIT_UNIFORM) return static_cast<float>(d.init_a + (d.init_b - d.init_a) * ref_unit(d.seed, key, j));
+  if (d.initializer == DT_PS_INIT_UNIFORM)
+    return static_cast<float>(d.init_a + (d.init_b - d.init_a) * ref_unit(d.seed, key, j));
   const double u1 = ref_unit(d.seed, key, 2 * j), u2 = ref_unit(d.seed, key, 2 * j + 1);
   return static_cast<float>(d.init_a + d.init_b * std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2 * M_PI * u2));
 }
@@ -586,8 +587,8 @@ TEST(Shrink, DeletesRowsUnseenForMoreThanTheDays) {
   for (uint64_t k = 0; k < 300; ++k) (k % 3 ? old_keys : new_keys).push_back(k);
   c.push(0, old_keys, std::vector<float>(old_keys.size() * 3, 0.5f));
   c.push(0, new_keys, std::vector<float>(new_keys.size() * 3, 0.5f));
-  EXPECT_EQ(c.shrink(DT_PS_SHRINK_NEW_DAY), 0u);  // day 1
-  EXPECT_EQ(c.shrink(DT_PS_SHRINK_NEW_DAY), 0u);  // day 2: unseen 2, not more than 2
+  EXPECT_EQ(c.shrink(DT_PS_SHRINK_NEW_DAY), 0u);                       // day 1
+  EXPECT_EQ(c.shrink(DT_PS_SHRINK_NEW_DAY), 0u);                       // day 2: unseen 2, not more than 2
   c.push(0, new_keys, std::vector<float>(new_keys.size() * 3, 0.5f));  // resets their age
   const auto before = c.pull(0, new_keys);
   EXPECT_EQ(c.shrink(DT_PS_SHRINK_NEW_DAY), old_keys.size());
@@ -619,7 +620,8 @@ TEST(SaveLoad, FullSaveLoadsOntoOneTwoAndThreeServersExactly) {
   for (int format : {DT_PS_FORMAT_BINARY, DT_PS_FORMAT_TEXT})
     for (int opt : {DT_PS_OPT_SGD, DT_PS_OPT_ADAGRAD, DT_PS_OPT_ADAM})
       for (bool sparse : {true, false}) {
-        SCOPED_TRACE(std::string(sparse ? "sparse " : "dense ") + std::to_string(opt) + " format " + std::to_string(format));
+        SCOPED_TRACE(std::string(sparse ? "sparse " : "dense ") + std::to_string(opt) + " format " +
+                     std::to_string(format));
         const TableDesc d = sparse ? sparse_desc(opt, DT_PS_MODE_ASYNC, 5) : dense_desc(opt, DT_PS_MODE_ASYNC, 23);
         std::mt19937_64 rng(11);
         Cluster src = trained(d, 2, rng);
@@ -759,7 +761,8 @@ TEST(SaveLoad, AnInterruptedSaveLeavesThePreviousOneLoadable) {
     size_t parts = 0;
     for (auto f : {"g1", "g2", "g3"})
       for (int s = 0; s < 2; ++s)
-        parts += ::access((dir + "/" + d.name + "/part-" + f + "-" + std::to_string(s) + "-of-2.bin").c_str(), F_OK) == 0;
+        parts +=
+            ::access((dir + "/" + d.name + "/part-" + f + "-" + std::to_string(s) + "-of-2.bin").c_str(), F_OK) == 0;
     EXPECT_EQ(parts, 2u);
     Cluster dst2(d, 1, 1);
     dst2.load(dir);
@@ -872,9 +875,10 @@ TEST(Speed, PullAndPushOf64kKeysDim8) {
   Table& ta = *ca.servers[0];
   ta.push_sparse(0, keys.data(), keys.size(), g.data(), nullptr);
   const double push_adam = time([&] { ta.push_sparse(0, keys.data(), keys.size(), g.data(), nullptr); });
-  std::printf("[ps_table speed] 65536 keys x dim 8, warm table, 1 thread: pull %.1f ns/key, push (sgd) %.1f ns/key, "
-              "push (adam) %.1f ns/key\n",
-              pull, push, push_adam);
+  std::printf(
+      "[ps_table speed] 65536 keys x dim 8, warm table, 1 thread: pull %.1f ns/key, push (sgd) %.1f ns/key, "
+      "push (adam) %.1f ns/key\n",
+      pull, push, push_adam);
   EXPECT_EQ(t.stats().rows, keys.size());
 }
 

@@ -135,8 +135,8 @@ TEST(PsClient, SyncDenseAndSparsePullPush) {
     for (float x : v) EXPECT_NEAR(x, 0.8f, 1e-6);
 
     std::vector<uint64_t> keys = w == 0 ? std::vector<uint64_t>{1, 2} : std::vector<uint64_t>{1, 1000};
-    std::vector<float> grads = w == 0 ? std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2}
-                                      : std::vector<float>{3, 3, 3, 3, 4, 4, 4, 4};
+    std::vector<float> grads =
+        w == 0 ? std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2} : std::vector<float>{3, 3, 3, 3, 4, 4, 4, 4};
     e.push(keys.data(), keys.size(), f32(grads))->wait();
     std::vector<uint64_t> all = {1, 2, 1000, 1};
     std::vector<float> rows(all.size() * 4);
@@ -422,9 +422,8 @@ TEST(PsClient, JoinWithPaddleVariablesByHand) {
                                           "\"]\n[strategy]\na_sync = true\n[ps]\nbackend = \"ps_grpc\"\n"
                                           "collective = \"gloo\"\ntimeout_s = 20\n",
                                       "job.toml");
-  std::map<std::string, std::string> common = {{"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:" + port},
-                                               {"PADDLE_TRAINERS_NUM", "2"},
-                                               {"POD_IP", "127.0.0.1"}};
+  std::map<std::string, std::string> common = {
+      {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:" + port}, {"PADDLE_TRAINERS_NUM", "2"}, {"POD_IP", "127.0.0.1"}};
   std::vector<std::string> errors(3);
   std::vector<std::thread> threads;
   threads.emplace_back([&] {

@@ -118,7 +118,8 @@ TEST(PsTableConfig, BadValuesNameFileLineAndKey) {
 
   auto typo = table_error("[ps.tables.emb]\ndim = 4\nlearning_rat = 0.1\n");
   EXPECT_EQ(typo.line, 3);
-  EXPECT_THAT(typo.what, HasSubstr("unknown key 'ps.tables.emb.learning_rat'; did you mean 'ps.tables.emb.learning_rate'?"));
+  EXPECT_THAT(typo.what,
+              HasSubstr("unknown key 'ps.tables.emb.learning_rat'; did you mean 'ps.tables.emb.learning_rate'?"));
 
   auto kind = table_error("[ps.tables.emb]\nkind = \"matrix\"\ndim = 4\n");
   EXPECT_EQ(kind.key, "ps.tables.emb.kind");
@@ -153,8 +154,9 @@ TEST(PsTableConfig, MissingTableListsTheDeclaredOnes) {
 }
 
 TEST(PsKeys, SchemaChecksThePsTable) {
-  Config ok = job("[ps]\nbackend = \"ps_grpc\"\ncollective = \"\"\ntimeout_s = 5\ncheckpoint_dir = \"/tmp/x\"\n"
-                  "save_on_exit = true\n[ps.tables.emb]\ndim = 4\n");
+  Config ok =
+      job("[ps]\nbackend = \"ps_grpc\"\ncollective = \"\"\ntimeout_s = 5\ncheckpoint_dir = \"/tmp/x\"\n"
+          "save_on_exit = true\n[ps.tables.emb]\ndim = 4\n");
   EXPECT_EQ(ok.get_string("ps.collective", "gloo"), "");
   try {
     job("[ps]\ntimeout = 5\n");

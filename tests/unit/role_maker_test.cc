@@ -199,12 +199,9 @@ TEST(EnvRoleMakerTest, PaddleParameterServerVariablesByHand) {
   EXPECT_EQ(s.store_endpoint, "127.0.0.1:7100");  // the first server's listed endpoint
   EXPECT_EQ(s.job_id.rfind("paddle-ps-", 0), 0u) << s.job_id;
 
-  Env trainer{{"TRAINING_ROLE", "TRAINER"},
-              {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,127.0.0.1:7101"},
-              {"PADDLE_TRAINERS_NUM", "3"},
-              {"PADDLE_TRAINER_ID", "2"},
-              {"POD_IP", "127.0.0.1"},
-              {"PADDLE_PORT", "7200"}};
+  Env trainer{{"TRAINING_ROLE", "TRAINER"}, {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7100,127.0.0.1:7101"},
+              {"PADDLE_TRAINERS_NUM", "3"}, {"PADDLE_TRAINER_ID", "2"},
+              {"POD_IP", "127.0.0.1"},      {"PADDLE_PORT", "7200"}};
   RoleInfo t = EnvRoleMaker(trainer).resolve();
   EXPECT_EQ(t.role, Role::Worker);
   EXPECT_EQ(t.rank, 2);
@@ -233,7 +230,9 @@ TEST(EnvRoleMakerTest, PaddleParameterServerErrorsNameTheVariables) {
                                          {"PADDLE_PORT", "7101"}});
   EXPECT_THAT(not_listed, HasSubstr("POD_IP:PADDLE_PORT=10.0.0.5:7101 is not in PADDLE_PSERVERS_IP_PORT_LIST="
                                     "127.0.0.1:7100,127.0.0.1:7101"));
-  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "PSERVER"}, {"PADDLE_TRAINERS_NUM", "2"}, {"POD_IP", "127.0.0.1"},
+  EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "PSERVER"},
+                            {"PADDLE_TRAINERS_NUM", "2"},
+                            {"POD_IP", "127.0.0.1"},
                             {"PADDLE_PORT", "7100"}}),
               HasSubstr("TRAINING_ROLE=PSERVER needs PADDLE_PSERVERS_IP_PORT_LIST"));
   EXPECT_THAT(env_error(Env{{"TRAINING_ROLE", "TRAINER"},

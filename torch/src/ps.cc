@@ -41,7 +41,9 @@ std::vector<uint64_t> to_keys(const ::torch::Tensor& ids) {
   return keys;
 }
 
-Buffer float_buffer(const ::torch::Tensor& t) { return Buffer::of(t.data_ptr<float>(), static_cast<size_t>(t.numel())); }
+Buffer float_buffer(const ::torch::Tensor& t) {
+  return Buffer::of(t.data_ptr<float>(), static_cast<size_t>(t.numel()));
+}
 
 std::string table_name(const std::string& prefix, const std::string& param) {
   std::string out = prefix + "." + param;
@@ -197,8 +199,9 @@ void SparseEmbeddingImpl::push_gradients() {
     return;
   }
   // One push per step even when empty: in sync mode a worker's n-th push is its step n.
-  table_.push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
-              any_show_click ? show_click.data() : nullptr)
+  table_
+      .push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
+            any_show_click ? show_click.data() : nullptr)
       ->wait();
 }
 

@@ -293,9 +293,9 @@ struct PsJob {
   std::shared_ptr<TcpStoreServer> store_server;
   std::shared_ptr<Store> store;
   std::shared_ptr<Backend> backend;
-  std::unique_ptr<PsWorker> worker;           // workers
-  std::unique_ptr<PsServer> server;           // servers
-  std::shared_ptr<Communicator> collective;   // workers, when [ps] collective names one
+  std::unique_ptr<PsWorker> worker;          // workers
+  std::unique_ptr<PsServer> server;          // servers
+  std::shared_ptr<Communicator> collective;  // workers, when [ps] collective names one
 };
 PsJob join_ps(const Config& config, const RoleInfo& role);
 

@@ -213,9 +213,9 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
     expire(w);
     return;
   }
-  std::string why = poisoned.load() ? reason()
-                                    : who() + ": " + w->what() + " failed in backend '" +
-                                          backend->name() + "': " + message;
+  std::string why = poisoned.load()
+                        ? reason()
+                        : who() + ": " + w->what() + " failed in backend '" + backend->name() + "': " + message;
   if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
                              : make_backend_error(backend->name(), st, w->what() + " failed: " + message);
@@ -319,8 +319,7 @@ std::string CommState::peer_status(const WorkState& w) {
 std::string CommState::diagnose(const WorkState& w, const char* backend_msg) {
   auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - w.submitted).count();
   std::ostringstream os;
-  os << who() << ": " << w.what() << " on backend '" << backend->name() << "' timed out after " << waited
-     << " ms; ";
+  os << who() << ": " << w.what() << " on backend '" << backend->name() << "' timed out after " << waited << " ms; ";
   if (backend_msg && *backend_msg) {
     os << backend_msg << ". The " << (ps ? "parameter-server client" : "communicator") << " is aborted.";
     return os.str();

@@ -41,7 +41,7 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   bool ps = false;
   std::string label;  // "table 'emb', 64 keys x 8", or ""
   uint64_t seq = 0;   // collective sequence number (0 for p2p)
-  int peer = -1;     // p2p peer
+  int peer = -1;      // p2p peer
   Clock::time_point submitted;
   std::atomic<int64_t> deadline_ns{0};  // steady clock
   // Links of the communicator's in-flight list (guarded by comm->mu).

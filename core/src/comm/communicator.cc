@@ -137,8 +137,8 @@ std::shared_ptr<CommState> detail::create_comm_state(const std::shared_ptr<Backe
   } else {
     if (o.world_size < 1) throw InvalidUsage("world_size must be >= 1, got " + std::to_string(o.world_size));
     if (o.rank < 0 || o.rank >= o.world_size)
-      throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " +
-                         std::to_string(o.world_size) + " ranks");
+      throw InvalidUsage("rank " + std::to_string(o.rank) + " is outside the world of " + std::to_string(o.world_size) +
+                         " ranks");
   }
   if (o.timeout.count() <= 0) throw InvalidUsage("communicator timeout must be positive");
   auto store = o.store ? o.store : std::make_shared<MemoryStore>();

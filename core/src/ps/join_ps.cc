@@ -68,7 +68,8 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
   job.backend = registry.load(backend_name);
 
   if (role.store_endpoint.empty())
-    throw InvalidUsage("join_ps: " + role.describe() + " has no store endpoint (DTRAIN_STORE); start the job with "
+    throw InvalidUsage("join_ps: " + role.describe() +
+                       " has no store endpoint (DTRAIN_STORE); start the job with "
                        "`dtrain`, or set Paddle's PS variables (the first server serves the store)");
   auto [host, port] = parse_host_port(role.store_endpoint);
   std::string token = role.job_token;

@@ -13,8 +13,8 @@ namespace detail {
 void require_cap(const CommState& s, uint64_t cap) {
   if (s.backend->supports(cap)) return;
   throw NotSupported("backend '" + s.backend->name() + "' does not support parameter-server tables (" +
-                     sdk::caps_string(cap & ~s.backend->info().caps) + "); it supports: " +
-                     s.backend->info().caps_string() + ". Set [ps] backend = \"ps_grpc\"");
+                     sdk::caps_string(cap & ~s.backend->info().caps) +
+                     "); it supports: " + s.backend->info().caps_string() + ". Set [ps] backend = \"ps_grpc\"");
 }
 
 void check_worker_op(const TableState& t, const char* op) {
@@ -24,15 +24,14 @@ void check_worker_op(const TableState& t, const char* op) {
 
 void check_values(const TableState& t, const Buffer& b, uint64_t expected, const char* what, const char* op) {
   std::string where = std::string(op) + " on table '" + t.config.name + "'";
-  if (b.dtype != DType::F32)
-    throw InvalidUsage(where + ": " + what + " must be f32, got " + dtype_name(b.dtype));
+  if (b.dtype != DType::F32) throw InvalidUsage(where + ": " + what + " must be f32, got " + dtype_name(b.dtype));
   if (b.device.type != DeviceType::CPU)
     throw InvalidUsage(where + ": " + what + " must be in CPU memory, got " + b.device.str());
   if (b.count != expected)
     throw InvalidUsage(where + ": " + what + " holds " + std::to_string(b.count) + " values, expected " +
-                       std::to_string(expected) + (t.config.kind == TableKind::Sparse
-                                                       ? " (keys x dim " + std::to_string(t.config.dim) + ")"
-                                                       : " (the table's dim)"));
+                       std::to_string(expected) +
+                       (t.config.kind == TableKind::Sparse ? " (keys x dim " + std::to_string(t.config.dim) + ")"
+                                                           : " (the table's dim)"));
   if (b.count > 0 && !b.ptr) throw InvalidUsage(where + ": " + what + " is null with count " + std::to_string(b.count));
 }
 
@@ -59,8 +58,8 @@ std::string dense_label(const TableState& t) { return label(t) + ", f32 x " + st
 
 void check_keys(const TableState& t, const uint64_t* keys, size_t n, const char* op) {
   if (n > 0 && !keys)
-    throw InvalidUsage(std::string(op) + " on table '" + t.config.name + "': keys is null with n = " +
-                       std::to_string(n));
+    throw InvalidUsage(std::string(op) + " on table '" + t.config.name +
+                       "': keys is null with n = " + std::to_string(n));
 }
 
 }  // namespace
@@ -137,10 +136,9 @@ std::shared_ptr<Work> SparseTable::pull(const uint64_t* keys, size_t n, const Bu
   detail::check_keys(*s_, keys, n, "pull");
   check_values(*s_, values, n * s_->config.dim, "values", "pull");
   auto v = dtrain::detail::to_abi(values);
-  return submit_ps(s_->comm, "ps_pull_sparse", DT_CAP_PS_SPARSE, detail::label(*s_, n), o,
-                   [&](auto& opts, dt_work_h* h) {
-                     return s.table->ps_pull_sparse(s.handle, s_->id, keys, n, &v, &opts, h);
-                   });
+  return submit_ps(
+      s_->comm, "ps_pull_sparse", DT_CAP_PS_SPARSE, detail::label(*s_, n), o,
+      [&](auto& opts, dt_work_h* h) { return s.table->ps_pull_sparse(s.handle, s_->id, keys, n, &v, &opts, h); });
 }
 
 std::shared_ptr<Work> SparseTable::push(const uint64_t* keys, size_t n, const Buffer& grads, const float* show_click,

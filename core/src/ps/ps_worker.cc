@@ -112,8 +112,10 @@ void prune_checkpoints(const fs::path& dir, int64_t step) {
   for (auto& e : fs::directory_iterator(dir, ec)) {
     int64_t n = step_of(e.path().filename().string());
     if (n < 0 || n == step || !e.is_directory()) continue;
-    if (n < step) older.push_back(n);
-    else drop.push_back(e.path());
+    if (n < step)
+      older.push_back(n);
+    else
+      drop.push_back(e.path());
   }
   std::sort(older.begin(), older.end());
   for (size_t i = 0; i + 1 < older.size(); ++i) drop.push_back(dir / ("step-" + std::to_string(older[i])));
@@ -196,9 +198,10 @@ std::shared_ptr<TableState> PsWorker::Impl::declare(const TableConfig& c, TableK
   dt_ps_table_desc_v1_t desc = to_desc(c, mode.mode);
   auto& s = *comm;
   uint32_t id = 0;
-  submit_ps(comm, "ps_table", DT_CAP_PS_SERVER, "table '" + c.name + "', " + kind_name(kind) + " dim " +
-                                                    std::to_string(c.dim) + ", " + to_string(mode.mode),
-            CallOptions{}, [&](auto& opts, dt_work_h* h) { return s.table->ps_table(s.handle, &desc, &id, &opts, h); })
+  submit_ps(
+      comm, "ps_table", DT_CAP_PS_SERVER,
+      "table '" + c.name + "', " + kind_name(kind) + " dim " + std::to_string(c.dim) + ", " + to_string(mode.mode),
+      CallOptions{}, [&](auto& opts, dt_work_h* h) { return s.table->ps_table(s.handle, &desc, &id, &opts, h); })
       ->wait();
   t->id = id;
   bool known = false;
@@ -268,8 +271,7 @@ void PsWorker::Impl::save_all(const std::string& dir) {
 
 void PsWorker::save_checkpoint(int64_t step) {
   auto& im = *impl_;
-  if (im.ckpt.dir.empty())
-    throw InvalidUsage("save_checkpoint: no checkpoint directory; set [ps] checkpoint_dir");
+  if (im.ckpt.dir.empty()) throw InvalidUsage("save_checkpoint: no checkpoint directory; set [ps] checkpoint_dir");
   if (step < 0) throw InvalidUsage("save_checkpoint: step must be >= 0, got " + std::to_string(step));
   barrier()->wait();
   // Worker 0 saves; its outcome reaches the others through the store, so a
@@ -315,9 +317,9 @@ void PsWorker::finish() {
     }
   }
   im.finished->store(true);
-  submit_ps(im.comm, "ps_finish", DT_CAP_PS_SERVER, "", CallOptions{},
-            [&](auto& opts, dt_work_h* h) { return s.table->ps_finish(s.handle, &opts, h); })
-      ->wait();
+  submit_ps(im.comm, "ps_finish", DT_CAP_PS_SERVER, "", CallOptions{}, [&](auto& opts, dt_work_h* h) {
+    return s.table->ps_finish(s.handle, &opts, h);
+  })->wait();
 }
 
 std::unique_ptr<PsWorker> connect_worker(const std::shared_ptr<Backend>& backend, const CommOptions& options,

@@ -39,11 +39,25 @@ void add_ps_keys(ConfigSchema& schema) {
 
 namespace {
 
-const std::vector<std::string> kTableKeys = {
-    "kind",      "dim",         "optimizer",    "learning_rate",     "beta1",       "beta2",
-    "epsilon",   "initial_g2sum", "initializer", "init_a",            "init_b",      "seed",
-    "admit_count", "admit_probability", "decay_rate", "nonclk_coeff", "click_coeff", "delete_threshold",
-    "delete_after_unseen_days"};
+const std::vector<std::string> kTableKeys = {"kind",
+                                             "dim",
+                                             "optimizer",
+                                             "learning_rate",
+                                             "beta1",
+                                             "beta2",
+                                             "epsilon",
+                                             "initial_g2sum",
+                                             "initializer",
+                                             "init_a",
+                                             "init_b",
+                                             "seed",
+                                             "admit_count",
+                                             "admit_probability",
+                                             "decay_rate",
+                                             "nonclk_coeff",
+                                             "click_coeff",
+                                             "delete_threshold",
+                                             "delete_after_unseen_days"};
 
 class TableReader {
  public:
@@ -91,16 +105,17 @@ class TableReader {
 
 TableConfig TableConfig::from_config(const Config& c, const std::string& name) {
   if (!valid_table_name(name) || name.find('.') != std::string::npos)
-    throw InvalidUsage("table name '" + name + "' must be letters, digits, '_' or '-' (it names files and a TOML table)");
+    throw InvalidUsage("table name '" + name +
+                       "' must be letters, digits, '_' or '-' (it names files and a TOML table)");
   std::string table = "ps.tables." + name;
   if (!c.has(table)) {
     std::string known;
     if (c.has("ps.tables"))
       for (auto& k : c.keys_of("ps.tables")) known += (known.empty() ? "" : ", ") + k;
     ConfigLocation loc = c.location_of("ps.tables");
-    throw ConfigError(loc.file.empty() ? c.source() : loc.file, loc.line, loc.column, table,
-                      "the job file has no [" + table + "] table" +
-                          (known.empty() ? std::string() : " (tables: " + known + ")"));
+    throw ConfigError(
+        loc.file.empty() ? c.source() : loc.file, loc.line, loc.column, table,
+        "the job file has no [" + table + "] table" + (known.empty() ? std::string() : " (tables: " + known + ")"));
   }
   TableReader r(c, table);
   for (const std::string& key : c.keys_of(table)) {
@@ -116,9 +131,9 @@ TableConfig TableConfig::from_config(const Config& c, const std::string& name) {
   t.kind = r.choice<TableKind>("kind", TableKind::Sparse, {{"sparse", TableKind::Sparse}, {"dense", TableKind::Dense}});
   if (!c.has(r.path("dim"))) r.fail("dim", "is required (values per row for a sparse table, length for a dense one)");
   t.dim = static_cast<uint64_t>(r.integer("dim", 0, 1, int64_t(1) << 40));
-  t.optimizer = r.choice<Optimizer>(
-      "optimizer", Optimizer::Sgd,
-      {{"sgd", Optimizer::Sgd}, {"adagrad", Optimizer::Adagrad}, {"adam", Optimizer::Adam}});
+  t.optimizer =
+      r.choice<Optimizer>("optimizer", Optimizer::Sgd,
+                          {{"sgd", Optimizer::Sgd}, {"adagrad", Optimizer::Adagrad}, {"adam", Optimizer::Adam}});
   t.learning_rate = r.number("learning_rate", t.learning_rate);
   if (!(t.learning_rate > 0)) r.fail("learning_rate", "must be > 0");
   t.beta1 = r.number("beta1", t.beta1);
@@ -160,8 +175,8 @@ TableConfig TableConfig::from_config(const Config& c, const std::string& name) {
 bool valid_table_name(const std::string& name) {
   if (name.empty() || name.size() > 200) return false;
   return std::all_of(name.begin(), name.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-           ch == '.' || ch == '-';
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' ||
+           ch == '-';
   });
 }
 

@@ -37,7 +37,8 @@ GradientBuckets::GradientBuckets(std::shared_ptr<Communicator> comm, std::vector
   if (!comm_) throw InvalidUsage("GradientBuckets needs a communicator");
   if (options_.a_sync)
     throw InvalidUsage(
-        "[strategy] a_sync = true asks for parameter-server training (" + std::string(ps::to_string(options_.ps_mode.mode)) +
+        "[strategy] a_sync = true asks for parameter-server training (" +
+        std::string(ps::to_string(options_.ps_mode.mode)) +
         " mode), but this job all-reduces gradients (collective training); remove a_sync, or train through "
         "dtrain/ps.h with a [ps] backend and parameter servers (dtrain --server_num N --worker_num M)");
   size_t n = counts_.size();

@@ -68,13 +68,15 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
   if (k < 0) bad_value(c, "strategy.a_sync_configs.k_steps", "must be >= 0, got " + std::to_string(k));
   if (k > INT32_MAX) bad_value(c, "strategy.a_sync_configs.k_steps", "is too large");
   if (k > 0 && !o.a_sync)
-    bad_value(c, "strategy.a_sync_configs.k_steps",
-              "k_steps = " + std::to_string(k) + " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
+    bad_value(
+        c, "strategy.a_sync_configs.k_steps",
+        "k_steps = " + std::to_string(k) + " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
   o.ps_mode.mode = !o.a_sync ? ps::Mode::Sync : (k > 0 ? ps::Mode::Geo : ps::Mode::Async);
   o.ps_mode.geo_k_steps = static_cast<int>(k);
   if (o.a_sync && o.gradient_merge_k_steps > 1)
-    bad_value(c, "strategy.gradient_merge.k_steps",
-              "gradient_merge is collective training; it cannot be combined with a_sync = true (parameter-server mode)");
+    bad_value(
+        c, "strategy.gradient_merge.k_steps",
+        "gradient_merge is collective training; it cannot be combined with a_sync = true (parameter-server mode)");
   if (o.a_sync && o.localsgd())
     bad_value(c, "strategy.localsgd.k_steps",
               "local SGD is collective training; it cannot be combined with a_sync = true (parameter-server mode)");

@@ -250,11 +250,13 @@ typedef struct dt_comm_init_v1 {
 #define DT_PS_INIT_NORMAL 2   /* mean init_a, standard deviation init_b */
 
 /* save modes (ps_save) */
-#define DT_PS_SAVE_FULL 0  /* a checkpoint: values, optimizer state, counters of every row */
-#define DT_PS_SAVE_BASE 1  /* values and counters of every row, no optimizer state;
-                              clears the rows' changed marks */
-#define DT_PS_SAVE_DELTA 2 /* values and counters of the rows changed since the last
-                              BASE or DELTA save; clears the marks */
+#define DT_PS_SAVE_FULL 0 /* a checkpoint: values, optimizer state, counters of every row */
+#define DT_PS_SAVE_BASE                                      \
+  1 /* values and counters of every row, no optimizer state; \
+       clears the rows' changed marks */
+#define DT_PS_SAVE_DELTA                                      \
+  2 /* values and counters of the rows changed since the last \
+       BASE or DELTA save; clears the marks */
 /* file formats (ps_save) */
 #define DT_PS_FORMAT_BINARY 0 /* fast, little-endian, documented in the plugin's README */
 #define DT_PS_FORMAT_TEXT 1   /* one line per key (sparse) or value (dense), Paddle-readable */
@@ -402,8 +404,8 @@ typedef struct dt_backend_v1 {
   /* Worker: declares a table on every server (idempotent for an identical
    * descriptor) and returns its id in *table at once; the work completes when
    * every server has it. The id is valid on this communicator only. */
-  dt_status_t (*ps_table)(dt_comm_h, const dt_ps_table_desc_v1_t* desc, uint32_t* table,
-                          const dt_call_opts_v1_t* opts, dt_work_h* out);
+  dt_status_t (*ps_table)(dt_comm_h, const dt_ps_table_desc_v1_t* desc, uint32_t* table, const dt_call_opts_v1_t* opts,
+                          dt_work_h* out);
   /* Worker: values.count == dim; f32. In SYNC mode waits as described above. */
   dt_status_t (*ps_pull_dense)(dt_comm_h, uint32_t table, const dt_buffer_v1_t* values, const dt_call_opts_v1_t* opts,
                                dt_work_h* out);

@@ -344,15 +344,13 @@ struct Trampolines {
       return m.ps_save(t, dir, mode, format, opts_or_default(opts));
     });
   }
-  static dt_status_t ps_load(dt_comm_h c, uint32_t t, const char* dir, const dt_call_opts_v1_t* opts,
-                             dt_work_h* out) {
+  static dt_status_t ps_load(dt_comm_h c, uint32_t t, const char* dir, const dt_call_opts_v1_t* opts, dt_work_h* out) {
     return op(c, out, [&](Communicator& m) {
       if (!dir) fail(DT_ERR_INVALID_USAGE, "ps_load: null directory");
       return m.ps_load(t, dir, opts_or_default(opts));
     });
   }
-  static dt_status_t ps_shrink(dt_comm_h c, uint32_t t, uint32_t flags, const dt_call_opts_v1_t* opts,
-                               dt_work_h* out) {
+  static dt_status_t ps_shrink(dt_comm_h c, uint32_t t, uint32_t flags, const dt_call_opts_v1_t* opts, dt_work_h* out) {
     return op(c, out, [&](Communicator& m) { return m.ps_shrink(t, flags, opts_or_default(opts)); });
   }
   static dt_status_t ps_barrier(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
