@@ -46,10 +46,12 @@ TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
   std::atomic<int> done{0};
   // A failed op's buffers may still be touched by a transport that cannot be
   // interrupted (Gloo) until its own timeout, even after the communicator is
-  // gone (work.h): they outlive the test.
-  static std::vector<std::vector<float>> buffers(3, std::vector<float>(1024, 1.0f));
+  // gone (work.h): they outlive the test, and the process's exit too (a
+  // static would be destroyed at exit while a Gloo pair thread may still
+  // write from it; TSan saw that once).
+  static auto* buffers = new std::vector<std::vector<float>>(3, std::vector<float>(1024, 1.0f));
   run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
-    std::vector<float>& v = buffers[r];
+    std::vector<float>& v = (*buffers)[r];
     comm.allreduce(Buffer::of(v.data(), v.size()))->wait();  // everyone arrives once
     if (r == 2) {
       // Rank 2 withholds the second collective until the others gave up.
