@@ -223,22 +223,17 @@ BatchLoader::BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> i
       augment_(augment),
       train_(train),
       seed_(seed),
-      epoch_(epoch),
-      next_batch_(first_batch),
-      prefetch_(std::max(1, prefetch)) {
+      epoch_(epoch) {
   int64_t n = static_cast<int64_t>(indices_.size());
   num_batches_ = drop_last ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
-  thread_ = std::thread([this] { run(); });
+  prefetch_ = std::make_unique<Prefetcher<Batch>>(static_cast<size_t>(std::max(1, prefetch)),
+                                                  [this, first_batch](const Prefetcher<Batch>::Push& push) {
+                                                    for (int64_t b = first_batch; b < num_batches_; ++b)
+                                                      if (!push(make_batch(b))) return;
+                                                  });
 }
 
-BatchLoader::~BatchLoader() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+BatchLoader::~BatchLoader() = default;
 
 Batch BatchLoader::make_batch(int64_t b) const {
   int64_t start = b * batch_size_;
@@ -285,48 +280,6 @@ Batch BatchLoader::make_batch(int64_t b) const {
   return out;
 }
 
-void BatchLoader::run() {
-  try {
-    while (true) {
-      int64_t b;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || queue_.size() < prefetch_; });
-        if (stop_ || next_batch_ >= num_batches_) break;
-        b = next_batch_++;
-      }
-      Batch batch = make_batch(b);
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        queue_.push_back(std::move(batch));
-      }
-      cv_.notify_all();
-    }
-  } catch (...) {
-    std::lock_guard<std::mutex> lk(mu_);
-    error_ = std::current_exception();
-  }
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
-}
-
-bool BatchLoader::next(Batch* out) {
-  auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !queue_.empty() || done_; });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!queue_.empty()) {
-    *out = std::move(queue_.front());
-    queue_.pop_front();
-    lk.unlock();
-    cv_.notify_all();
-    return true;
-  }
-  if (error_) std::rethrow_exception(error_);
-  return false;
-}
+bool BatchLoader::next(Batch* out) { return prefetch_->next(out); }
 
 }  // namespace dtrain::apps

@@ -1,16 +1,13 @@
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
+
+#include "common/prefetch.h"
 
 namespace dtrain::apps {
 
@@ -81,10 +78,9 @@ class BatchLoader {
   // False once the epoch is exhausted. Rethrows a loading error.
   bool next(Batch* out);
   // Seconds the consumer spent waiting for data.
-  double wait_seconds() const { return wait_seconds_; }
+  double wait_seconds() const { return prefetch_->wait_seconds(); }
 
  private:
-  void run();
   Batch make_batch(int64_t b) const;
 
   std::shared_ptr<Dataset> dataset_;
@@ -95,15 +91,7 @@ class BatchLoader {
   bool train_;
   uint64_t seed_;
   int64_t epoch_;
-  int64_t next_batch_;
-  size_t prefetch_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Batch> queue_;
-  std::exception_ptr error_;
-  bool done_ = false, stop_ = false;
-  double wait_seconds_ = 0;
-  std::thread thread_;
+  std::unique_ptr<Prefetcher<Batch>> prefetch_;  // last: its thread uses the members above
 };
 
 }  // namespace dtrain::apps

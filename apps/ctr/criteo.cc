@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "dtrain/error.h"
 
@@ -190,85 +191,57 @@ Reader::Reader(std::vector<std::string> files, ReaderOptions options) : files_(s
     std::ifstream in(f);
     if (!in) throw InvalidUsage("cannot open data file '" + f + "': " + std::strerror(errno));
   }
-  thread_ = std::thread([this] { run(); });
+  prefetch_ = std::make_unique<Prefetcher<Batch>>(static_cast<size_t>(std::max(1, o_.prefetch)),
+                                                  [this](const Prefetcher<Batch>::Push& push) { produce(push); });
 }
 
-Reader::~Reader() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+Reader::~Reader() = default;
 
-void Reader::run() {
-  try {
-    // A batch is batch_size lines of this worker's share, malformed ones left
-    // out, so every worker makes the same number of batches (sync mode).
-    Batch batch;
-    int64_t index = 0, kept = 0, batch_lines = 0;
-    std::string line, why;
-    Example ex;
-    auto flush = [&](bool force) {
-      if (batch_lines == 0 || (!force && batch_lines < o_.batch_size)) return true;
-      batch_lines = 0;
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || static_cast<int>(queue_.size()) < o_.prefetch; });
-      if (stop_) return false;
-      queue_.push_back(std::move(batch));
-      batch = Batch{};
-      cv_.notify_all();
-      return true;
-    };
-    for (const auto& f : files_) {
-      std::ifstream in(f);
-      if (!in) throw InvalidUsage("cannot open data file '" + f + "': " + std::strerror(errno));
-      int64_t lineno = 0;
-      while (std::getline(in, line)) {
-        ++lineno;
-        if (o_.limit > 0 && index >= o_.limit) break;
-        if (index++ % o_.world != o_.rank) continue;
-        if (o_.per_worker > 0 && kept >= o_.per_worker) break;
-        ++kept;
-        ++batch_lines;
-        if (parse_line(o_.format, line.data(), line.size(), &ex, &why)) {
-          batch.labels.push_back(ex.label);
-          batch.dense.insert(batch.dense.end(), ex.dense, ex.dense + kDense);
-          batch.keys.insert(batch.keys.end(), ex.sparse, ex.sparse + kSparse);
-        } else {
-          std::string msg = f + ":" + std::to_string(lineno) + ": " + why;
-          if (o_.on_error == OnError::Fail)
-            throw InvalidUsage(msg + " ([data] on_error = \"fail\"; set \"skip\" to skip and count such lines)");
-          std::lock_guard<std::mutex> lk(mu_);
-          if (skipped_++ == 0) first_error_ = msg;
-        }
-        if (!flush(false)) return;
+void Reader::produce(const Prefetcher<Batch>::Push& push) {
+  // A batch is batch_size lines of this worker's share, malformed ones left
+  // out, so every worker makes the same number of batches (sync mode).
+  Batch batch;
+  int64_t index = 0, kept = 0, batch_lines = 0;
+  std::string line, why;
+  Example ex;
+  auto flush = [&](bool force) {
+    if (batch_lines == 0 || (!force && batch_lines < o_.batch_size)) return true;
+    batch_lines = 0;
+    return push(std::exchange(batch, Batch{}));
+  };
+  for (const auto& f : files_) {
+    std::ifstream in(f);
+    if (!in) throw InvalidUsage("cannot open data file '" + f + "': " + std::strerror(errno));
+    int64_t lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (o_.limit > 0 && index >= o_.limit) break;
+      if (index++ % o_.world != o_.rank) continue;
+      if (o_.per_worker > 0 && kept >= o_.per_worker) break;
+      ++kept;
+      ++batch_lines;
+      if (parse_line(o_.format, line.data(), line.size(), &ex, &why)) {
+        batch.labels.push_back(ex.label);
+        batch.dense.insert(batch.dense.end(), ex.dense, ex.dense + kDense);
+        batch.keys.insert(batch.keys.end(), ex.sparse, ex.sparse + kSparse);
+      } else {
+        std::string msg = f + ":" + std::to_string(lineno) + ": " + why;
+        if (o_.on_error == OnError::Fail)
+          throw InvalidUsage(msg + " ([data] on_error = \"fail\"; set \"skip\" to skip and count such lines)");
+        std::lock_guard<std::mutex> lk(mu_);
+        if (skipped_++ == 0) first_error_ = msg;
       }
+      if (!flush(false)) return;
     }
-    flush(true);
-  } catch (...) {
-    std::lock_guard<std::mutex> lk(mu_);
-    error_ = std::current_exception();
   }
-  std::lock_guard<std::mutex> lk(mu_);
-  done_ = true;
-  cv_.notify_all();
+  flush(true);
 }
 
-bool Reader::next(Batch* out) {
-  auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !queue_.empty() || done_; });
-  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!queue_.empty()) {
-    *out = std::move(queue_.front());
-    queue_.pop_front();
-    cv_.notify_all();
-    return true;
-  }
-  if (error_) std::rethrow_exception(error_);
-  return false;
+bool Reader::next(Batch* out) { return prefetch_->next(out); }
+
+std::string Reader::first_error() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return first_error_;
 }
 
 int64_t Reader::skipped() const {

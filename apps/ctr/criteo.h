@@ -1,13 +1,12 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "common/prefetch.h"
 
 // Click logs for the CTR app: the Criteo text format and PaddleRec's slot
 // format, parsed into feature signs (u64 keys of the sparse tables).
@@ -78,23 +77,18 @@ class Reader {
   Reader& operator=(const Reader&) = delete;
   // False at the end of the input. Rethrows a parsing error.
   bool next(Batch* out);
-  int64_t skipped() const;  // malformed lines skipped so far (this worker's share)
-  const std::string& first_error() const { return first_error_; }  // "file:line: why" of the first skip
-  double wait_seconds() const { return wait_seconds_; }
+  int64_t skipped() const;          // malformed lines skipped so far (this worker's share)
+  std::string first_error() const;  // "file:line: why" of the first skip
+  double wait_seconds() const { return prefetch_->wait_seconds(); }
 
  private:
-  void run();
+  void produce(const Prefetcher<Batch>::Push& push);
   std::vector<std::string> files_;
   ReaderOptions o_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Batch> queue_;
-  std::exception_ptr error_;
-  bool done_ = false, stop_ = false;
+  mutable std::mutex mu_;  // skipped_, first_error_
   int64_t skipped_ = 0;
   std::string first_error_;
-  double wait_seconds_ = 0;
-  std::thread thread_;
+  std::unique_ptr<Prefetcher<Batch>> prefetch_;  // last: its thread uses the members above
 };
 
 // Counts the lines of files (for ETA and steps per epoch).
