@@ -16,7 +16,7 @@
 #include "dtrain/endpoint.h"
 #include "layout.h"
 #include "net.h"
-#include "secret.h"
+#include "dtrain/job_secret.h"
 
 namespace dtrain::launch {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "layout.h"
-#include "secret.h"
+#include "dtrain/job_secret.h"
 
 namespace dtrain::launch {
 

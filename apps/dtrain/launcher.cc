@@ -31,7 +31,7 @@
 #include "plan.h"
 #include "process.h"
 #include "report.h"
-#include "secret.h"
+#include "dtrain/job_secret.h"
 #include "table.h"
 
 namespace dtrain::launch {

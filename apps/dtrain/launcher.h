@@ -30,7 +30,7 @@ struct LaunchOptions {
   int max_restarts = 0;
   std::string log_level;
   std::string job_id;
-  // The store's secret on several machines (see secret.h): a file only its
+  // The store's secret on several machines (see dtrain/job_secret.h): a file only its
   // owner can read, else DTRAIN_JOB_TOKEN; insecure_open_job runs without one.
   std::string token_file;
   bool insecure_open_job = false;

@@ -5,7 +5,7 @@
 #include "dtrain/log.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
-#include "dtrain/endpoint.h"
+#include "job/job_store.h"
 
 namespace dtrain {
 
@@ -53,19 +53,10 @@ Job join_job(const JobOptions& options, const RoleInfo& role) {
     if (role.store_endpoint.empty())
       throw InvalidUsage("rank " + std::to_string(role.rank) + " of " + std::to_string(role.world_size) +
                          " has no store endpoint (DTRAIN_STORE); start the job with `dtrain`");
-    auto [host, port] = parse_host_port(role.store_endpoint);
-    std::string token = role.job_token;
-    if (role.self_hosted_store) {
-      // Without a launcher there is no secret channel to hand out a token.
-      if (token.empty()) token = "dtrain-self-hosted:" + role.job_id;
-      if (role.rank == 0 && role.role == Role::Worker) {
-        job.store_server = std::make_shared<TcpStoreServer>(role.nnodes > 1 ? "0.0.0.0" : host, port, token);
-        log_info("serving the job store on " + role.store_endpoint + " (" + role.source + ")");
-      }
-    }
-    // Each attempt of a restarted job rendezvous in its own key space.
-    job.store = std::make_shared<PrefixStore>("run" + std::to_string(role.restart_count),
-                                              std::make_shared<TcpStore>(host, port, token, options.timeout));
+    JobStore js =
+        connect_job_store(role, role.rank == 0 && role.role == Role::Worker, role.nnodes > 1, options.timeout);
+    job.store_server = js.server;
+    job.store = js.store;
   }
 
   CommOptions co;

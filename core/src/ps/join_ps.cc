@@ -9,6 +9,7 @@
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
 #include "dtrain/strategy.h"
+#include "job/job_store.h"
 #include "ps/ps_internal.h"
 
 namespace dtrain::ps {
@@ -71,17 +72,10 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
     throw InvalidUsage("join_ps: " + role.describe() +
                        " has no store endpoint (DTRAIN_STORE); start the job with "
                        "`dtrain`, or set Paddle's PS variables (the first server serves the store)");
-  auto [host, port] = parse_host_port(role.store_endpoint);
-  std::string token = role.job_token;
-  if (role.self_hosted_store) {
-    if (token.empty()) token = "dtrain-self-hosted:" + role.job_id;
-    if (role.role == Role::Server && role.server_index == 0) {
-      job.store_server = std::make_shared<TcpStoreServer>(role.nnodes > 1 ? "0.0.0.0" : host, port, token);
-      log_info("serving the job store on " + role.store_endpoint + " (" + role.source + ", server 0)");
-    }
-  }
-  auto root = std::make_shared<TcpStore>(host, port, token, timeout);
-  job.store = std::make_shared<PrefixStore>("run" + std::to_string(role.restart_count), root);
+  JobStore js =
+      connect_job_store(role, role.role == Role::Server && role.server_index == 0, !single_host(role), timeout);
+  job.store_server = js.server;
+  job.store = js.store;
 
   CommOptions co;
   co.role = role.role;
@@ -100,7 +94,7 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
   co.job_id = role.job_id;
   co.num_servers = num_servers;
   co.num_workers = role.world_size;
-  co.job_token = token;
+  co.job_token = js.token;
   if (role.role == Role::Server) {
     job.server = start_server(job.backend, co);
     return job;

@@ -1,4 +1,4 @@
-#include "secret.h"
+#include "dtrain/job_secret.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "dtrain/job_token.h"
 #include "dtrain/sdk/strings.h"
 
-namespace dtrain::launch {
+namespace dtrain {
 
 namespace {
 
@@ -24,23 +24,23 @@ const char* const kHowTo =
     "    head -c 32 /dev/urandom | base64 > ~/.dtrain_token && chmod 600 ~/.dtrain_token\n"
     "  then copy that file to the other machines and add --token_file ~/.dtrain_token (or export\n"
     "  DTRAIN_JOB_TOKEN=<the secret> on each machine); or run the job open to anyone who can reach\n"
-    "  the store with --insecure_open_job";
+    "  the store with --insecure_open_job. A job started without dtrain (torchrun, mpirun or Slurm\n"
+    "  variables) takes DTRAIN_TOKEN_FILE=~/.dtrain_token, or DTRAIN_INSECURE_OPEN_JOB=1";
 
-std::string read_token_file(const std::string& path) {
+std::string read_token_file(const std::string& path, const std::string& name) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw InvalidUsage(fmt::format("--token_file {}: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw InvalidUsage(fmt::format("--token_file {} is not a regular file", path));
+  if (::stat(path.c_str(), &st) != 0) throw InvalidUsage(fmt::format("{} {}: {}", name, path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw InvalidUsage(fmt::format("{} {} is not a regular file", name, path));
   if (st.st_mode & (S_IRWXG | S_IRWXO))
     throw InvalidUsage(
-        fmt::format("--token_file {} is accessible by group or others (mode {:04o}): anyone on this "
+        fmt::format("{} {} is accessible by group or others (mode {:04o}): anyone on this "
                     "machine could join the job; make it private with `chmod 600 {}`, as for an SSH key",
-                    path, st.st_mode & 07777, path));
+                    name, path, st.st_mode & 07777, path));
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
-    throw InvalidUsage(fmt::format("--token_file {} belongs to user {}, not to this user ({}): use your own file", path,
+    throw InvalidUsage(fmt::format("{} {} belongs to user {}, not to this user ({}): use your own file", name, path,
                                    st.st_uid, ::geteuid()));
   std::ifstream in(path);
-  if (!in) throw InvalidUsage(fmt::format("--token_file {}: cannot read it", path));
+  if (!in) throw InvalidUsage(fmt::format("{} {}: cannot read it", name, path));
   std::stringstream ss;
   ss << in.rdbuf();
   return sdk::trim(ss.str());
@@ -56,11 +56,20 @@ void check_strength(const std::string& secret, const std::string& where) {
 
 }  // namespace
 
+SecretOptions secret_options_from_env() {
+  SecretOptions o;
+  o.token_file_name = "DTRAIN_TOKEN_FILE";
+  if (const char* f = std::getenv("DTRAIN_TOKEN_FILE"); f && *f) o.token_file = f;
+  const char* open = std::getenv("DTRAIN_INSECURE_OPEN_JOB");
+  o.insecure_open_job = open && std::string(open) == "1";
+  return o;
+}
+
 JobSecret resolve_job_secret(const SecretOptions& o, const std::string& job_id, bool multi_machine) {
   JobSecret s;
   std::string secret;
   if (!o.token_file.empty()) {
-    secret = read_token_file(o.token_file);
+    secret = read_token_file(o.token_file, o.token_file_name);
     s.source = "from the file " + o.token_file;
   } else if (const char* env = std::getenv("DTRAIN_JOB_TOKEN"); env && *env) {
     secret = sdk::trim(env);
@@ -93,4 +102,4 @@ JobSecret resolve_job_secret(const SecretOptions& o, const std::string& job_id, 
       kHowTo));
 }
 
-}  // namespace dtrain::launch
+}  // namespace dtrain
