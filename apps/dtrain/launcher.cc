@@ -27,6 +27,7 @@
 #include "dtrain/endpoint.h"
 #include "dtrain/job_token.h"
 #include "environment.h"
+#include "gpu.h"
 #include "net.h"
 #include "plan.h"
 #include "process.h"
@@ -113,6 +114,7 @@ class JobRun {
     std::string tmpl = (std::filesystem::temp_directory_path() / "dtrain-errors.XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw IoError(std::string("cannot create a temporary folder: ") + std::strerror(errno));
     p_.error_dir = tmpl;
+    if (!p_.options.devices.empty()) check_devices(p_.options.devices, probe_cuda_devices());
     p_.machines = layout_machines(machine_options(p_.options));
     open_store();
     p_.slots = layout_processes(p_.options, p_.machines, &p_.listed);

@@ -11,7 +11,10 @@ namespace dtrain::launch {
 struct LaunchOptions {
   std::vector<std::string> command;  // program and its arguments
   int nproc_per_node = 1;            // workers on this machine (collective mode)
-  std::vector<std::string> devices;  // --gpus/--devices: one worker per entry
+  // --gpus/--devices: CUDA device ids (indices among the visible devices);
+  // workers take them in turn, nproc_per_node of them (main sets it to the
+  // number of devices unless --nproc_per_node says otherwise).
+  std::vector<std::string> devices;
   // Machines: --ips (this machine is the entry that is one of its addresses),
   // or --master host:port with --nnodes/--rank; neither means one machine.
   std::vector<std::string> ips;

@@ -115,7 +115,15 @@ std::vector<Slot> layout_processes(const LaunchOptions& o, const MachineLayout& 
       for (int i = 0; i < std::max(o.worker_num, 1); ++i) add_local(SlotRole::Worker, "");
     }
   } else if (!o.devices.empty()) {
-    for (const std::string& d : o.devices) add_local(SlotRole::Worker, d);
+    const int k = static_cast<int>(o.devices.size());
+    if (o.nproc_per_node < k)
+      throw InvalidUsage(
+          fmt::format("--nproc_per_node {} is fewer than the {} devices of --gpus {}: every device "
+                      "needs a worker",
+                      o.nproc_per_node, k, sdk::join(o.devices)));
+    // More workers than devices share them in turn (several NCCL ranks on one
+    // GPU need distinct NCCL_HOSTIDs).
+    for (int i = 0; i < o.nproc_per_node; ++i) add_local(SlotRole::Worker, o.devices[i % k]);
   } else {
     if (o.nproc_per_node < 1) throw InvalidUsage("--nproc_per_node must be at least 1");
     for (int i = 0; i < o.nproc_per_node; ++i) add_local(SlotRole::Worker, "");

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "dtrain/config.h"
@@ -69,7 +70,8 @@ int main(int argc, char** argv) {
   auto* nproc =
       app.add_option("--nproc_per_node", lo.nproc_per_node, "worker processes on this machine (collective mode)");
   app.add_option("--gpus,--devices", gpus,
-                 "devices, one worker each, e.g. 0,1 (sets FLAGS_selected_gpus, DTRAIN_DEVICE)");
+                 "CUDA devices, one worker each (or --nproc_per_node workers taking them in turn), e.g. 0,1; "
+                 "sets DTRAIN_DEVICE and FLAGS_selected_gpus; a device the machine lacks is refused");
   app.add_option("--ips", ips,
                  "every machine's address, comma separated; run the same command on each (default: this machine only)");
   app.add_option("--master", lo.master, "host:port of the job store, instead of --ips (with --nnodes and --rank)");
@@ -138,6 +140,7 @@ int main(int argc, char** argv) {
     }
     lo.ips = sdk::split(ips);
     lo.devices = sdk::split(gpus);
+    bool nproc_given = nproc->count() > 0;
     lo.servers = sdk::split(servers);
     lo.workers = sdk::split(workers);
 
@@ -154,8 +157,10 @@ int main(int argc, char** argv) {
             job_file, loc.line, loc.column, "job.program",
             "the job file has no [job] program: name the program that runs it, e.g. program = \"dtrain-cls\"");
       }
-      if (!nproc->count() && cfg.has("job.nproc_per_node"))
+      if (!nproc->count() && cfg.has("job.nproc_per_node")) {
         lo.nproc_per_node = static_cast<int>(cfg.get_int("job.nproc_per_node"));
+        nproc_given = true;
+      }
       if (lo.job_id.empty()) lo.job_id = cfg.get_string("job.job_id");
       if (lo.backend.empty()) lo.backend = cfg.get_string("job.backend");
       command = {resolve_program(program), fs::absolute(job_file).string()};
@@ -171,6 +176,12 @@ int main(int argc, char** argv) {
       std::cerr << app.help() << "\n";
       return 2;
     }
+    if (!lo.devices.empty() && !nproc_given) lo.nproc_per_node = static_cast<int>(lo.devices.size());
+    if (!lo.devices.empty() && lo.nproc_per_node < static_cast<int>(lo.devices.size()))
+      throw InvalidUsage(
+          fmt::format("--nproc_per_node {} is fewer than the {} devices of --gpus {}: every device "
+                      "needs a worker",
+                      lo.nproc_per_node, lo.devices.size(), gpus));
     lo.command = command;
     return run_job(lo);
   } catch (const std::exception& e) {

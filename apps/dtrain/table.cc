@@ -31,10 +31,13 @@ void print_job_table(const JobPlan& p) {
   row("log_dir", o.log_dir);
   row("max_restarts", std::to_string(o.max_restarts));
   row("command", sdk::join(o.command, " "));
-  t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}\n", "role", "rank", "node", "local", "endpoint", "log");
+  if (!o.devices.empty()) row("devices", "CUDA " + sdk::join(o.devices) + " (DTRAIN_DEVICE of each worker below)");
+  const bool gpu = !o.devices.empty();
+  t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}{}\n", "role", "rank", "node", "local", "endpoint",
+                   gpu ? "device  " : "", "log");
   for (const Slot& s : p.slots)
-    t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}\n", s.role_name(), s.index, p.machines.node, s.local,
-                     s.endpoint, p.log_file(s));
+    t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}{}\n", s.role_name(), s.index, p.machines.node, s.local,
+                     s.endpoint, gpu ? fmt::format("{:<8}", s.device.empty() ? "-" : s.device) : "", p.log_file(s));
   t << "-----------------------------------------------------------------------\n";
   std::cout << t.str() << std::flush;
 
