@@ -32,25 +32,26 @@ void Algorithms::flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t 
   size_t bytes = count * sdk::dtype_size(dtype);
   sdk::ReduceFn fn = sdk::reduce_fn(dtype, op);
   uint64_t k = small_ops_++;
-  size_t at_k =
-      MailboxLayout::small_at(settings.chunk_bytes, settings.depth, settings.small_bytes, static_cast<int>(k % 2));
+  bool tiny = bytes <= MailboxLayout::kTinyBytes;
+  size_t at_k = tiny ? MailboxLayout::tiny_at(k)
+                     : MailboxLayout::small_at(settings.chunk_bytes, settings.depth, settings.small_bytes,
+                                               static_cast<int>(k % 2));
+  size_t seq_at = tiny ? at_k + MailboxLayout::kTinySeq : MailboxLayout::kSeq;
   char* mine = fabric_->mailbox_mine();
+  // No wait before writing: see MailboxLayout (every peer is done with the
+  // buffer of op k - 2 since it published op k - 1, which this rank has read).
+  std::memcpy(mine + at_k, buf, bytes);
+  counter(mine, seq_at).store(k + 1, std::memory_order_release);
   Clock::time_point start{};
-  auto wait_for = [&](std::atomic<uint64_t>& c, uint64_t v, int peer) {
-    for (unsigned i = 1; c.load(std::memory_order_acquire) < v; ++i) {
+  for (int p = 0; p < world(); ++p) {
+    if (p == rank()) continue;
+    auto& c = counter(fabric_->mailbox_of(p), seq_at);
+    for (unsigned i = 1; c.load(std::memory_order_acquire) < k + 1; ++i) {
       if ((i & 63) != 0) continue;
       if (start == Clock::time_point{}) start = Clock::now();
-      fabric_->backoff(start, deadline, peer, "allreduce");
+      fabric_->backoff(start, deadline, p, "allreduce");
     }
-  };
-  // Buffer k % 2 was last used by op k - 2: every reader must be done with it.
-  if (k >= 2)
-    for (int p = 0; p < world(); ++p)
-      if (p != rank()) wait_for(counter(mine, MailboxLayout::kAck + 64 * p), k - 1, p);
-  std::memcpy(mine + at_k, buf, bytes);
-  counter(mine, MailboxLayout::kSeq).store(k + 1, std::memory_order_release);
-  for (int p = 0; p < world(); ++p)
-    if (p != rank()) wait_for(counter(fabric_->mailbox_of(p), MailboxLayout::kSeq), k + 1, p);
+  }
   if (world() == 2) {
     // buf still holds this rank's data: reduce it with the peer's in rank order.
     const char* peer = fabric_->mailbox_of(1 - rank()) + at_k;
@@ -59,9 +60,6 @@ void Algorithms::flat_allreduce(void* buf, size_t count, int32_t dtype, int32_t 
     fn(buf, fabric_->mailbox_of(0) + at_k, fabric_->mailbox_of(1) + at_k, count);
     for (int p = 2; p < world(); ++p) fn(buf, buf, fabric_->mailbox_of(p) + at_k, count);
   }
-  for (int p = 0; p < world(); ++p)
-    if (p != rank())
-      counter(fabric_->mailbox_of(p), MailboxLayout::kAck + 64 * rank()).store(k + 1, std::memory_order_release);
 }
 
 void Algorithms::recursive_doubling(void* buf, size_t count, int32_t dtype, int32_t op, uint64_t seq,

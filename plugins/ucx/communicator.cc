@@ -40,7 +40,9 @@ template <typename F>
 std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
   if (aborted_.load()) sdk::fail(DT_ERR_ABORTED, "ucx: communicator aborted");
   uint64_t seq = coll_seq_++;
-  return queue_->submit([a = algorithms_, seq,
+  // The queue is interruptible: shutdown() (in the destructor, before the
+  // members go) waits until no body runs, so a body may hold a plain pointer.
+  return queue_->submit([a = algorithms_.get(), seq,
                          body = std::forward<F>(body)](Clock::time_point deadline) mutable { body(*a, seq, deadline); },
                         sdk::deadline_after(o.timeout_ms, timeout_ms_));
 }

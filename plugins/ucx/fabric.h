@@ -24,17 +24,25 @@ enum class ErrorHandling { Auto, Peer, None };
 // cache lines, then Settings::depth slots of Settings::chunk_bytes; the owner
 // writes chunk k into slot k % depth and publishes head = k + 1, the reader
 // (the next rank) reads it and publishes tail = k + 1. Small part (flat
-// all-reduce of up to kMaxFlatRanks ranks): the owner publishes its data for
-// small op k in buffer k % 2 and sets seq = k + 1; every reader p then sets
-// ack[p] = k + 1 here. Counters only grow, across collectives, since every
+// all-reduce of up to kMaxFlatRanks ranks), double-buffered by the parity of
+// the small op's number k: up to kTinyBytes travel in the cache line
+// kTiny + 64 * (k % 2) together with its sequence word (one line moves from
+// writer to readers per op); larger ones in buffer k % 2 after kRing, with
+// seq = k + 1 published at kSeq. Readers send no acknowledgement: a rank
+// publishes op k + 1 only after reading every peer's op k, so when a rank has
+// seen every peer's op k - 1, they are all done with its op k - 2's buffer,
+// the one op k reuses. Counters only grow, across collectives, since every
 // rank runs the same sequence of ops.
 struct MailboxLayout {
   static constexpr int kMaxFlatRanks = 16;
   static constexpr size_t kHead = 0;
   static constexpr size_t kTail = 128;
   static constexpr size_t kSeq = 256;
-  static constexpr size_t kAck = 384;  // + 64 * reader rank
+  static constexpr size_t kTiny = 512;  // two lines: data, then the sequence word at kTinySeq
+  static constexpr size_t kTinyBytes = 56;
+  static constexpr size_t kTinySeq = 56;
   static constexpr size_t kRing = 4096;
+  static size_t tiny_at(uint64_t k) { return kTiny + 64 * static_cast<size_t>(k % 2); }
   static size_t small_at(size_t chunk, int depth, size_t small, int k) {
     return kRing + chunk * static_cast<size_t>(depth) + static_cast<size_t>(k % 2) * small;
   }

@@ -134,7 +134,7 @@ void CommState::settle(const std::shared_ptr<WorkState>& w, dt_status_t st) {
 }
 
 void CommState::track(const std::shared_ptr<WorkState>& w) {
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<SpinLock> lk(mu);
   w->next = inflight;
   if (inflight) inflight->prev = w.get();
   inflight = w.get();
@@ -142,7 +142,7 @@ void CommState::track(const std::shared_ptr<WorkState>& w) {
 }
 
 void CommState::untrack(WorkState* w) {
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<SpinLock> lk(mu);
   if (!w->tracked.load(std::memory_order_relaxed)) return;
   if (w->prev)
     w->prev->next = w->next;
@@ -165,14 +165,14 @@ std::vector<std::shared_ptr<WorkState>> CommState::inflight_works() {
 }
 
 std::string CommState::reason() {
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<SpinLock> lk(mu);
   return poison_reason;
 }
 
 void CommState::poison(const std::string& why, bool peer_lost) {
   std::vector<std::shared_ptr<WorkState>> victims;
   {
-    std::lock_guard<std::mutex> lk(mu);
+    std::lock_guard<SpinLock> lk(mu);
     if (poisoned.load()) return;
     // Before anyone can see the communicator poisoned (and exit).
     write_error_file(why, peer_lost);

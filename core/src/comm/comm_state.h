@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtrain/abi/backend_v1.h"
@@ -24,6 +25,22 @@ using Clock = std::chrono::steady_clock;
 using sdk::coarse_now;
 
 struct CommState;
+
+// The lock of a communicator's in-flight list: held for a few pointer moves
+// on every op (track, untrack), rarely longer (the watchdog's scan, an
+// abort). One atomic exchange to take, a plain store to give back, where a
+// std::mutex costs two locked instructions; a waiter yields its CPU.
+class SpinLock {
+ public:
+  void lock() {
+    while (held_.exchange(true, std::memory_order_acquire))
+      while (held_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { held_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> held_{false};
+};
 
 // Core-side state of one submitted op. Finishes exactly once (first writer
 // wins: the waiter, the watchdog, or an abort).
@@ -53,6 +70,9 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   std::atomic<bool> done{false};     // set after error is written; error is then never written again
   std::exception_ptr error;
 
+  // User-provided: make_shared then runs only the member initializers
+  // instead of zero-filling the whole object first (a rep stos per op).
+  WorkState() {}
   ~WorkState();
   // "allreduce #42 (f32 x 1024, sum)", "ps_pull_sparse (table 'emb', 64 keys x 8)"
   std::string what() const;
@@ -71,6 +91,8 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::shared_ptr<Backend> backend;
   const dt_backend_v1_t* table = nullptr;  // the plugin's function table
   dt_comm_h handle = nullptr;
+  uint64_t caps = 0;  // the backend's capability bits (read per op)
+  bool supports(uint64_t cap) const { return (caps & cap) == cap; }
   int rank = 0;
   int size = 1;
   // Parameter-server communicators: rank is the index among the processes
@@ -85,7 +107,7 @@ struct CommState : std::enable_shared_from_this<CommState> {
 
   std::atomic<uint64_t> coll_seq{0};
 
-  std::mutex mu;
+  SpinLock mu;  // the in-flight list and poison_reason
   std::atomic<bool> poisoned{false};
   std::string poison_reason;
   WorkState* inflight = nullptr;  // head of the in-flight list, newest first

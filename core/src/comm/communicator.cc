@@ -154,6 +154,7 @@ std::shared_ptr<CommState> detail::create_comm_state(const std::shared_ptr<Backe
   auto state = std::make_shared<CommState>();
   state->backend = backend;
   state->table = backend->impl().table;
+  state->caps = info.caps;
   state->rank = o.rank;
   state->size = o.world_size;
   state->ps = ps;

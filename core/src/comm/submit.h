@@ -27,7 +27,7 @@ inline void check_buffer(const CommState& s, const Buffer& b, const char* role, 
   if (b.count > 0 && !b.ptr)
     throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " + std::to_string(b.count));
   uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
-  if (!s.backend->supports(need))
+  if (!s.supports(need))
     throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() + " buffers (" + op +
                        ")");
 }
@@ -56,7 +56,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   if (s->poisoned.load())
     throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
                        "') is aborted and refuses new work: " + s->reason());
-  if (!s->backend->supports(d.cap))
+  if (!s->supports(d.cap))
     throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name +
                        " (it supports: " + s->backend->info().caps_string() + ")");
   auto w = std::make_shared<WorkState>();
@@ -77,10 +77,10 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   dt_call_opts_v1_t opts{};
   opts.struct_size = sizeof(opts);
   if (timeout.count() < 0) {
-    w->deadline_ns.store(std::numeric_limits<int64_t>::max());
+    w->deadline_ns.store(std::numeric_limits<int64_t>::max(), std::memory_order_relaxed);  // not shared yet
     opts.timeout_ms = -1;
   } else {
-    w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count());
+    w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count(), std::memory_order_relaxed);
     opts.timeout_ms = timeout.count();
   }
   dt_work_h h = nullptr;
@@ -92,7 +92,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   }
   w->handle = h;
   s->track(w);
-  return std::make_shared<Work>(w);
+  return std::make_shared<Work>(std::move(w));
 }
 
 }  // namespace dtrain::detail

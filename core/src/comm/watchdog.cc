@@ -73,7 +73,7 @@ void Watchdog::run() {
       // Released outside the lock: the last reference may untrack its work.
       std::vector<std::shared_ptr<WorkState>> live;
       {
-        std::lock_guard<std::mutex> lk(c->mu);
+        std::lock_guard<SpinLock> lk(c->mu);
         live = c->inflight_works();
       }
       for (auto& w : live) {

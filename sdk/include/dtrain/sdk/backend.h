@@ -21,6 +21,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -181,9 +182,40 @@ struct CommHandle {
   std::mutex mu;
   std::string last_error;
 };
+// What a dt_work_h points to. A work handed out for the first time is its
+// own handle (no allocation per op): the handle is the Work, holding itself
+// through abi_self_. A work a plugin hands out again while an earlier handle
+// to it is alive gets a separate handle of this type.
 struct WorkHandle {
   std::shared_ptr<Work> work;
   std::string error;
+
+  static dt_work_h make(std::shared_ptr<Work> w) {
+    Work* p = w.get();
+    if (!p->abi_claimed_.exchange(true, std::memory_order_acq_rel)) {
+      p->abi_self_ = std::move(w);
+      return reinterpret_cast<dt_work_h>(reinterpret_cast<uintptr_t>(p) | 1);
+    }
+    return reinterpret_cast<dt_work_h>(new WorkHandle{std::move(w), {}});
+  }
+  static bool embedded(dt_work_h h) { return reinterpret_cast<uintptr_t>(h) & 1; }
+  static Work* work_of(dt_work_h h) {
+    if (embedded(h)) return reinterpret_cast<Work*>(reinterpret_cast<uintptr_t>(h) & ~uintptr_t{1});
+    return reinterpret_cast<WorkHandle*>(h)->work.get();
+  }
+  static std::string& error_of(dt_work_h h) {
+    if (embedded(h)) return work_of(h)->abi_error_;
+    return reinterpret_cast<WorkHandle*>(h)->error;
+  }
+  static void release(dt_work_h h) {
+    if (!embedded(h)) {
+      delete reinterpret_cast<WorkHandle*>(h);
+      return;
+    }
+    Work* p = work_of(h);
+    std::shared_ptr<Work> self = std::move(p->abi_self_);
+    p->abi_claimed_.store(false, std::memory_order_release);
+  }
 };
 
 inline std::string& tls_error() {
@@ -211,7 +243,6 @@ dt_status_t guarded(std::string* err, F&& f) {
 }
 
 inline CommHandle* comm_handle(dt_comm_h c) { return reinterpret_cast<CommHandle*>(c); }
-inline WorkHandle* work_handle(dt_work_h w) { return reinterpret_cast<WorkHandle*>(w); }
 
 template <typename F>
 dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
@@ -220,7 +251,7 @@ dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
   dt_status_t st = guarded(&err, [&] {
     std::shared_ptr<Work> w = f(*h->comm);
     if (!w) fail(DT_ERR_INTERNAL, "backend returned no work");
-    *out = reinterpret_cast<dt_work_h>(new WorkHandle{std::move(w), {}});
+    *out = WorkHandle::make(std::move(w));
     return DT_OK;
   });
   if (st != DT_OK) {
@@ -369,18 +400,18 @@ struct Trampolines {
     });
   }
   static dt_status_t work_test(dt_work_h w) {
-    return guarded(&work_handle(w)->error, [&] { return work_handle(w)->work->test(); });
+    return guarded(&WorkHandle::error_of(w), [&] { return WorkHandle::work_of(w)->test(); });
   }
   static dt_status_t work_wait(dt_work_h w, int64_t timeout_ms) {
-    return guarded(&work_handle(w)->error, [&] { return work_handle(w)->work->wait(timeout_ms); });
+    return guarded(&WorkHandle::error_of(w), [&] { return WorkHandle::work_of(w)->wait(timeout_ms); });
   }
   static const char* work_error(dt_work_h w) {
-    auto* h = work_handle(w);
-    std::string e = h->work->error();
-    if (!e.empty()) h->error = e;
-    return h->error.c_str();
+    std::string& err = WorkHandle::error_of(w);
+    std::string e = WorkHandle::work_of(w)->error();
+    if (!e.empty()) err = e;
+    return err.c_str();
   }
-  static void work_release(dt_work_h w) { delete work_handle(w); }
+  static void work_release(dt_work_h w) { WorkHandle::release(w); }
 };
 
 template <typename Comm>

@@ -13,8 +13,10 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "dtrain/sdk/clock.h"
 #include "dtrain/sdk/error.h"
@@ -27,17 +29,13 @@ class OpQueue;
 // A collective queued on an OpQueue. Its body runs once, on the thread that
 // waits for it or on the queue's drainer. test() reads a lock-free flag (the
 // latency path polls it); on a lazy queue an unfinished test() also wakes
-// the drainer.
+// the drainer. The body lives in the work itself (QueuedBody<F>): one
+// allocation per op.
 class QueuedWork : public Work {
  public:
   using Body = std::function<void(Clock::time_point deadline)>;
-  QueuedWork(std::shared_ptr<OpQueue> queue, Body body, Clock::time_point deadline, Clock::time_point submitted,
-             bool inline_ok)
-      : deadline(deadline),
-        submitted(submitted),
-        inline_ok(inline_ok),
-        queue_(std::move(queue)),
-        body_(std::move(body)) {}
+  QueuedWork(std::shared_ptr<OpQueue> queue, Clock::time_point deadline, bool inline_ok)
+      : deadline(deadline), inline_ok(inline_ok), queue_(std::move(queue)) {}
 
   inline dt_status_t test() override;
   bool done() const { return done_.load(std::memory_order_acquire); }
@@ -48,8 +46,8 @@ class QueuedWork : public Work {
   // Runs the body once with a deadline capped at cap, then completes.
   void run(Clock::time_point cap) {
     try {
-      body_(std::min(deadline, cap));
-      finish(DT_OK, "");
+      invoke(std::min(deadline, cap));
+      finish(DT_OK, std::string());
     } catch (const Error& e) {
       finish(e.status(), e.what());
     } catch (const std::bad_alloc&) {
@@ -59,7 +57,7 @@ class QueuedWork : public Work {
     } catch (...) {
       finish(DT_ERR_INTERNAL, "unknown exception");
     }
-    body_ = nullptr;
+    drop_body();
   }
   // complete() plus the lock-free done flag; every completion goes here.
   void finish(dt_status_t status, const std::string& message) {
@@ -68,13 +66,30 @@ class QueuedWork : public Work {
   }
 
   const Clock::time_point deadline;
-  const Clock::time_point submitted;  // precise: the drainer's grace is measured from it
-  const bool inline_ok;               // see OpQueue::submit
+  const bool inline_ok;  // see OpQueue::submit
+
+ protected:
+  virtual void invoke(Clock::time_point deadline) = 0;
+  virtual void drop_body() = 0;  // releases what the body holds
 
  private:
+  friend class OpQueue;
   std::shared_ptr<OpQueue> queue_;
-  Body body_;
   std::atomic<bool> done_{false};
+  uint64_t ticket_ = 0;  // submission number (under the queue's mutex)
+};
+
+template <typename F>
+class QueuedBody final : public QueuedWork {
+ public:
+  template <typename G>
+  QueuedBody(std::shared_ptr<OpQueue> queue, G&& body, Clock::time_point deadline, bool inline_ok)
+      : QueuedWork(std::move(queue), deadline, inline_ok), body_(std::in_place, std::forward<G>(body)) {}
+
+ private:
+  void invoke(Clock::time_point deadline) override { (*body_)(deadline); }
+  void drop_body() override { body_.reset(); }
+  std::optional<F> body_;
 };
 
 // The in-order queue of one communicator's collectives. Exactly one thread
@@ -128,20 +143,23 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
 
   const Settings& settings() const { return settings_; }
 
-  // Queues body with its deadline (see clock.h: deadline_after()).
-  // inline_ok = false (non-interruptible queues only): the op never runs on
-  // a waiting thread; the drainer takes it at once.
-  std::shared_ptr<QueuedWork> submit(QueuedWork::Body body, Clock::time_point deadline, bool inline_ok = true) {
-    auto now = Clock::now();
+  // Queues body (any callable taking the op's deadline) with its deadline
+  // (see clock.h: deadline_after()). inline_ok = false (non-interruptible
+  // queues only): the op never runs on a waiting thread; the drainer takes it
+  // at once. The latency path reads no precise clock here: the drainer
+  // measures an op's grace period from when it first sees it queued.
+  template <typename F>
+  std::shared_ptr<QueuedWork> submit(F&& body, Clock::time_point deadline, bool inline_ok = true) {
     inline_ok = inline_ok || settings_.interruptible;
-    auto w = std::make_shared<QueuedWork>(shared_from_this(), std::move(body), deadline, now, inline_ok);
+    std::shared_ptr<QueuedWork> w =
+        std::make_shared<QueuedBody<std::decay_t<F>>>(shared_from_this(), std::forward<F>(body), deadline, inline_ok);
     std::lock_guard<std::mutex> lk(mu_);
     if (aborted_ || stop_) {
       w->finish(DT_ERR_ABORTED, aborted_ ? reason_ : "communicator destroyed");
       return w;
     }
+    w->ticket_ = ++submits_;
     queue_.push_back(w);
-    last_submit_ = now;
     bool behind = settings_.lazy && queue_.size() > 1;
     if (deep_sleep_ || !inline_ok || behind) {
       deep_sleep_ = false;
@@ -181,7 +199,6 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   // still running returns on its own; its result is ignored).
   void abort(const std::string& reason) {
     std::deque<std::shared_ptr<QueuedWork>> q;
-    std::shared_ptr<QueuedWork> running;
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (!aborted_) {
@@ -189,10 +206,10 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
         reason_ = reason;
       }
       q.swap(queue_);
-      running = running_;
+      // Under the lock: its runner holds it until release(), which takes the lock.
+      if (running_) running_->finish(DT_ERR_ABORTED, reason);
     }
     for (auto& w : q) w->finish(DT_ERR_ABORTED, reason);
-    if (running) running->finish(DT_ERR_ABORTED, reason);
   }
 
   // Stops the drainer and fails what is still queued. Interruptible queues
@@ -242,14 +259,15 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     if (running_ || queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
-    running_ = *out;
+    running_ = out->get();
     return true;
   }
   void release(const std::shared_ptr<QueuedWork>& w) {
     std::lock_guard<std::mutex> lk(mu_);
-    if (running_ == w) running_.reset();
+    if (running_ == w.get()) running_ = nullptr;
     running_on_drainer_ = false;
     idle_cv_.notify_all();
+    if (kicked_) cv_.notify_all();
   }
   void idle(std::unique_lock<std::mutex>& lk) {
     if (running_ || stop_ || !settings_.idle_hook) return;
@@ -274,20 +292,33 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       lk.lock();
       if (queue_.empty()) kicked_ = false;
     }
+    // Polling drainer. Grace and idleness are measured on this thread from
+    // what it sees (the head's ticket, the submission count), so submitters
+    // read no precise clock.
+    uint64_t seen_head = 0, seen_submits = 0;
+    Clock::time_point head_since{}, active_at = Clock::now();
     while (!stop_) {
       auto now = Clock::now();
-      if (queue_.empty() && now - last_submit_ > settings_.idle) {
+      if (submits_ != seen_submits) {
+        seen_submits = submits_;
+        active_at = now;
+      }
+      if (queue_.empty() && now - active_at > settings_.idle) {
         deep_sleep_ = true;
         // Still wake now and then: posted point-to-point transfers may need progress.
         cv_.wait_for(lk, settings_.idle, [&] { return stop_ || !deep_sleep_; });
         deep_sleep_ = false;
+        active_at = Clock::now();
         idle(lk);
         continue;
       }
-      std::shared_ptr<QueuedWork> w;
       if (queue_.empty()) kicked_ = false;
-      if (!queue_.empty() && !aborted_ && (kicked_ || now - queue_.front()->submitted >= settings_.grace) &&
-          claim_head(&w)) {
+      if (!queue_.empty() && queue_.front()->ticket_ != seen_head) {
+        seen_head = queue_.front()->ticket_;
+        head_since = now;
+      }
+      std::shared_ptr<QueuedWork> w;
+      if (!queue_.empty() && !aborted_ && (kicked_ || now - head_since >= settings_.grace) && claim_head(&w)) {
         kicked_ = false;
         running_on_drainer_ = true;
         lk.unlock();
@@ -298,7 +329,11 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       }
       idle(lk);
       if (stop_) break;
-      if (!kicked_) cv_.wait_for(lk, settings_.poll);
+      if (kicked_ && !running_) continue;
+      // A head seen for the first time is due after the grace period, not a whole poll later.
+      auto wake = now + settings_.poll;
+      if (!queue_.empty() && !running_) wake = std::min(wake, head_since + settings_.grace);
+      cv_.wait_until(lk, wake);
     }
   }
 
@@ -307,14 +342,14 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   std::condition_variable cv_;       // the drainer sleeps here
   std::condition_variable idle_cv_;  // running_ became null
   std::deque<std::shared_ptr<QueuedWork>> queue_;
-  std::shared_ptr<QueuedWork> running_;
+  QueuedWork* running_ = nullptr;  // held by the thread running it
   bool running_on_drainer_ = false;
   bool stop_ = false;
   bool aborted_ = false;
   bool deep_sleep_ = false;
   bool kicked_ = false;
+  uint64_t submits_ = 0;
   std::string reason_;
-  Clock::time_point last_submit_{};
   std::thread drainer_;
 };
 
