@@ -15,15 +15,20 @@
 // the same time with no gradient communication: what two workers get from
 // this machine when nothing is shared. dtrain 2x1 and c10d 2x1 are judged
 // against it and against each other in paired trials: each trial runs dtrain,
-// c10d, the ceiling and a second dtrain (the A/A pair: the noise floor) back
-// to back, in an order that rotates from trial to trial, and the ratios are
-// pooled over trials (geometric mean, 95% interval from their spread).
+// c10d, the ceiling, a second dtrain (the A/A pair: the noise floor) and the
+// lock-step ceiling (the ceiling plus one 4-byte all-reduce per step: what
+// running in step costs before any gradient moves) back to back, in an order
+// that rotates from trial to trial, and the ratios are pooled over trials
+// (geometric mean, 95% interval from their spread). Each worker also reports
+// where its steps go (forward, backward, the wait after it, the optimizer),
+// the ranks' skew, and the CPU its training thread and its other threads used.
 
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -58,7 +63,43 @@ struct WorkerArgs {
 
 struct Result {
   double ips = 0, step_ms = 0, comm_ms = 0;
+  // Per step, medians over the timed steps, averaged over ranks: forward (with
+  // the loss), backward (with the gradient hooks), blocked on gradient sync
+  // after backward, optimizer step.
+  double fwd_ms = 0, bwd_ms = 0, sync_ms = 0, opt_ms = 0;
+  // Median over steps of the gap between the two ranks' ends of backward
+  // (-1 with one rank).
+  double skew_ms = -1;
+  // CPU time per step: the training thread, every other thread of the
+  // process (communication, Gloo's I/O loop, the watchdog); and the training
+  // thread's involuntary context switches per step. Averaged over ranks.
+  double main_cpu_ms = 0, other_cpu_ms = 0, preempt = 0;
+  int threads = 0;
 };
+
+// CPU time (ns) and involuntary context switches of every thread of this process.
+struct ThreadSample {
+  long tid = 0;
+  double cpu_ns = 0, nvcsw = 0;
+  std::string name;
+};
+
+std::vector<ThreadSample> sample_threads() {
+  std::vector<ThreadSample> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    ThreadSample t;
+    t.tid = std::stol(e.path().filename().string());
+    std::ifstream(e.path() / "comm") >> t.name;
+    std::ifstream ss(e.path() / "schedstat");
+    ss >> t.cpu_ns;
+    std::ifstream st(e.path() / "status");
+    std::string line;
+    while (std::getline(st, line))
+      if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) t.nvcsw = std::stod(line.substr(27));
+    out.push_back(t);
+  }
+  return out;
+}
 
 int run_worker(const WorkerArgs& a) {
   Config cfg = apps::load_cls_config(a.job, a.overrides);
@@ -83,9 +124,13 @@ int run_worker(const WorkerArgs& a) {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   std::unique_ptr<c10d::Reducer> reducer;
   std::function<void()> barrier = [] {};
+  std::function<void()> lockstep;
   // "local": the ceiling. The job's communicator serves only the barriers
   // around the timed steps; the steps themselves communicate nothing.
-  if (a.impl == "dtrain" || a.impl == "local") {
+  // "lockstep": the ceiling with one 4-byte all-reduce after each backward,
+  // so the two ranks run in step as data parallelism makes them, without
+  // moving any gradient.
+  if (a.impl == "dtrain" || a.impl == "local" || a.impl == "lockstep") {
     setenv("RANK", std::to_string(a.rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(a.world).c_str(), 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -93,6 +138,11 @@ int run_worker(const WorkerArgs& a) {
     job = join_job(JobOptions::from_config(cfg), resolve_role(&cfg));
     if (a.impl == "dtrain") dp = std::make_unique<dtrain::torch::DataParallel>(model, job.comm, so);
     barrier = [&] { job.comm->barrier()->wait(); };
+    if (a.impl == "lockstep" && a.world > 1)
+      lockstep = [&] {
+        float one = 1;
+        job.comm->allreduce(Buffer::of(&one, 1), ReduceOp::Sum)->wait();
+      };
   } else {
     c10d::TCPStoreOptions so2;
     so2.port = static_cast<uint16_t>(a.port);
@@ -117,27 +167,70 @@ int run_worker(const WorkerArgs& a) {
     };
   }
 
+  std::vector<double> fwd, bwd, sync, optm;
+  std::vector<int64_t> bwd_end;
+  bool record = false;
+  auto ms = [](Clock::time_point x, Clock::time_point y) { return std::chrono::duration<double, std::milli>(y - x).count(); };
   auto step = [&] {
+    auto t0 = Clock::now();
     if (reducer) reducer->prepare_for_forward();
     if (dp) dp->begin_step(0);
     auto out = any.forward(images);
     auto loss = torch::nn::functional::cross_entropy(out, labels);
+    auto t1 = Clock::now();
     if (reducer) reducer->prepare_for_backward({});
     loss.backward();
+    auto t2 = Clock::now();
     if (dp) dp->end_backward(0);
+    if (lockstep) lockstep();
+    auto t3 = Clock::now();
     opt.step();
     opt.zero_grad();
+    auto t4 = Clock::now();
+    if (!record) return;
+    fwd.push_back(ms(t0, t1));
+    bwd.push_back(ms(t1, t2));
+    sync.push_back(ms(t2, t3));
+    optm.push_back(ms(t3, t4));
+    bwd_end.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t2.time_since_epoch()).count());
   };
   for (int i = 0; i < a.warmup; ++i) step();
   barrier();
   if (dp) dp->reset_stats();
+  record = true;
+  auto threads0 = sample_threads();
   auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) step();
   barrier();
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  auto threads1 = sample_threads();
   double comm = dp ? dp->stats().wait_seconds : -1.0;
   std::printf("RESULT %.3f %.6f %.6f\n", double(batch) * a.world * a.steps / secs, 1e3 * secs / a.steps,
               comm < 0 ? -1.0 : 1e3 * comm / a.steps);
+  std::printf("PHASES %.4f %.4f %.4f %.4f\n", bench::median(fwd), bench::median(bwd), bench::median(sync),
+              bench::median(optm));
+  const long main_tid = static_cast<long>(gettid());
+  double main_cpu = 0, other_cpu = 0, preempt = 0;
+  for (auto& e : threads1) {
+    double cpu0 = 0, cs0 = 0;
+    for (auto& b : threads0)
+      if (b.tid == e.tid) cpu0 = b.cpu_ns, cs0 = b.nvcsw;
+    (e.tid == main_tid ? main_cpu : other_cpu) += (e.cpu_ns - cpu0) / 1e6 / a.steps;
+    if (e.tid == main_tid) preempt = (e.nvcsw - cs0) / a.steps;
+  }
+  std::printf("THREADS %.4f %.4f %.4f %d %d\n", main_cpu, other_cpu, preempt, static_cast<int>(threads1.size()),
+              torch::get_num_threads());
+  std::printf("THREADDETAIL");  // for a person reading a worker's output: CPU ms/step by thread
+  for (auto& e : threads1) {
+    double cpu0 = 0;
+    for (auto& b : threads0)
+      if (b.tid == e.tid) cpu0 = b.cpu_ns;
+    std::printf(" %s/%ld:%.3f", e.name.c_str(), e.tid, (e.cpu_ns - cpu0) / 1e6 / a.steps);
+  }
+  std::printf("\n");
+  std::printf("BWDEND");
+  for (auto t : bwd_end) std::printf(" %lld", static_cast<long long>(t));
+  std::printf("\n");
   std::fflush(stdout);
   return 0;
 }
@@ -174,20 +267,49 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
     outs.push_back(out);
   }
   std::string failure = bench::wait_all(kids, std::chrono::seconds(600));
-  std::string text;
-  {
-    std::ifstream in(outs[0]);
+  std::vector<std::string> texts;
+  for (auto& o : outs) {
+    std::ifstream in(o);
     std::stringstream ss;
     ss << in.rdbuf();
-    text = ss.str();
+    texts.push_back(ss.str());
   }
   for (auto& o : outs) std::remove(o.c_str());
   if (!failure.empty()) throw std::runtime_error(impl + " with " + std::to_string(world) + " workers: " + failure);
   Result r;
+  const std::string& text = texts[0];
   size_t p = text.find("RESULT ");
   if (p == std::string::npos ||
       std::sscanf(text.c_str() + p, "RESULT %lf %lf %lf", &r.ips, &r.step_ms, &r.comm_ms) != 3)
     throw std::runtime_error("no result from " + impl + ": " + text);
+  std::vector<std::vector<int64_t>> ends;
+  for (const auto& t : texts) {
+    double f = 0, b = 0, s = 0, o = 0, mc = 0, oc = 0, pr = 0;
+    int nt = 0, it = 0;
+    size_t q = t.find("PHASES ");
+    if (q != std::string::npos && std::sscanf(t.c_str() + q, "PHASES %lf %lf %lf %lf", &f, &b, &s, &o) == 4) {
+      r.fwd_ms += f / world, r.bwd_ms += b / world, r.sync_ms += s / world, r.opt_ms += o / world;
+    }
+    q = t.find("THREADS ");
+    if (q != std::string::npos && std::sscanf(t.c_str() + q, "THREADS %lf %lf %lf %d %d", &mc, &oc, &pr, &nt, &it) == 5) {
+      r.main_cpu_ms += mc / world, r.other_cpu_ms += oc / world, r.preempt += pr / world;
+      r.threads = nt;
+    }
+    q = t.find("BWDEND");
+    ends.emplace_back();
+    if (q != std::string::npos) {
+      std::istringstream is(t.substr(q + 6, t.find('\n', q) - q - 6));
+      long long v;
+      while (is >> v) ends.back().push_back(v);
+    }
+  }
+  // Meaningless where the ranks run free (the ceiling) or wait inside backward (c10d).
+  if ((impl == "dtrain" || impl == "lockstep") && world == 2 && ends[0].size() == ends[1].size() &&
+      !ends[0].empty()) {
+    std::vector<double> gaps;
+    for (size_t i = 0; i < ends[0].size(); ++i) gaps.push_back(std::abs(double(ends[0][i] - ends[1][i])) / 1e6);
+    r.skew_ms = bench::median(gaps);
+  }
   return r;
 }
 
@@ -221,6 +343,19 @@ void print_row(const Config2& c) {
              comm_text(c));
 }
 
+void print_phases(const Config2& c) {
+  auto med = [&](double Result::*f) {
+    std::vector<double> v;
+    for (auto& r : c.runs) v.push_back(r.*f);
+    return bench::median(v);
+  };
+  double skew = med(&Result::skew_ms);
+  fmt::print("{:<38} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6} {:>8.1f} {:>8.2f} {:>8.2f} {:>8}\n", c.name,
+             med(&Result::fwd_ms), med(&Result::bwd_ms), med(&Result::sync_ms), med(&Result::opt_ms),
+             skew < 0 ? std::string("-") : fmt::format("{:.1f}", skew), med(&Result::main_cpu_ms),
+             med(&Result::other_cpu_ms), med(&Result::preempt), c.runs.empty() ? 0 : c.runs[0].threads);
+}
+
 void print_ratio(const char* name, const Config2& a, const Config2& b, double target) {
   auto r = bench::pooled_ratio(a.ips(), b.ips());
   std::string verdict;
@@ -240,13 +375,14 @@ int main(int argc, char** argv) {
   app.add_option("job", a.job, "job file (e.g. apps/cls.toml)")->required();
   app.add_option("--steps", a.steps, "timed steps per configuration and trial");
   app.add_option("--warmup", a.warmup, "untimed steps first");
-  app.add_option("--trials", a.trials, "paired trials (each runs dtrain, c10d, the ceiling and dtrain again)")
+  app.add_option("--trials", a.trials,
+                 "paired trials (each runs dtrain, c10d, the ceiling, dtrain again and the lock-step ceiling)")
       ->check(CLI::Range(2, 100));
   app.add_option("-o,--override", a.overrides,
                  "key=value applied to the job file (e.g. strategy.fuse_grad_size_in_MB=1)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local");
+  app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep");
   app.add_option("--rank", a.rank, "(internal)");
   app.add_option("--world", a.world, "(internal)");
   app.add_option("--threads", a.threads, "(internal)");
@@ -276,9 +412,10 @@ int main(int argc, char** argv) {
     Config2 c10{"c10d Reducer+Gloo 2 workers x 1 thread", "c10d", 2, 1, {}};
     Config2 ceil{"ceiling: 2 x 1 independent, no comm", "local", 2, 1, {}};
     Config2 dt2{"dtrain 2 workers x 1 thread (A/A #2)", "dtrain", 2, 1, {}};
+    Config2 lock{"lock-step: ceiling + 4 B all-reduce/step", "lockstep", 2, 1, {}};
     // Single runs for reference: what one worker gets from one and two threads.
     for (Config2* c : {&one, &two_thr}) c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
-    std::vector<Config2*> paired{&dt, &c10, &ceil, &dt2};
+    std::vector<Config2*> paired{&dt, &c10, &ceil, &dt2, &lock};
     for (int t = 0; t < a.trials; ++t) {
       std::string line = fmt::format("# trial {}:", t + 1);
       for (size_t k = 0; k < paired.size(); ++k) {
@@ -288,6 +425,7 @@ int main(int argc, char** argv) {
                             c == &dt     ? "dtrain"
                             : c == &c10  ? "c10d"
                             : c == &ceil ? "ceiling"
+                            : c == &lock ? "lock-step"
                                          : "dtrain#2",
                             c->runs.back().ips);
       }
@@ -295,12 +433,21 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
-    for (Config2* c : {&one, &two_thr, &ceil, &dt, &c10, &dt2}) print_row(*c);
+    for (Config2* c : {&one, &two_thr, &ceil, &lock, &dt, &c10, &dt2}) print_row(*c);
+    fmt::print(
+        "# where a step goes, ms (medians over trials of per-step medians, mean of the ranks); c10d waits for its "
+        "buckets inside backward; skew: gap between the ranks' ends of backward; CPU: per step, the training "
+        "thread and all other threads; preempt: the training thread's involuntary context switches per step\n");
+    fmt::print("{:<38} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}\n", "configuration", "fwd", "bwd", "sync",
+               "opt", "skew", "CPU main", "CPU rest", "preempt", "threads");
+    for (Config2* c : {&one, &ceil, &lock, &dt, &c10, &dt2}) print_phases(*c);
     fmt::print("# paired ratios of images/s over {} trials (geometric mean)\n", a.trials);
     print_ratio("dtrain 2x1 / ceiling", dt, ceil, 0.95);
     print_ratio("dtrain 2x1 / c10d 2x1", dt, c10, 1.0);
     print_ratio("c10d 2x1 / ceiling", c10, ceil, 0);
     print_ratio("A/A: dtrain 2x1 / dtrain 2x1 #2", dt, dt2, 0);
+    print_ratio("lock-step / ceiling", lock, ceil, 0);
+    print_ratio("dtrain 2x1 / lock-step", dt, lock, 0);
     fmt::print("{:<38} {:>7.3f}  (median ceiling / the single 1x1 run)\n", "machine's 2-worker gain",
                bench::median(ceil.ips()) / one.runs[0].ips);
     return 0;

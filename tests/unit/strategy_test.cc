@@ -214,6 +214,38 @@ TEST(GradientBuckets, UnmarkedTensorsCountAsZeroAndAreLeftAlone) {
   });
 }
 
+TEST(GradientBuckets, GradientsKeptInTheirSlotsAreAveragedInPlace) {
+  run_ranks(2, [](int r, std::shared_ptr<Communicator> comm) {
+    StrategyOptions o;
+    o.fuse_grad_size_in_MB = 12.0 / (1024 * 1024);  // 3 floats: one tensor per bucket
+    GradientBuckets b(comm, {3, 2, 3}, o);
+    ASSERT_EQ(b.num_buckets(), 3u);
+    float* s0 = b.slot(0);
+    float* s2 = b.slot(2);
+    EXPECT_NE(s0, b.slot(1));
+    EXPECT_THROW(b.slot(3), InvalidUsage);
+    std::vector<float> g1{float(r), float(10 * r)};  // tensor 1 lives outside: copied in and out
+    for (int j = 0; j < 3; ++j) s0[j] = float(r * 4 + j), s2[j] = float(r);
+    b.begin();
+    b.mark_ready(2, Buffer::of(s2, 3));
+    b.mark_ready(1, Buffer::of(g1.data(), 2));
+    b.mark_ready(0, Buffer::of(s0, 3));
+    b.finish();
+    EXPECT_EQ(std::vector<float>(s0, s0 + 3), (std::vector<float>{2, 3, 4}));
+    EXPECT_EQ(g1, (std::vector<float>{0.5f, 5}));
+    EXPECT_EQ(std::vector<float>(s2, s2 + 3), std::vector<float>(3, 0.5f));
+    // The slots keep their values into the next step (gradients accumulate
+    // there); one never marked counts as zero.
+    for (int j = 0; j < 3; ++j) s0[j] += float(r);
+    b.begin();
+    b.mark_ready(0, Buffer::of(s0, 3));
+    b.finish();
+    EXPECT_EQ(std::vector<float>(s0, s0 + 3), (std::vector<float>{2.5f, 3.5f, 4.5f}));
+    EXPECT_EQ(std::vector<float>(s2, s2 + 3), std::vector<float>(3, 0.0f));
+    EXPECT_EQ(b.stats().bytes_on_wire, int64_t(2 * 8 * 4));
+  });
+}
+
 TEST(GradientBuckets, RejectsMisuse) {
   run_ranks(1, [](int, std::shared_ptr<Communicator> comm) {
     GradientBuckets b(comm, {2}, StrategyOptions{});

@@ -68,6 +68,22 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   std::vector<size_t> counts;
   for (auto& p : params_) counts.push_back(static_cast<size_t>(p.numel()));
   buckets_ = std::make_unique<GradientBuckets>(comm_, counts, options);
+  // The gradients live in their buckets (c10d's gradient_as_bucket_view):
+  // backward accumulates into the bucket and the all-reduce averages it in
+  // place, with no copy in or out. zero_grad() zeroes in place and keeps the
+  // view; a gradient replaced by another tensor is copied as before.
+  {
+    ::torch::NoGradGuard ng;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      auto view = ::torch::from_blob(buckets_->slot(i), p.sizes(), p.options().requires_grad(false));
+      if (p.grad().defined())
+        view.copy_(p.grad());
+      else
+        view.zero_();
+      p.mutable_grad() = view;
+    }
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
     acc->add_post_hook(std::make_unique<Hook>(this, i));
@@ -75,7 +91,15 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   }
 }
 
-DataParallel::~DataParallel() = default;
+DataParallel::~DataParallel() {
+  if (!buckets_) return;
+  // The bucket memory goes with this object: gradients still in it get their own.
+  ::torch::NoGradGuard ng;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (p.grad().defined() && p.grad().data_ptr() == buckets_->slot(i)) p.mutable_grad() = p.grad().clone();
+  }
+}
 
 int DataParallel::world_size() const { return comm_ ? comm_->size() : 1; }
 

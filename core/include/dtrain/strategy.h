@@ -105,6 +105,13 @@ struct SyncStats {
 // averaged values back into the buffers given to mark_ready, which must stay
 // valid until then. With fp16_allreduce the bucket is pre-divided by the world
 // size, converted to f16/bf16, summed on the wire and converted back.
+//
+// slot(i) is tensor i's place in its bucket (fixed for the object's life). A
+// framework may keep the gradient itself there (c10d's
+// gradient_as_bucket_view): mark_ready of that address copies nothing and
+// finish() leaves the average in place, so a step moves no gradient bytes
+// but the all-reduce's. Slot values are kept from step to step (gradients
+// accumulate there); the slots of tensors not marked by finish() are zeroed.
 class GradientBuckets {
  public:
   GradientBuckets(std::shared_ptr<Communicator> comm, std::vector<size_t> counts, const StrategyOptions& options);
@@ -115,6 +122,7 @@ class GradientBuckets {
   void begin();
   void mark_ready(size_t index, const Buffer& grad);
   void finish();
+  float* slot(size_t index);
 
   size_t num_buckets() const { return buckets_.size(); }
   // Tensor indices of bucket b, in the order they sit in it.

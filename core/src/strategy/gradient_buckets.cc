@@ -80,10 +80,11 @@ GradientBuckets::~GradientBuckets() {
 void GradientBuckets::begin() {
   std::lock_guard<std::mutex> lock(mu_);
   if (active_) throw InvalidUsage("GradientBuckets::begin called twice without finish");
+  // No zero fill: a tensor whose gradient lives in its slot keeps its values;
+  // finish() zeroes the slots of tensors never marked.
   for (auto& b : buckets_) {
     b.pending = b.members.size();
     b.work.reset();
-    std::fill(b.data.begin(), b.data.end(), 0.0f);
   }
   std::fill(targets_.begin(), targets_.end(), Buffer());
   next_launch_ = 0;
@@ -102,9 +103,18 @@ void GradientBuckets::mark_ready(size_t index, const Buffer& grad) {
   if (!active_) throw InvalidUsage("GradientBuckets::mark_ready outside begin()/finish()");
   if (targets_[index].ptr) return;  // already marked this step (a tensor used twice)
   Bucket& b = buckets_[bucket_of_[index]];
-  std::memcpy(b.data.data() + b.offsets[slot_of_[index]], grad.ptr, grad.count * sizeof(float));
+  float* slot = b.data.data() + b.offsets[slot_of_[index]];
+  if (grad.ptr != slot) std::memcpy(slot, grad.ptr, grad.count * sizeof(float));
   targets_[index] = grad;
   if (--b.pending == 0) launch_ready_locked();
+}
+
+float* GradientBuckets::slot(size_t index) {
+  if (index >= counts_.size())
+    throw InvalidUsage("GradientBuckets::slot: index " + std::to_string(index) + " out of range (" +
+                       std::to_string(counts_.size()) + " tensors)");
+  Bucket& b = buckets_[bucket_of_[index]];
+  return b.data.data() + b.offsets[slot_of_[index]];
 }
 
 void GradientBuckets::launch_ready_locked() {
@@ -134,7 +144,13 @@ void GradientBuckets::finish() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!active_) throw InvalidUsage("GradientBuckets::finish without begin()");
   active_ = false;
-  for (size_t k = next_launch_; k < buckets_.size(); ++k) buckets_[k].pending = 0;
+  for (size_t k = next_launch_; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    b.pending = 0;
+    for (size_t s = 0; s < b.members.size(); ++s)
+      if (!targets_[b.members[s]].ptr)
+        std::fill_n(b.data.data() + b.offsets[s], counts_[b.members[s]], 0.0f);
+  }
   launch_ready_locked();
   auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
@@ -148,8 +164,9 @@ void GradientBuckets::finish() {
     }
     for (size_t s = 0; s < b.members.size(); ++s) {
       const Buffer& t = targets_[b.members[s]];
-      if (!t.ptr) continue;
-      std::memcpy(t.ptr, b.data.data() + b.offsets[s], t.count * sizeof(float));
+      const float* slot = b.data.data() + b.offsets[s];
+      if (!t.ptr || t.ptr == slot) continue;
+      std::memcpy(t.ptr, slot, t.count * sizeof(float));
     }
     b.work.reset();
   }

@@ -33,7 +33,11 @@ namespace dtrain::torch {
 // When the strategy syncs at `step`, a post-hook on each parameter's gradient
 // accumulator hands the gradient to the buckets as soon as backward has
 // produced it, so all-reduces overlap the rest of backward; end_backward waits
-// for them and scales merged gradients. After the optimizer step, local SGD
+// for them and scales merged gradients. The gradients (p.grad()) are views of
+// the gradient buckets from construction on, so no gradient is copied (zero
+// them in place, as Optimizer::zero_grad() does; a gradient replaced by a new
+// tensor still works, through a copy); on destruction they get memory of
+// their own again. After the optimizer step, local SGD
 // averages the parameters every k steps. With comm == null or one rank it only
 // applies the gradient-merge policy. begin_step may be called again for
 // another step before any backward (re-arming for a resumed step).
