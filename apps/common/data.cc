@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -244,8 +245,9 @@ Batch BatchLoader::make_batch(int64_t b) const {
   const int c = first.channels, h = first.height, w = first.width;
   Batch out;
   out.index = b;
+  const bool dense = !first.mask.empty();
   out.images = torch::empty({count, c, h, w}, torch::kFloat32);
-  out.labels = torch::empty({count}, torch::kInt64);
+  out.labels = dense ? torch::empty({count, h, w}, torch::kInt64) : torch::empty({count}, torch::kInt64);
   float* dst = out.images.data_ptr<float>();
   int64_t* lab = out.labels.data_ptr<int64_t>();
   const float scale = 1.0f / (255.0f * augment_.std), shift = augment_.mean / augment_.std;
@@ -255,6 +257,12 @@ Batch BatchLoader::make_batch(int64_t b) const {
     Image im = k == 0 ? std::move(first) : dataset_->get(idx, &label);
     if (im.channels != c || im.height != h || im.width != w)
       throw InvalidUsage("images of one batch differ in shape (item " + std::to_string(idx) + ")");
+    if (dense) {
+      if (im.mask.size() != size_t(h) * w)
+        throw InvalidUsage("item " + std::to_string(idx) + ": label mask does not match the image's size");
+      fill_segmentation(im, idx, dst + k * c * h * w, lab + k * h * w);
+      continue;
+    }
     lab[k] = label;
     int dx = 0, dy = 0;
     bool flip = false;
@@ -278,6 +286,54 @@ Batch BatchLoader::make_batch(int64_t b) const {
       }
   }
   return out;
+}
+
+void BatchLoader::fill_segmentation(const Image& im, size_t idx, float* o, int64_t* lab) const {
+  const int c = im.channels, h = im.height, w = im.width;
+  const float scale = 1.0f / (255.0f * augment_.std), shift = augment_.mean / augment_.std;
+  if (!train_) {
+    for (size_t i = 0; i < im.pixels.size(); ++i) o[i] = im.pixels[i] * scale - shift;
+    for (size_t i = 0; i < im.mask.size(); ++i) lab[i] = im.mask[i];
+    return;
+  }
+  uint64_t r = mix(seed_ ^ mix(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+  uint64_t r2 = mix(r);
+  double u = double(r2 >> 11) * (1.0 / 9007199254740992.0);
+  double s = augment_.min_scale + (augment_.max_scale - augment_.min_scale) * u;
+  // The scaled sample is (h*s) x (w*s); the crop's top-left corner in it.
+  auto offset = [&](int n, uint64_t bits) {
+    double o0 = (n * s - n) * double(bits % 1024) / 1023.0;  // scale < 1: a negative offset pads
+    int pad = augment_.crop_padding;
+    if (pad > 0) o0 += double(int((bits >> 10) % (2 * pad + 1)) - pad);
+    return o0;
+  };
+  double oy = offset(h, r >> 8), ox = offset(w, r >> 28);
+  bool flip = augment_.flip && ((r >> 60) & 1);
+  const uint8_t ignore = static_cast<uint8_t>(augment_.ignore_index);
+  for (int y = 0; y < h; ++y) {
+    double fy = (y + oy + 0.5) / s - 0.5;
+    int y0 = int(std::floor(fy));
+    double wy = fy - y0;
+    int ny = int(std::floor((y + oy) / s));
+    for (int x = 0; x < w; ++x) {
+      int xx = flip ? w - 1 - x : x;
+      double fx = (xx + ox + 0.5) / s - 0.5;
+      int x0 = int(std::floor(fx));
+      double wx = fx - x0;
+      int nx = int(std::floor((xx + ox) / s));
+      bool inside = ny >= 0 && ny < h && nx >= 0 && nx < w;
+      lab[size_t(y) * w + x] = inside ? im.mask[size_t(ny) * w + nx] : ignore;
+      for (int ch = 0; ch < c; ++ch) {
+        const uint8_t* p = im.pixels.data() + size_t(ch) * h * w;
+        auto at = [&](int yy, int xx2) -> double {
+          return (yy >= 0 && yy < h && xx2 >= 0 && xx2 < w) ? p[size_t(yy) * w + xx2] : 0.0;
+        };
+        double v = (1 - wy) * ((1 - wx) * at(y0, x0) + wx * at(y0, x0 + 1)) +
+                   wy * ((1 - wx) * at(y0 + 1, x0) + wx * at(y0 + 1, x0 + 1));
+        o[(size_t(ch) * h + y) * w + x] = float(v) * scale - shift;
+      }
+    }
+  }
 }
 
 bool BatchLoader::next(Batch* out) { return prefetch_->next(out); }

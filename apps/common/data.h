@@ -14,10 +14,13 @@ namespace dtrain::apps {
 // Inside namespace dtrain, `torch` would name dtrain::torch (the Fleet API); here it means libtorch.
 namespace torch = ::torch;
 
-// One decoded image: channels x height x width, uint8, channel-major.
+// One decoded image: channels x height x width, uint8, channel-major. A
+// segmentation sample also carries its per-pixel labels (height x width,
+// row-major; AugmentOptions::ignore_index marks pixels without a label).
 struct Image {
   int channels = 0, height = 0, width = 0;
   std::vector<uint8_t> pixels;
+  std::vector<uint8_t> mask;  // empty for classification
 };
 
 // A labelled image set. get() must be safe to call from one background thread
@@ -52,16 +55,24 @@ std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const s
 // Every rank gets the same count and the shards are disjoint (up to the padding).
 std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle);
 
+// Training-time augmentation. For a sample with a mask (segmentation) the
+// image and its labels take the same geometric transform: a random scale in
+// [min_scale, max_scale] (bilinear for the image, nearest for the labels),
+// a random crop back to the sample's size (plus the crop_padding jitter;
+// pixels from outside the source are 0 in the image and ignore_index in the
+// labels) and the flip. Classification samples use crop_padding and flip only.
 struct AugmentOptions {
   int crop_padding = 0;  // random crop after zero padding on every side (0: none)
   bool flip = false;     // random horizontal flip
   float mean = 0.0f, std = 1.0f;
+  float min_scale = 1.0f, max_scale = 1.0f;  // segmentation only
+  int ignore_index = 255;                    // segmentation only
 };
 
 // A batch ready for the model.
 struct Batch {
   torch::Tensor images;  // float32 [B, C, H, W], normalised
-  torch::Tensor labels;  // int64 [B]
+  torch::Tensor labels;  // int64 [B]; segmentation: int64 [B, H, W]
   int64_t index = 0;     // batch number within the epoch
 };
 
@@ -82,6 +93,7 @@ class BatchLoader {
 
  private:
   Batch make_batch(int64_t b) const;
+  void fill_segmentation(const Image& im, size_t idx, float* image, int64_t* labels) const;
 
   std::shared_ptr<Dataset> dataset_;
   std::vector<size_t> indices_;

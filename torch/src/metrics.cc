@@ -57,6 +57,45 @@ double auc(std::vector<double>& pos, std::vector<double>& neg) {
   return auc_of_buckets(pos, neg);
 }
 
+SegmentationScores segmentation_scores(const std::vector<double>& m, int n) {
+  if (n < 1 || m.size() != size_t(n) * size_t(n))
+    throw InvalidUsage("dtrain::torch::metrics::segmentation_scores: " + std::to_string(m.size()) +
+                       " entries is not a " + std::to_string(n) + " x " + std::to_string(n) + " confusion matrix");
+  SegmentationScores r;
+  std::vector<double> label_area(size_t(n), 0.0), pred_area(size_t(n), 0.0);
+  double total = 0, trace = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      double v = m[size_t(i) * n + j];
+      label_area[size_t(i)] += v;
+      pred_area[size_t(j)] += v;
+      total += v;
+      if (i == j) trace += v;
+    }
+  double expected = 0;
+  for (int i = 0; i < n; ++i) {
+    double tp = m[size_t(i) * n + i], la = label_area[size_t(i)], pa = pred_area[size_t(i)];
+    double uni = la + pa - tp;
+    r.class_iou.push_back(uni > 0 ? tp / uni : 0.0);
+    r.class_precision.push_back(pa > 0 ? tp / pa : 0.0);
+    r.class_recall.push_back(la > 0 ? tp / la : 0.0);
+    r.class_dice.push_back(la + pa > 0 ? 2 * tp / (la + pa) : 0.0);
+    r.miou += r.class_iou.back() / n;
+    r.mdice += r.class_dice.back() / n;
+    expected += la * pa;
+  }
+  r.pixels = total;
+  r.accuracy = total > 0 ? trace / total : 0.0;
+  double pe = total > 0 ? expected / (total * total) : 0.0;
+  r.kappa = pe < 1 ? (r.accuracy - pe) / (1 - pe) : 0.0;
+  return r;
+}
+
+SegmentationScores confusion(std::vector<double>& m, int n) {
+  if (n >= 1 && m.size() == size_t(n) * size_t(n)) sum(m);
+  return segmentation_scores(m, n);
+}
+
 void all_reduce(::torch::Tensor& tensor, ReduceOp op) {
   Communicator* c = comm_for("metrics::all_reduce");
   if (!tensor.device().is_cpu() || !tensor.is_contiguous())

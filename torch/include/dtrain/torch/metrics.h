@@ -27,6 +27,23 @@ double acc(double correct, double total);
 double auc(std::vector<double>& pos, std::vector<double>& neg);
 // The local helper: AUC of already-summed buckets.
 double auc_of_buckets(const std::vector<double>& pos, const std::vector<double>& neg);
+
+// Semantic-segmentation scores of a num_classes x num_classes confusion
+// matrix (row-major; row = label, column = prediction; pixels with the ignore
+// label are not counted), as PaddleSeg computes them: IoU = TP / (TP + FP +
+// FN) per class (0 for a class absent from labels and predictions), mIoU its
+// mean over all classes, pixel accuracy = trace / total, Cohen's Kappa, and
+// per-class precision, recall and Dice.
+struct SegmentationScores {
+  std::vector<double> class_iou, class_precision, class_recall, class_dice;
+  double miou = 0, accuracy = 0, kappa = 0, mdice = 0;
+  double pixels = 0;  // counted pixels
+};
+// The local helper: scores of an already-summed matrix. InvalidUsage when the
+// matrix is not num_classes x num_classes.
+SegmentationScores segmentation_scores(const std::vector<double>& confusion, int num_classes);
+// Sums every worker's confusion matrix (in place, one collective) and scores it.
+SegmentationScores confusion(std::vector<double>& confusion, int num_classes);
 // Reduces a CPU tensor (float32, float64, int32 or int64) in place.
 void all_reduce(::torch::Tensor& tensor, ReduceOp op = ReduceOp::Sum);
 
