@@ -63,7 +63,7 @@ class InMemoryDataset : public Dataset {
   int channels() const override { return c_; }
   int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
-    Image im{c_, h_, w_, {}};
+    Image im{c_, h_, w_, {}, {}};
     size_t n = size_t(c_) * h_ * w_;
     im.pixels.assign(pixels_.begin() + i * n, pixels_.begin() + (i + 1) * n);
     *label = labels_[i];
@@ -100,7 +100,7 @@ class ListDataset : public Dataset {
       m = r;
     }
     if (channels_ == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
-    Image im{channels_, size_, size_, std::vector<uint8_t>(size_t(channels_) * size_ * size_)};
+    Image im{channels_, size_, size_, std::vector<uint8_t>(size_t(channels_) * size_ * size_), {}};
     for (int y = 0; y < size_; ++y) {
       const uint8_t* row = m.ptr<uint8_t>(y);
       for (int x = 0; x < size_; ++x)
