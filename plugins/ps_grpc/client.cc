@@ -68,6 +68,7 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
       args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
       auto ch = grpc::CreateCustomChannel(srv->endpoint, grpc::InsecureChannelCredentials(), args);
       srv->stubs.push_back(ParameterServer::NewStub(ch));
+      srv->generic.push_back(std::make_unique<grpc::GenericStub>(ch));
     }
     hello(*srv, left);
     servers_.push_back(std::move(srv));
@@ -75,6 +76,23 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
 }
 
 PsClient::~PsClient() { abort("the communicator was destroyed"); }
+
+grpc::Status PsClient::Server::unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
+                                     grpc::ByteBuffer* reply) {
+  grpc::GenericStub& g = *generic[next.fetch_add(1, std::memory_order_relaxed) % generic.size()];
+  grpc::CompletionQueue cq;
+  grpc::Status st;
+  auto rpc = g.PrepareUnaryCall(&ctx, method, request, &cq);
+  rpc->StartCall();
+  rpc->Finish(reply, &st, nullptr);
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return st;
+}
 
 void PsClient::hello(Server& s, int64_t timeout_ms) {
   grpc::ClientContext ctx;
@@ -375,21 +393,24 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
         for (uint64_t i = 0; i < len; ++i) dst[i] = keys[(*p)[off + i]];
       }
       run(op, s, [op, req, p, off, len, dim, values](grpc::ClientContext& ctx, Server& srv) {
-        SparseValues reply;
-        grpc::Status st = srv.stub().PullSparse(&ctx, *req, &reply);
+        // The reply's bytes go from gRPC's slices straight into the caller's values.
+        grpc::ByteBuffer reply;
+        grpc::Status st = srv.unary(ctx, kPullSparseMethod, to_buffer(*req), &reply);
         if (!st.ok()) return st;
-        const std::string& v = reply.values();
+        BytesField v;
+        if (!v.open(reply, SparseValues::kValuesFieldNumber))
+          sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) +
+                                       " keys with a malformed reply: is it a different dtrain version?");
         if (v.size() != len * dim * sizeof(float))
           sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) + " keys with " +
                                        std::to_string(v.size()) + " bytes, not " +
                                        std::to_string(len * dim * sizeof(float)));
         op->write_out([&] {
           if (!p) {
-            std::memcpy(values + off * dim, v.data(), v.size());
+            v.copy_to(reinterpret_cast<char*>(values + off * dim));
             return;
           }
-          size_t row = dim * sizeof(float);
-          for (uint64_t i = 0; i < len; ++i) std::memcpy(values + (*p)[off + i] * dim, v.data() + i * row, row);
+          v.scatter(dim * sizeof(float), [&](size_t i) { return values + (*p)[off + i] * dim; });
         });
         return st;
       });

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/generic/generic_stub.h>
+
 #include "dtrain/sdk/backend.h"
 #include "options.h"
 #include "plugins/ps_grpc/ps.grpc.pb.h"
@@ -47,8 +49,12 @@ class PsClient {
     int index = 0;
     std::string endpoint;
     std::vector<std::unique_ptr<ParameterServer::Stub>> stubs;
+    std::vector<std::unique_ptr<grpc::GenericStub>> generic;  // per channel, for calls in raw bytes
     std::atomic<uint32_t> next{0};
     ParameterServer::Stub& stub() { return *stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()]; }
+    // A blocking unary call of `method` in raw bytes (ctx's deadline holds).
+    grpc::Status unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
+                       grpc::ByteBuffer* reply);
   };
   struct ClientTable {
     sdk::TableDesc desc;

@@ -46,6 +46,10 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
       serve_(std::make_shared<LongWork>()) {
   sharding_.num_servers = num_servers_;
   sharding_.num_shards = options.shard_num;
+  MarkMethodStreamed(kPullSparseIndex, new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
+                                           [this](grpc::ServerContext* ctx, auto* stream) {
+                                             return PullSparseRaw(ctx, stream);
+                                           }));
 }
 
 std::string PsService::who() const {
@@ -242,8 +246,13 @@ grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<D
   });
 }
 
-grpc::Status PsService::PullSparse(grpc::ServerContext* ctx, const SparsePull* req, SparseValues* reply) {
-  return guarded(ctx, [&] {
+grpc::Status PsService::PullSparseRaw(grpc::ServerContext* ctx,
+                                      grpc::ServerUnaryStreamer<SparsePull, RawMessage>* stream) {
+  SparsePull msg;
+  const SparsePull* req = &msg;
+  if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::INTERNAL, "a sparse pull without its request");
+  RawMessage reply;
+  grpc::Status st = guarded(ctx, [&] {
     int wk = worker(req->worker());
     Table& t = table(req->table(), DT_PS_TABLE_SPARSE);
     uint64_t dim = t.desc().dim;
@@ -255,12 +264,11 @@ grpc::Status PsService::PullSparse(grpc::ServerContext* ctx, const SparsePull* r
     uint64_t n = req->keys().size() / sizeof(uint64_t);
     std::vector<uint64_t> scratch;
     const uint64_t* keys = view<uint64_t>(req->keys(), &scratch);
-    std::string* out = reply->mutable_values();
-    out->resize(n * dim * sizeof(float));
-    interruptible(ctx, [&](Clock::time_point until) {
-      t.pull_sparse(wk, keys, n, reinterpret_cast<float*>(out->data()), until);
-    });
+    float* out = reinterpret_cast<float*>(reply.make_bytes(SparseValues::kValuesFieldNumber, n * dim * sizeof(float)));
+    interruptible(ctx, [&](Clock::time_point until) { t.pull_sparse(wk, keys, n, out, until); });
   });
+  if (st.ok()) stream->Write(reply);
+  return st;
 }
 
 grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<SparsePush>* r, Empty*) {

@@ -16,6 +16,7 @@
 #include "options.h"
 #include "plugins/ps_grpc/ps.grpc.pb.h"
 #include "table.h"
+#include "wire.h"
 #include "work.h"
 
 namespace dtrain::ps_grpc {
@@ -34,7 +35,9 @@ class PsService final : public ParameterServer::Service {
   grpc::Status DeclareTable(grpc::ServerContext*, const DeclareRequest*, Empty*) override;
   grpc::Status PullDense(grpc::ServerContext*, const DensePull*, grpc::ServerWriter<DenseChunk>*) override;
   grpc::Status PushDense(grpc::ServerContext*, grpc::ServerReader<DenseChunk>*, Empty*) override;
-  grpc::Status PullSparse(grpc::ServerContext*, const SparsePull*, SparseValues*) override;
+  // PullSparse, registered as a streamed unary method (one request, one
+  // reply) so the reply is a RawMessage the table fills in place.
+  grpc::Status PullSparseRaw(grpc::ServerContext*, grpc::ServerUnaryStreamer<SparsePull, RawMessage>*);
   grpc::Status PushSparse(grpc::ServerContext*, grpc::ServerReader<SparsePush>*, Empty*) override;
   grpc::Status Save(grpc::ServerContext*, const SaveRequest*, SaveReply*) override;
   grpc::Status Load(grpc::ServerContext*, const TableRequest*, Empty*) override;

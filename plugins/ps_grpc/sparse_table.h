@@ -4,8 +4,10 @@
 // held by server shard % num_servers), each a flat hash map key -> row index
 // over rows kept in contiguous arrays (keys, counters, and dim values +
 // optimizer state per row in one float arena), with its own reader-writer
-// lock. A call's keys are hashed once, grouped by shard (a counting sort into
-// per-thread scratch) and each shard is locked once per call: no heap
+// lock. A push's keys are hashed once, grouped by shard (a counting sort into
+// per-thread scratch) and each shard is locked once per call; a pull takes
+// every local shard's read lock at once and looks the keys up in the
+// caller's order, pipelined (hash, find, copy of keys 16 apart): no heap
 // allocation per key on the pull and push paths. Row removal (shrink) moves
 // the last row into the hole, so the arena stays dense.
 // sparse_table.cc: the pull/push/shrink paths; sparse_save.cc: save and load.
@@ -106,6 +108,11 @@ class SparseTable final : public Table {
     return sh_.num_servers == 1 ? shard : shard / static_cast<uint32_t>(sh_.num_servers);
   }
 
+  // A pull takes every local shard's read lock at once when there are at
+  // most this many (the job's default shard_num is 64), else one at a time.
+  static constexpr uint32_t kLockAllShards = 256;
+  void check_keys(const uint64_t* keys, uint64_t n) const;
+  void pull_in_order(const uint64_t* keys, uint64_t n, float* out) const;
   void hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) const;
   void bucket(uint64_t n, Scratch& s) const;
   void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, bool own, Scratch& s,

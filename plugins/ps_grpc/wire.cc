@@ -1,6 +1,8 @@
 #include "wire.h"
 
 #include <cctype>
+#include <cstdlib>
+#include <new>
 
 namespace dtrain::ps_grpc {
 
@@ -87,6 +89,70 @@ void check_desc(const sdk::TableDesc& d) {
     bad("initializer " + std::to_string(d.initializer) + " is unknown");
   if (d.mode == DT_PS_MODE_GEO && d.optimizer != DT_PS_OPT_SGD)
     bad("GEO mode takes only the sgd rule (the workers apply the optimizer)");
+}
+
+char* RawMessage::make_bytes(uint32_t field, size_t n) {
+  if (n == 0) {
+    slice = grpc::Slice();
+    return nullptr;
+  }
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = static_cast<uint8_t>(field << 3 | 2);
+  for (uint64_t v = n; ; v >>= 7) {
+    head[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
+    if (v < 0x80) break;
+  }
+  // The payload 16-byte aligned (the table writes floats into it), the header just before it.
+  char* mem = static_cast<char*>(std::malloc(16 + n));
+  if (!mem) throw std::bad_alloc();
+  char* payload = mem + 16;
+  std::memcpy(payload - h, head, h);
+  slice = grpc::Slice(payload - h, h + n, [](void* m) { std::free(m); }, mem);
+  return payload;
+}
+
+bool BytesField::open(const grpc::ByteBuffer& bb, uint32_t field) {
+  slices_.clear();
+  skip_ = size_ = 0;
+  const size_t total = bb.Length();
+  if (total == 0) return true;
+  if (!bb.Dump(&slices_).ok()) return false;
+  // The header (tag, varint length) may straddle slices: gather its first bytes.
+  uint8_t head[11];
+  size_t got = 0;
+  for (const grpc::Slice& s : slices_) {
+    const size_t take = std::min(sizeof(head) - got, s.size());
+    std::memcpy(head + got, s.begin(), take);
+    got += take;
+    if (got == sizeof(head)) break;
+  }
+  if (head[0] != static_cast<uint8_t>(field << 3 | 2)) return false;
+  uint64_t len = 0;
+  size_t h = 1;
+  for (int shift = 0;; shift += 7) {
+    if (h >= got || shift > 63) return false;
+    const uint8_t b = head[h++];
+    len |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) break;
+  }
+  if (h + len != total) return false;  // another field, or a truncated one
+  skip_ = h;
+  size_ = len;
+  return true;
+}
+
+void BytesField::copy_to(char* dst) const {
+  for_each_span([&](const char* p, size_t n) {
+    std::memcpy(dst, p, n);
+    dst += n;
+  });
+}
+
+grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m) {
+  grpc::Slice s(m.ByteSizeLong());
+  m.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(s.begin()));
+  return grpc::ByteBuffer(&s, 1);
 }
 
 }  // namespace dtrain::ps_grpc

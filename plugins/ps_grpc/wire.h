@@ -5,7 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "dtrain/sdk/backend.h"
 #include "files.h"
@@ -15,6 +18,10 @@ namespace dtrain::ps_grpc {
 
 constexpr char kTokenKey[] = "dtrain-token";    // request metadata: the job token
 constexpr char kStatusKey[] = "dtrain-status";  // trailing metadata of a failed call: the DT_ERR_* code
+// The full name of ParameterServer.PullSparse, which both sides handle as raw
+// bytes (below). Its position in ps.proto's service is kPullSparseIndex.
+constexpr char kPullSparseMethod[] = "/dtrain.ps_grpc.ParameterServer/PullSparse";
+constexpr int kPullSparseIndex = 4;
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
@@ -26,4 +33,78 @@ sdk::TableDesc from_proto(const TableDesc& p);
 // f32, an unknown kind, mode, rule or initializer, GEO with a rule other than SGD.
 void check_desc(const sdk::TableDesc& d);
 
+// A serialized message built in place, for replies whose only field is one
+// large `bytes` field (SparseValues): the server's table writes the payload
+// straight into the slice gRPC sends, with no protobuf string between (no
+// zero fill, no serialization copy). grpc::SerializationTraits below.
+struct RawMessage {
+  grpc::Slice slice;
+  // Makes the message hold bytes field `field` (< 16) of n bytes; returns
+  // where the n bytes go (uninitialized, 16-byte aligned; null if n is 0).
+  char* make_bytes(uint32_t field, size_t n);
+};
+
+// The reading side: a received message whose only field is bytes field
+// `field` (absent: empty), read from gRPC's slices without a copy into a
+// protobuf string.
+class BytesField {
+ public:
+  // false if bb is not such a message.
+  bool open(const grpc::ByteBuffer& bb, uint32_t field);
+  size_t size() const { return size_; }
+  // Copies the field's bytes to dst (size() bytes).
+  void copy_to(char* dst) const;
+  // Copies the field as rows of `row` bytes, row i to dst(i).
+  template <typename F>
+  void scatter(size_t row, F&& dst) const {
+    size_t i = 0, at = 0;  // row, byte within the row
+    for_each_span([&](const char* p, size_t n) {
+      while (n > 0) {
+        const size_t take = std::min(n, row - at);
+        std::memcpy(static_cast<char*>(static_cast<void*>(dst(i))) + at, p, take);
+        p += take, n -= take, at += take;
+        if (at == row) ++i, at = 0;
+      }
+    });
+  }
+
+ private:
+  template <typename F>
+  void for_each_span(F&& f) const {
+    size_t skip = skip_, left = size_;
+    for (const grpc::Slice& s : slices_) {
+      if (left == 0) break;
+      size_t n = s.size();
+      if (skip >= n) {
+        skip -= n;
+        continue;
+      }
+      const size_t take = std::min(n - skip, left);
+      f(reinterpret_cast<const char*>(s.begin()) + skip, take);
+      left -= take;
+      skip = 0;
+    }
+  }
+  std::vector<grpc::Slice> slices_;
+  size_t skip_ = 0, size_ = 0;  // header bytes, field bytes
+};
+
+// A protobuf message as a ByteBuffer (for a call through grpc::GenericStub).
+grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m);
+
 }  // namespace dtrain::ps_grpc
+
+template <>
+class grpc::SerializationTraits<dtrain::ps_grpc::RawMessage> {
+ public:
+  static grpc::Status Serialize(const dtrain::ps_grpc::RawMessage& m, grpc::ByteBuffer* bb, bool* own_buffer) {
+    *bb = grpc::ByteBuffer(&m.slice, 1);
+    *own_buffer = true;
+    return grpc::Status::OK;
+  }
+  static grpc::Status Deserialize(grpc::ByteBuffer* bb, dtrain::ps_grpc::RawMessage* m) {
+    grpc::Status st = bb->DumpToSingleSlice(&m->slice);
+    bb->Clear();
+    return st;
+  }
+};
