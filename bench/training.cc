@@ -170,7 +170,9 @@ int run_worker(const WorkerArgs& a) {
   std::vector<double> fwd, bwd, sync, optm;
   std::vector<int64_t> bwd_end;
   bool record = false;
-  auto ms = [](Clock::time_point x, Clock::time_point y) { return std::chrono::duration<double, std::milli>(y - x).count(); };
+  auto ms = [](Clock::time_point x, Clock::time_point y) {
+    return std::chrono::duration<double, std::milli>(y - x).count();
+  };
   auto step = [&] {
     auto t0 = Clock::now();
     if (reducer) reducer->prepare_for_forward();
@@ -291,7 +293,8 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
       r.fwd_ms += f / world, r.bwd_ms += b / world, r.sync_ms += s / world, r.opt_ms += o / world;
     }
     q = t.find("THREADS ");
-    if (q != std::string::npos && std::sscanf(t.c_str() + q, "THREADS %lf %lf %lf %d %d", &mc, &oc, &pr, &nt, &it) == 5) {
+    if (q != std::string::npos &&
+        std::sscanf(t.c_str() + q, "THREADS %lf %lf %lf %d %d", &mc, &oc, &pr, &nt, &it) == 5) {
       r.main_cpu_ms += mc / world, r.other_cpu_ms += oc / world, r.preempt += pr / world;
       r.threads = nt;
     }
@@ -304,8 +307,7 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
     }
   }
   // Meaningless where the ranks run free (the ceiling) or wait inside backward (c10d).
-  if ((impl == "dtrain" || impl == "lockstep") && world == 2 && ends[0].size() == ends[1].size() &&
-      !ends[0].empty()) {
+  if ((impl == "dtrain" || impl == "lockstep") && world == 2 && ends[0].size() == ends[1].size() && !ends[0].empty()) {
     std::vector<double> gaps;
     for (size_t i = 0; i < ends[0].size(); ++i) gaps.push_back(std::abs(double(ends[0][i] - ends[1][i])) / 1e6);
     r.skew_ms = bench::median(gaps);

@@ -148,8 +148,7 @@ void GradientBuckets::finish() {
     Bucket& b = buckets_[k];
     b.pending = 0;
     for (size_t s = 0; s < b.members.size(); ++s)
-      if (!targets_[b.members[s]].ptr)
-        std::fill_n(b.data.data() + b.offsets[s], counts_[b.members[s]], 0.0f);
+      if (!targets_[b.members[s]].ptr) std::fill_n(b.data.data() + b.offsets[s], counts_[b.members[s]], 0.0f);
   }
   launch_ready_locked();
   auto t0 = Clock::now();
