@@ -3,6 +3,7 @@
 //
 //   dtrain-bench collectives --backend gloo --world-size 2
 //   dtrain-bench training apps/cls.toml     (execs dtrain-bench-training, built with libtorch)
+//   dtrain-bench training ctr               (execs dtrain-bench-ctr: the CTR app per PS mode)
 //   dtrain-bench ps                         (the PS backend against raw gRPC and Redis; built with gRPC + hiredis)
 
 #include <unistd.h>
@@ -23,7 +24,11 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "training") {
-    std::string exe = dtrain::bench::dir_of(dtrain::bench::self_exe()) + "/dtrain-bench-training";
+    // `training ctr` (or a ctr.toml job): the CTR app on the parameter server (bench/training_ctr.cc).
+    const std::string arg2 = argc > 2 ? argv[2] : "";
+    const bool ctr = arg2 == "ctr" || (arg2.size() >= 8 && arg2.compare(arg2.size() - 8, 8, "ctr.toml") == 0);
+    std::string exe =
+        dtrain::bench::dir_of(dtrain::bench::self_exe()) + (ctr ? "/dtrain-bench-ctr" : "/dtrain-bench-training");
     argv[1] = const_cast<char*>(exe.c_str());
     execv(exe.c_str(), argv + 1);
     std::fprintf(stderr, "dtrain-bench: cannot run %s: %s (it is built only when libtorch is installed)\n", exe.c_str(),

@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -38,6 +41,14 @@ void add_ctr_keys(ConfigSchema& s) {
   s.add("data.prefetch", ConfigType::Int, "8", "batches parsed ahead");
   s.add("model.embedding_dim", ConfigType::Int, "8", "deep embedding width");
   s.add("model.hidden", ConfigType::IntList, "[64, 32]", "MLP layer sizes");
+  s.add("model.interaction", ConfigType::String, "\"none\"",
+        "none (the MLP sees the concatenated embeddings) | dot (and every pair's dot product)");
+  s.add("train.geo_sparse_lr", ConfigType::Float, "2.0",
+        "GEO: the SGD rate of the wide and deep tables' local copies (in place of their learning_rate)");
+  s.add("train.geo_dense_lr", ConfigType::Float, "0.1", "GEO: the SGD rate of the MLP's local copy");
+  s.add("debug.sleep_ms", ConfigType::Int, "0", "sleep after every training step (tests: a kill lands mid-run)");
+  s.add("train.loss_reduction", ConfigType::String, "\"auto\"",
+        "gradients pushed: sum (over the global batch) | mean | auto (sum in sync and async, mean in GEO)");
 }
 
 namespace {
@@ -82,7 +93,10 @@ struct Net {
       config_error(c, "ps.tables.deep.dim", "must equal model.embedding_dim (" + std::to_string(dim) + ")");
     wide = fleet::SparseEmbedding(wide_cfg);
     deep = fleet::SparseEmbedding(deep_cfg);
-    model = WideDeep(dim, c.get_int_list("model.hidden"));
+    const std::string interaction = c.get_string("model.interaction", "none");
+    if (interaction != "none" && interaction != "dot")
+      config_error(c, "model.interaction", "must be \"none\" or \"dot\"");
+    model = WideDeep(dim, c.get_int_list("model.hidden"), interaction == "dot");
     opt = fleet::ps_optimizer({wide, deep}, model.ptr(), "dense");
   }
 
@@ -133,14 +147,29 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
                   r.teacher_auc, r.teacher_logloss, r.ctr));
 }
 
-void train(const Config& c) {
+// GEO trains local copies with plain SGD at each table's learning_rate: the
+// tables' rates (set for the servers' AdaGrad and Adam) give way to
+// [train] geo_sparse_lr and geo_dense_lr.
+Config with_geo_rates(const Config& c) {
+  Config job = c;
+  if (!c.get_bool("strategy.a_sync", false) || c.get_int("strategy.a_sync_configs.k_steps", 0) <= 0) return job;
+  const std::string sparse = fmt::format("{:.6e}", c.get_float("train.geo_sparse_lr", 2.0));
+  job.set_literal("ps.tables.wide.learning_rate", sparse);
+  job.set_literal("ps.tables.deep.learning_rate", sparse);
+  job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr", 0.1)));
+  return job;
+}
+
+void train(const Config& job) {
+  const Config c = with_geo_rates(job);
   fleet::InitOptions io;
   io.is_collective = false;
   io.config = std::make_shared<Config>(c);
   fleet::init(io);
   if (fleet::is_server()) {
     fleet::init_server();
-    log_line(fmt::format("ctr: server {} of {} serving", fleet::server_index(), fleet::server_num()));
+    log_line(fmt::format("ctr: server {} of {} serving (pid {})", fleet::server_index(), fleet::server_num(),
+                         static_cast<long>(::getpid())));
     fleet::run_server();
     log_line("ctr: server done");
     return;
@@ -158,6 +187,7 @@ void train(const Config& c) {
   const int64_t epochs = positive(c, "train.epochs", 1);
   const int64_t log_every = positive(c, "log.every_steps", 100);
   const int64_t ckpt_every = c.get_int("checkpoint.every_steps", 0);
+  const int64_t sleep_ms = c.get_int("debug.sleep_ms", 0);
   const int64_t lines = count_lines(train_files, c.get_int("data.limit_train", 0));
   const int64_t per_worker = lines / world;
   if (per_worker == 0)
@@ -167,6 +197,17 @@ void train(const Config& c) {
 
   Net net(c);
   auto& worker = fleet::ps_worker();
+  // The servers' per-row AdaGrad wants per-example gradients summed over the
+  // global batch (its initial_g2sum is then in examples); a sync step
+  // averages the workers' pushes, so each worker scales by the worker count.
+  // GEO trains local copies with SGD, whose rate fits the mean.
+  const ps::Mode mode = worker.mode().mode;
+  std::string reduction = c.get_string("train.loss_reduction", "auto");
+  if (reduction != "auto" && reduction != "sum" && reduction != "mean")
+    config_error(c, "train.loss_reduction", "must be \"sum\", \"mean\" or \"auto\"");
+  if (reduction == "auto") reduction = mode == ps::Mode::Geo ? "mean" : "sum";
+  const double grad_scale_per_example =
+      reduction == "mean" ? 0.0 : (mode == ps::Mode::Sync ? static_cast<double>(world) : 1.0);
   int64_t step = 0;
   if (int64_t restored = worker.restored_step(); restored >= 0) {
     step = restored;
@@ -177,9 +218,9 @@ void train(const Config& c) {
     tb = std::make_unique<EventWriter>(tbdir);
   log_line(
       fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
-                  "emb {} hidden [{}]",
+                  "emb {} hidden [{}], gradients {}",
                   rank, world, ps::to_string(worker.mode().mode), worker.mode().geo_k_steps, lines, steps_per_epoch,
-                  batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", ")));
+                  batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", "), reduction));
 
   const auto t_start = Clock::now();
   double t_pull = 0, t_push = 0, t_compute = 0, loss_sum = 0;
@@ -201,7 +242,12 @@ void train(const Config& c) {
       auto labels = torch::from_blob(b.labels.data(), {n}, torch::kFloat);
       auto logit = net.model->forward(wide_rows, deep_rows, dense);
       auto loss = torch::binary_cross_entropy_with_logits(logit, labels);
-      if (n > 0) loss.backward();
+      if (n > 0) {
+        if (grad_scale_per_example > 0)
+          (loss * (grad_scale_per_example * static_cast<double>(n))).backward();
+        else
+          loss.backward();
+      }
       auto t2 = Clock::now();
       net.opt->step();
       net.opt->zero_grad();
@@ -231,7 +277,11 @@ void train(const Config& c) {
         loss_sum = 0;
         loss_n = 0;
       }
-      if (ckpt_every > 0 && step % ckpt_every == 0) worker.save_checkpoint(step);
+      if (ckpt_every > 0 && step % ckpt_every == 0) {
+        worker.save_checkpoint(step);
+        if (rank == 0) log_line(fmt::format("ctr: checkpoint step {} saved", step));
+      }
+      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
       if (c.get_int("debug.kill_at_step", 0) == step && rank == 0) {
         log_line(fmt::format("ctr: debug.kill_at_step {}: exiting", step));
         std::fflush(stdout);
@@ -244,6 +294,11 @@ void train(const Config& c) {
   }
   const double train_s = std::chrono::duration<double>(Clock::now() - t_start).count();
 
+  // Every worker's pushes are in before anyone evaluates, and the dense
+  // weights are the servers' final ones: the evaluation scores the model
+  // that [ps] save_on_exit saves (GEO: the workers' local copies).
+  fleet::barrier_worker();
+  if (mode != ps::Mode::Geo) net.opt->dense()->pull();
   EvalStats stats;
   auto ro = reader_options(c, rank, world, 4096, c.get_int("data.limit_test", 0));
   evaluate_into(net, test_files, ro, &stats);

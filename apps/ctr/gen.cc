@@ -142,7 +142,15 @@ void write_atomically(const std::string& path, const std::string& tmp, int64_t l
     if (!out) throw InvalidUsage("cannot write '" + tmp + "': " + std::strerror(errno));
     for (int64_t i = 0; i < lines; ++i) {
       if (bad_every > 0 && i % bad_every == bad_every / 2) {
-        out << (i % 2 ? "1\t2\tnot-a-number\n" : "0\tx1\t3\n");
+        // Alternately a line with 3 fields and a full line whose I3 is not an integer.
+        if ((i / bad_every) % 2 == 0) {
+          out << "0\tx1\t3\n";
+        } else {
+          std::string text = make_line(t, seed, first + static_cast<uint64_t>(i)).text;
+          size_t at = 0;
+          for (int f = 0; f < 3; ++f) at = text.find('\t', at) + 1;  // the start of I3
+          out << text.substr(0, at) << "x1" << text.substr(text.find('\t', at)) << '\n';
+        }
         continue;
       }
       Line l = make_line(t, seed, first + static_cast<uint64_t>(i));

@@ -23,7 +23,7 @@ struct GenOptions {
   int64_t train_lines = 400000;
   int64_t test_lines = 50000;
   uint64_t seed = 1;
-  int64_t bad_lines = 0;  // malformed lines sprinkled into train.txt (tests)
+  int64_t bad_lines = 0;  // malformed lines sprinkled into train.txt (tests): 3 fields, or I3 not an integer
 };
 
 struct GenResult {

@@ -14,18 +14,26 @@ namespace dtrain::apps::ctr {
 //   wide: sum over slots of the slot value's 1-dim weight + a linear map of
 //         the dense features;
 //   deep: the slots' embeddings concatenated with the dense features, then
-//         an MLP (ReLU) to one logit.
+//         an MLP (ReLU) to one logit. With interaction = "dot" the MLP also
+//         gets the dot products of every pair of slot embeddings (325 of
+//         them, as DLRM's interaction layer), and a linear map of those dot
+//         products adds to the logit (a field-weighted factorization
+//         machine): pairwise feature crosses, which an MLP over concatenated
+//         embeddings learns poorly.
 // forward returns the logit (sigmoid(logit) is the click probability).
 class WideDeepImpl : public ::torch::nn::Module {
  public:
-  WideDeepImpl(int64_t embedding_dim, const std::vector<int64_t>& hidden);
+  WideDeepImpl(int64_t embedding_dim, const std::vector<int64_t>& hidden, bool dot_interaction = false);
   // wide_rows [B, 26, 1], deep_rows [B, 26, dim], dense [B, 13]
   ::torch::Tensor forward(const ::torch::Tensor& wide_rows, const ::torch::Tensor& deep_rows,
                           const ::torch::Tensor& dense);
 
  private:
   ::torch::nn::Linear wide_dense_{nullptr};
+  ::torch::nn::Linear pair_weight_{nullptr};  // interaction = "dot": one weight per slot pair
   ::torch::nn::Sequential mlp_{nullptr};
+  bool dot_ = false;
+  ::torch::Tensor pairs_;  // the (i < j) slot pairs, as i * kSparse + j
 };
 
 class WideDeep : public ::torch::nn::ModuleHolder<WideDeepImpl> {
