@@ -299,7 +299,7 @@ int predict_main(int argc, char** argv) {
   cli.add_option("images", images, "images to segment")->required();
   cli.add_option("--output", out_dir, "folder for the masks (<stem>.png)")->required();
   cli.add_option("--checkpoint", ckpt, "checkpoint (default: <checkpoint.dir>/latest.pt)");
-  cli.add_option("-o,--override", overrides, "override a key of the job file");
+  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
   CLI11_PARSE(cli, argc, argv);
   return guarded("predict", [&] {
     Config cfg = load_seg_config(job, overrides);
@@ -352,7 +352,7 @@ int export_main(int argc, char** argv) {
   cli.add_option("--output", out_dir, "output folder")->required();
   cli.add_option("--split", split, "train | eval")->check(CLI::IsMember({"train", "eval"}));
   cli.add_option("--count", count, "scenes to write")->check(CLI::PositiveNumber);
-  cli.add_option("-o,--override", overrides, "override a key of the job file");
+  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
   CLI11_PARSE(cli, argc, argv);
   return guarded("export", [&] {
     Config cfg = load_seg_config(job, overrides);

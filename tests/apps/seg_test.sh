@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Tests of dtrain-seg through the dtrain launcher.
+#   seg_test.sh ci    DTRAIN DTRAIN_SEG JOB_TOML WORKDIR   short 2-worker run: loss falls, mIoU computed, parameters
+#                                                          bit-identical, pictures and predict masks written
+#   seg_test.sh list  DTRAIN DTRAIN_SEG JOB_TOML WORKDIR   a PaddleSeg list trains; a bad label value and missing
+#                                                          files give clear errors
+# Exit 77 (skipped) when the Fashion-MNIST package is not installed.
+set -euo pipefail
+mode=$1 dtrain=$2 seg=$3 job=$4 work=$5
+data=/usr/share/datasets/fashion-mnist
+[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A few dozen small scenes, a small U-Net: 4 steps of 8 per worker per epoch.
+small=(-o data.train_scenes=64 -o data.eval_scenes=24 -o data.scene_size=48 -o model.width=8 -o model.depth=2
+       -o train.batch_size=8 -o train.eval_batch_size=12 -o train.warmup_epochs=0 -o train.lr=0.05
+       -o log.every_steps=2 -o eval.every_epochs=0 -o checkpoint.resume=false -o train.threads=1)
+
+# "epoch E/N step S/M loss L ..." -> "E S L"
+losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \([0-9.eE+-]*\) .*$/\1 \2 \3/p' "$1"; }
+
+# A PNG's colour type (byte 25): 3 = palette.
+png_type() { od -An -tu1 -j25 -N1 "$1" | tr -d ' '; }
+
+case $mode in
+ci)
+  "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=6 \
+      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
+    || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
+  losses log/workerlog.0 > losses.txt
+  cat losses.txt
+  n=$(wc -l < losses.txt)
+  (( n >= 10 )) || fail "expected at least 10 progress lines, got $n"
+  first=$(head -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  last=$(tail -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.8 * a)}' || fail "loss did not fall: first $first, last $last"
+  echo "loss $first -> $last"
+  [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
+  cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+  grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
+  # Both workers print the same scores: the confusion matrix is summed across them.
+  for r in 0 1; do
+    grep -E "^eval epoch 6: mIoU 0\.[0-9]{4} acc 0\.[0-9]{4} kappa -?[0-9.]+ .*\(24 images" log/workerlog.$r \
+      || fail "worker $r: no final mIoU over the 24 test scenes"
+    grep -E "^\[EVAL\] Class IoU: \[([0-9.]+ ){10}[0-9.]+\]$" log/workerlog.$r || fail "worker $r: no per-class IoU"
+  done
+  [[ $(grep "^eval epoch" log/workerlog.0) == $(grep "^eval epoch" log/workerlog.1) ]] \
+    || fail "the workers report different scores"
+  # mIoU is the mean of the 11 per-class IoUs printed with it.
+  miou=$(sed -n 's/^eval epoch 6: mIoU \([0-9.]*\) .*/\1/p' log/workerlog.0)
+  mean=$(grep -m1 "^\[EVAL\] Class IoU:" log/workerlog.0 | tr -d '[]' | awk '{for (i = 4; i <= NF; i++) s += $i; print s / (NF - 3)}')
+  awk -v m="$miou" -v c="$mean" 'BEGIN {d = m - c; if (d < 0) d = -d; exit !(m > 0 && d < 2e-4)}' \
+    || fail "mIoU $miou is not the mean of the class IoUs ($mean)"
+  [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
+  ls ckpt/pictures/epoch6_*.png > /dev/null || fail "no evaluation pictures"
+  grep -qa "eval/miou" tb/events.out.tfevents.* || fail "no TensorBoard mIoU in tb/"
+  # predict: the masks of two exported test scenes, as palette PNGs of the image's size.
+  "$seg" export "$job" "${small[@]}" --output scenes --count 2 > export.log 2>&1 || { cat export.log >&2; fail "export failed"; }
+  "$seg" predict "$job" scenes/images/00000.png scenes/images/00001.png "${small[@]}" -o checkpoint.dir=ckpt \
+      --output masks > predict.log 2>&1 || { cat predict.log >&2; fail "predict failed"; }
+  cat predict.log
+  for i in 00000 00001; do
+    [[ -s masks/$i.png ]] || fail "predict wrote no masks/$i.png"
+    [[ $(png_type masks/$i.png) == 3 ]] || fail "masks/$i.png is not a palette PNG"
+    cmp -n 24 masks/$i.png scenes/labels/$i.png || fail "masks/$i.png differs in size from the scene"
+  done
+  echo PASS
+  ;;
+list)
+  expect() {  # expect NAME PATTERN ARGS... : dtrain-seg must fail and print PATTERN
+    local name=$1 pattern=$2
+    shift 2
+    if "$seg" "$job" "$@" > "$name.out" 2>&1; then cat "$name.out" >&2; fail "$name: exited 0"; fi
+    grep -qF -- "$pattern" "$name.out" || { cat "$name.out" >&2; fail "$name: no '$pattern' in the output"; }
+    echo "ok $name: $(grep -m1 error "$name.out")"
+  }
+  # 16 scenes as PaddleSeg data: RGB PNGs and palette label PNGs (pixel value = class id).
+  "$seg" export "$job" "${small[@]}" --split train --output ds --count 16 > export.log 2>&1 \
+    || { cat export.log >&2; fail "export failed"; }
+  for i in $(seq -w 0 11); do echo "images/000$i.png labels/000$i.png"; done > ds/train.txt
+  printf '# validation\nimages/00012.png labels/00012.png\n\nimages/00013.png labels/00013.png\n' > ds/val.txt
+  # A grey label image with one pixel of value 12 (11 classes): x 36, y 1.
+  { printf 'P5\n48 48\n255\n'; head -c 84 /dev/zero; printf '\x0c'; head -c 2219 /dev/zero; } > ds/labels/bad.pgm
+  printf 'images/00000.png labels/00000.png\nimages/00001.png labels/bad.pgm\n' > ds/badlabel.txt
+  printf 'images/00000.png labels/00000.png\nimages/00001.png labels/nothere.png\n' > ds/nolabel.txt
+  printf 'images/00000.png labels/00000.png\n\nimages/nothere.png labels/00001.png\n' > ds/noimage.txt
+  list=(-o data.dataset=list -o data.root=$PWD/ds -o data.num_classes=11 -o data.channels=3 -o data.image_size=48
+        -o model.width=8 -o model.depth=2 -o train.batch_size=4 -o train.eval_batch_size=2 -o train.epochs=2
+        -o checkpoint.dir=ckpt_list -o checkpoint.resume=false -o log.every_steps=1 -o eval.every_epochs=1)
+  "$seg" "$job" "${list[@]}" -o data.train_list=ds/train.txt -o data.val_list=ds/val.txt > list_ok.out 2>&1 \
+    || { cat list_ok.out >&2; fail "training on a PaddleSeg list failed"; }
+  grep -E "12 train / 2 eval images" list_ok.out || fail "the list run did not see 12 + 2 samples"
+  grep -E "^eval epoch 2: mIoU 0\.[0-9]{4}" list_ok.out || fail "the list run did not evaluate"
+  echo "ok list training"
+  expect bad_label "label file '$PWD/ds/labels/bad.pgm': pixel value 12 at (x 36, y 1) is outside [0, 11)" \
+      "${list[@]}" -o data.train_list=ds/badlabel.txt -o data.val_list=ds/val.txt -o train.batch_size=2
+  expect missing_label "ds/nolabel.txt:2: label file '$PWD/ds/labels/nothere.png' does not exist" \
+      "${list[@]}" -o data.train_list=ds/nolabel.txt -o data.val_list=ds/val.txt
+  expect missing_image "ds/noimage.txt:3: image '$PWD/ds/images/nothere.png' does not exist" \
+      "${list[@]}" -o data.train_list=ds/noimage.txt -o data.val_list=ds/val.txt
+  expect missing_list "cannot open list file 'ds/none.txt'" "${list[@]}" -o data.train_list=ds/none.txt \
+      -o data.val_list=ds/val.txt
+  expect unknown_model "unknown segmentation model 'segformer'; known models: unet, liteseg" -o model.name=segformer
+  echo PASS
+  ;;
+*) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
