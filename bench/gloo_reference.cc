@@ -15,32 +15,14 @@
 #include <gloo/types.h>
 
 #include "dtrain/error.h"
+// The gloo plugin's Gloo glue (store adapter, dtype dispatch): header-only,
+// Gloo and the C ABI's dtype codes only, so the reference reaches Gloo as the
+// plugin does without taking in any plugin internals.
+#include "../plugins/gloo/gloo_glue.h"
 
 namespace dtrain::bench {
 
 namespace {
-
-// Debian's Gloo has no TCPStore: Gloo's rendezvous store over dtrain's store.
-class StoreAdapter : public ::gloo::rendezvous::Store {
- public:
-  StoreAdapter(std::shared_ptr<dtrain::Store> s, std::chrono::milliseconds timeout)
-      : s_(std::move(s)), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    s_->set(key, Bytes(data.begin(), data.end()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    Bytes b = s_->get(key, timeout_);
-    return std::vector<char>(b.begin(), b.end());
-  }
-  void wait(const std::vector<std::string>& keys) override { s_->wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    s_->wait(keys, timeout);
-  }
-
- private:
-  std::shared_ptr<dtrain::Store> s_;
-  std::chrono::milliseconds timeout_;
-};
 
 enum class Algo { Auto, Ring, Bcube, HalvingDoubling };
 
@@ -52,20 +34,12 @@ Algo parse_algo(const std::string& s) {
   throw InvalidUsage("algorithm \"" + s + "\" is not known; use auto, ring, bcube or halving_doubling");
 }
 
-// Calls f(T{}) with the C++ type Gloo uses for a dtype.
+// Calls f(T{}) with the C++ type Gloo uses for a dtype, as the gloo plugin
+// does; bf16 has no Gloo reduction.
 template <typename F>
 void with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::F32: return f(float{});
-    case DType::F64: return f(double{});
-    case DType::F16: return f(::gloo::float16{});
-    case DType::I8: return f(int8_t{});
-    case DType::U8: return f(uint8_t{});
-    case DType::I32: return f(int32_t{});
-    case DType::I64: return f(int64_t{});
-    case DType::BF16: break;
-  }
-  throw NotSupported(std::string("raw Gloo has no ") + dtype_name(t) + " reduction");
+  if (t == DType::BF16 || !gloo_glue::with_gloo_type(static_cast<int32_t>(t), std::forward<F>(f)))
+    throw NotSupported(std::string("raw Gloo has no ") + dtype_name(t) + " reduction");
 }
 
 }  // namespace
@@ -103,7 +77,7 @@ GlooReference::GlooReference(int rank, int size, std::shared_ptr<Store> store, c
   m.device = ::gloo::transport::tcp::CreateDevice(attr);
   m.context = std::make_shared<::gloo::rendezvous::Context>(rank, size, cfg.bcube_base);
   m.context->setTimeout(timeout);
-  StoreAdapter adapter(std::move(store), timeout);
+  gloo_glue::RendezvousStore<std::shared_ptr<Store>> adapter(std::move(store), timeout);
   m.context->connectFullMesh(adapter, m.device);
 }
 

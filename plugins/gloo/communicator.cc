@@ -14,33 +14,14 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include "gloo_glue.h"
+
 namespace dtrain::gloo_backend {
 
 namespace {
 
 constexpr uint8_t kP2pSlotPrefix = 0x5d;
 constexpr uint32_t kCollectiveTag = 0;
-
-// Gloo's rendezvous store over the core's store.
-class StoreAdapter : public ::gloo::rendezvous::Store {
- public:
-  StoreAdapter(sdk::Store s, int64_t timeout_ms) : s_(s), timeout_ms_(timeout_ms) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    s_.set(key, std::string(data.begin(), data.end()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    std::string v = s_.get(key, timeout_ms_);
-    return std::vector<char>(v.begin(), v.end());
-  }
-  void wait(const std::vector<std::string>& keys) override { s_.wait(keys, timeout_ms_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
-    s_.wait(keys, timeout.count());
-  }
-
- private:
-  sdk::Store s_;
-  int64_t timeout_ms_;
-};
 
 Algorithm parse_algorithm(const std::string& s) {
   if (s == "auto") return Algorithm::Auto;
@@ -57,17 +38,8 @@ Algorithm parse_algorithm(const std::string& s) {
 
 template <typename F>
 void with_type(int32_t dtype, F&& f) {
-  switch (dtype) {
-    case DT_DTYPE_F32: return f(float{});
-    case DT_DTYPE_F64: return f(double{});
-    case DT_DTYPE_I8: return f(int8_t{});
-    case DT_DTYPE_U8: return f(uint8_t{});
-    case DT_DTYPE_I32: return f(int32_t{});
-    case DT_DTYPE_I64: return f(int64_t{});
-    case DT_DTYPE_F16:
-    case DT_DTYPE_BF16: return f(uint16_t{});
-  }
-  sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
+  if (!gloo_glue::with_gloo_type(dtype, std::forward<F>(f)))
+    sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
 }
 
 std::string default_iface(const sdk::CommInit& init) {
@@ -109,7 +81,7 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
                                                               static_cast<int>(init.options.get_int("bcube_base", 2)));
     m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
-    StoreAdapter store(init.store, timeout_ms_);
+    gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
     m.context->connectFullMesh(store, m.device);
   } catch (const sdk::Error&) {
     throw;
