@@ -147,9 +147,10 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
                   r.teacher_auc, r.teacher_logloss, r.ctr));
 }
 
-// GEO trains local copies with plain SGD at each table's learning_rate: the
-// tables' rates (set for the servers' AdaGrad and Adam) give way to
-// [train] geo_sparse_lr and geo_dense_lr.
+// GEO trains local copies with plain SGD at each table's learning_rate (and
+// the servers accept only optimizer = "sgd" then): the tables' rules and
+// rates (for the servers' AdaGrad and Adam) give way to SGD at [train]
+// geo_sparse_lr and geo_dense_lr.
 Config with_geo_rates(const Config& c) {
   Config job = c;
   if (!c.get_bool("strategy.a_sync", false) || c.get_int("strategy.a_sync_configs.k_steps", 0) <= 0) return job;
@@ -157,10 +158,27 @@ Config with_geo_rates(const Config& c) {
   job.set_literal("ps.tables.wide.learning_rate", sparse);
   job.set_literal("ps.tables.deep.learning_rate", sparse);
   job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr", 0.1)));
+  for (const char* t : {"wide", "deep", "dense"}) job.set_literal(std::string("ps.tables.") + t + ".optimizer", "\"sgd\"");
   return job;
 }
 
+void train_impl(const Config& job);
+
+// A failing worker exits at once: unwinding would run PsWorker::finish(),
+// whose save_on_exit barrier waits for workers that wait for this one.
 void train(const Config& job) {
+  try {
+    train_impl(job);
+  } catch (const std::exception& e) {
+    const auto* t = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "dtrain-ctr: error: %s\n", t ? t->what_without_backtrace() : e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+void train_impl(const Config& job) {
   const Config c = with_geo_rates(job);
   fleet::InitOptions io;
   io.is_collective = false;
