@@ -77,7 +77,7 @@ class SceneDataset : public Dataset {
         for (int x = 0; x < sz; ++x) {
           int cx = box.x + x;
           uint8_t v = it.at<uint8_t>(y, x);
-          if (cx < 0 || cx >= S || v <= 12) continue;
+          if (cx < 0 || cx >= S || v <= o_.threshold) continue;
           im.mask[size_t(cy) * S + cx] = static_cast<uint8_t>(cls + 1);
           for (int c = 0; c < 3; ++c)
             im.pixels[(size_t(c) * S + cy) * S + cx] = static_cast<uint8_t>(tint[c] * (0.35 + 0.65 * v / 255.0));
@@ -167,6 +167,7 @@ std::shared_ptr<Dataset> make_scene_dataset(std::shared_ptr<Dataset> items, cons
   if (!(o.min_scale > 0) || o.max_scale < o.min_scale)
     throw InvalidUsage("scene dataset: need 0 < min_scale <= max_scale");
   if (o.count == 0) throw InvalidUsage("scene dataset: count must be >= 1");
+  if (o.threshold < 0 || o.threshold > 254) throw InvalidUsage("scene dataset: item threshold must be in [0, 254]");
   return std::make_shared<SceneDataset>(std::move(items), o);
 }
 

@@ -20,7 +20,8 @@ namespace dtrain::apps {
 // max_scale] of its 28 px, optionally mirrored, tinted with a random bright
 // colour and placed at a random position (a placement whose box overlaps the
 // earlier items' boxes by more than max_overlap of its own is retried, so
-// items overlap but stay visible). A pixel's label is 1 + the class of the
+// items overlap but stay visible). An item covers the pixels where its resized
+// grey value exceeds `threshold`; a pixel's label is 1 + the class of the
 // topmost item covering it, or 0 (background). Scene i is a pure function of
 // (seed, i): every worker and every epoch composes the same scene i.
 struct SceneOptions {
@@ -29,6 +30,7 @@ struct SceneOptions {
   int min_items = 2, max_items = 3;
   double min_scale = 0.9, max_scale = 1.3;
   double max_overlap = 0.3;
+  int threshold = 12;
   uint64_t seed = 0;
 };
 // num_classes() is items->num_classes() + 1; InvalidUsage for bad options.

@@ -32,6 +32,7 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("data.min_item_scale", ConfigType::Float, "0.9", "item size relative to its 28 px");
   s.add("data.max_item_scale", ConfigType::Float, "1.3", "");
   s.add("data.max_overlap", ConfigType::Float, "0.3", "largest share of an item's box covered by earlier ones");
+  s.add("data.item_threshold", ConfigType::Int, "12", "an item covers the pixels where its grey value exceeds this");
   s.add("data.train_list", ConfigType::String, "", "PaddleSeg list file for training");
   s.add("data.val_list", ConfigType::String, "", "PaddleSeg list file for evaluation");
   s.add("data.root", ConfigType::String, "", "folder the list files' paths are relative to");
@@ -77,6 +78,7 @@ SceneOptions scene_options(const Config& cfg, bool train) {
   o.min_scale = cfg.get_float("data.min_item_scale", 0.9);
   o.max_scale = cfg.get_float("data.max_item_scale", 1.3);
   o.max_overlap = cfg.get_float("data.max_overlap", 0.3);
+  o.threshold = static_cast<int>(cfg.get_int("data.item_threshold", 12));
   // Test scenes come from other seeds than training scenes (and other items).
   o.seed = static_cast<uint64_t>(cfg.get_int("train.seed", 42)) * 2 + (train ? 0 : 1);
   return o;

@@ -13,7 +13,7 @@ namespace dtrain::apps {
 //
 //   [data]     dataset = "scenes" | "list"; dir (Fashion-MNIST IDX folder),
 //              train_scenes, eval_scenes, scene_size, min_items, max_items,
-//              min_item_scale, max_item_scale, max_overlap (scenes);
+//              min_item_scale, max_item_scale, max_overlap, item_threshold (scenes);
 //              train_list, val_list, root, image_size, channels, num_classes
 //              (PaddleSeg lists); ignore_index; limit_train, limit_eval; prefetch
 //   [augment]  min_scale, max_scale, crop_padding, flip, mean, std
