@@ -24,7 +24,7 @@ struct PsBenchOptions {
   int trials = 5;
   double target_ms = 150;            // wall time of one trial (iterations chosen from a warm-up call)
   int latency_calls = 2000;          // small calls per latency trial
-  size_t chunk_bytes = 4 << 20;      // the references' largest message (ps_grpc's default chunk_bytes)
+  size_t chunk_bytes = 4 << 20;      // the references' largest message (ps_grpc's own default is 1 MiB)
   std::vector<std::string> options;  // the backend's own options, key=value
   std::vector<std::string> only;     // sparse, dense, latency ("" = all)
   std::vector<std::string> ops{"pull", "push"};
