@@ -2,6 +2,7 @@
 //   dtrain-fleet-misuse before_init   distributed_model / distributed_optimizer / worker_index before init()
 //   dtrain-fleet-misuse mismatch      (2 workers) rank 1 builds a different model
 //   dtrain-fleet-misuse ps            parameter-server calls in a collective job
+//   dtrain-fleet-misuse backward_twice (2 workers) two backwards before one optimizer step
 // Prints "error: <message>" for each expected error and exits 0 only if every
 // call that must fail did.
 #include <cstdio>
@@ -53,8 +54,18 @@ int main(int argc, char** argv) {
     ok &= expect_error("ps_worker", [] { fleet::ps_worker(); });
     ok &= expect_error("run_server", [] { fleet::run_server(); });
     ok &= expect_error("SparseEmbedding", [] { fleet::SparseEmbedding emb(dtrain::ps::TableConfig{}); });
+  } else if (mode == "backward_twice") {
+    fleet::init();
+    torch::manual_seed(0);
+    torch::nn::Linear lin(4, 2);
+    fleet::distributed_model(lin);
+    auto opt = fleet::distributed_optimizer(
+        std::make_shared<torch::optim::SGD>(lin->parameters(), torch::optim::SGDOptions(0.1)));
+    auto x = torch::randn({8, 4});
+    lin->forward(x).sum().backward();
+    ok &= expect_error("second backward", [&] { lin->forward(x).sum().backward(); });
   } else {
-    std::fprintf(stderr, "usage: dtrain-fleet-misuse before_init|mismatch|ps\n");
+    std::fprintf(stderr, "usage: dtrain-fleet-misuse before_init|mismatch|ps|backward_twice\n");
     return 2;
   }
   return ok ? 0 : 1;

@@ -5,7 +5,7 @@
 #       the dtrain launcher, under mpirun -np 2 and under torchrun-style variables: loss falls, the
 #       workers' parameters are identical at the end
 #   fleet_test.sh misuse DTRAIN MISUSE WORKDIR    wrappers before init(), a model that differs between
-#       ranks, parameter-server mode: clear errors
+#       ranks, parameter-server mode, two backwards in one step: clear errors
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1
@@ -111,6 +111,12 @@ misuse)
   timeout 120 "$dtrain" --nproc_per_node 2 --log_dir log -- "$misuse" mismatch > mismatch.out 2>&1 \
     || { cat mismatch.out log/workerlog.* >&2; fail "mismatch: a worker did not report the error"; }
   cp log/workerlog.1 mismatch1.out
+  timeout 120 "$dtrain" --nproc_per_node 2 --log_dir log2 -- "$misuse" backward_twice > twice.out 2>&1 \
+    || { cat twice.out log2/workerlog.* >&2; fail "backward_twice: a worker did not report the error"; }
+  for r in 0 1; do
+    cp log2/workerlog.$r twice$r.out
+    expect twice$r "second backward: error: DataParallel: parameter 'bias' got a gradient from a second backward"
+  done
   expect mismatch1 "model parameters differ between ranks: parameter #2 is '2.weight' [9, 8] on rank 1 but '2.weight' [8, 8] on rank 0"
   cp log/workerlog.0 mismatch0.out
   expect mismatch0 "model parameters differ between ranks"

@@ -20,7 +20,7 @@ struct DataParallel::Hook : ::torch::autograd::FunctionPostHook {
   Hook(DataParallel* owner, size_t index) : owner(owner), index(index) {}
   ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
                                               const ::torch::autograd::variable_list& /*inputs*/) override {
-    owner->on_grad_ready(index);
+    owner->on_grad_ready(index, true);
     return outputs;
   }
   DataParallel* owner;
@@ -31,8 +31,11 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
                            const StrategyOptions& options)
     : model_(std::move(model)), comm_(std::move(comm)), strategy_(options) {
   if (!model_) throw InvalidUsage("DataParallel: the model is null");
-  for (auto& p : model_->parameters())
-    if (p.requires_grad()) params_.push_back(p);
+  for (auto& kv : model_->named_parameters())
+    if (kv.value().requires_grad()) {
+      params_.push_back(kv.value());
+      param_names_.push_back(kv.key());
+    }
   for (auto& kv : model_->named_parameters()) {
     auto& p = kv.value();
     if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() || !p.device().is_cpu()))
@@ -108,11 +111,18 @@ void DataParallel::begin_step(int64_t step) {
   if (armed_ && !begun_) {
     buckets_->begin();
     begun_ = true;
+    marked_.assign(params_.size(), 0);
   }
 }
 
-void DataParallel::on_grad_ready(size_t index) {
+void DataParallel::on_grad_ready(size_t index, bool from_backward) {
   if (!armed_) return;
+  if (from_backward && marked_[index]++)
+    throw InvalidUsage(
+        "DataParallel: parameter '" + param_names_[index] +
+        "' got a gradient from a second backward in the same step, while the first one's is being "
+        "all-reduced; run one backward per optimizer step, or accumulate over several with the "
+        "gradient_merge strategy ([strategy.gradient_merge] k_steps, StrategyOptions::gradient_merge_k_steps)");
   auto& p = params_[index];
   auto& g = p.mutable_grad();
   if (!g.defined()) return;
@@ -126,7 +136,7 @@ void DataParallel::end_backward(int64_t step) {
     // buffer so every rank averages the same thing.
     for (auto& p : params_)
       if (!p.grad().defined()) p.mutable_grad() = ::torch::zeros_like(p);
-    for (size_t i = 0; i < params_.size(); ++i) on_grad_ready(i);
+    for (size_t i = 0; i < params_.size(); ++i) on_grad_ready(i, false);
     buckets_->finish();
     armed_ = false;
     begun_ = false;

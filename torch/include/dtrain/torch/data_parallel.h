@@ -37,7 +37,10 @@ namespace dtrain::torch {
 // the gradient buckets from construction on, so no gradient is copied (zero
 // them in place, as Optimizer::zero_grad() does; a gradient replaced by a new
 // tensor still works, through a copy); on destruction they get memory of
-// their own again. After the optimizer step, local SGD
+// their own again. A second backward in the same step (gradient accumulation
+// by hand) would add into gradients the all-reduce is reading: the hook throws
+// InvalidUsage naming the parameter instead (use the gradient_merge strategy),
+// as c10d does. After the optimizer step, local SGD
 // averages the parameters every k steps. With comm == null or one rank it only
 // applies the gradient-merge policy. begin_step may be called again for
 // another step before any backward (re-arming for a resumed step).
@@ -68,12 +71,14 @@ class DataParallel {
 
  private:
   struct Hook;
-  void on_grad_ready(size_t index);
+  void on_grad_ready(size_t index, bool from_backward);
 
   std::shared_ptr<::torch::nn::Module> model_;
   std::shared_ptr<Communicator> comm_;
   Strategy strategy_;
   std::vector<::torch::Tensor> params_;
+  std::vector<std::string> param_names_;
+  std::vector<char> marked_;  // this step's backward has produced the gradient
   std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
   std::unique_ptr<GradientBuckets> buckets_;
   bool armed_ = false;  // gradients of this step go to the buckets
