@@ -55,8 +55,7 @@ Result parse(const std::string& log) {
   Result r;
   static const std::regex progress(
       R"(examples/s (\d+) \(all workers\) per step: pull ([0-9.]+) ms compute ([0-9.]+) ms push ([0-9.]+) ms)");
-  static const std::regex final_eval(
-      R"(test auc ([0-9.]+) logloss ([0-9.]+) .*trained ([0-9.]+) s, (\d+) examples/s)");
+  static const std::regex final_eval(R"(test auc ([0-9.]+) logloss ([0-9.]+) .*trained ([0-9.]+) s, (\d+) examples/s)");
   std::smatch m;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), progress); it != std::sregex_iterator(); ++it) {
     r.pull_ms = std::stod((*it)[2]);
@@ -113,10 +112,10 @@ int main(int argc, char** argv) {
   const std::string data = work + "/data";
   const std::string stamp = fmt::format("{}-{}", lines, test_lines);
   if (read_file(data + "/.bench-lines") != stamp) {
-    auto g = run_capture(ctr,
-                         {ctr, "gen", "--dir", data, "--train_lines", std::to_string(lines), "--test_lines",
-                          std::to_string(test_lines)},
-                         {}, std::chrono::seconds(600));
+    auto g = run_capture(
+        ctr,
+        {ctr, "gen", "--dir", data, "--train_lines", std::to_string(lines), "--test_lines", std::to_string(test_lines)},
+        {}, std::chrono::seconds(600));
     if (!g.failure.empty()) {
       std::fprintf(stderr, "dtrain-bench training ctr: dtrain-ctr gen failed: %s\n", g.failure.c_str());
       return 1;
@@ -134,12 +133,14 @@ int main(int argc, char** argv) {
       {"2 workers GEO k_steps 10", 2, 1, {"strategy.a_sync=true", "strategy.a_sync_configs.k_steps=10"}},
       {"2 workers GEO k_steps 100", 2, 1, {"strategy.a_sync=true", "strategy.a_sync_configs.k_steps=100"}},
   };
-  std::printf("dtrain-bench training ctr: %s, %lld training lines (one epoch), %lld test lines, batch %lld per "
-              "worker (the 1-worker run: twice that), 1 server; teacher auc %s\n",
-              job.c_str(), static_cast<long long>(lines), static_cast<long long>(test_lines),
-              static_cast<long long>(batch), tm.size() > 1 ? tm[1].str().c_str() : "?");
-  std::printf("| configuration | examples/s | pull ms/step | compute ms/step | push ms/step | test AUC | log loss | "
-              "train s | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "dtrain-bench training ctr: %s, %lld training lines (one epoch), %lld test lines, batch %lld per "
+      "worker (the 1-worker run: twice that), 1 server; teacher auc %s\n",
+      job.c_str(), static_cast<long long>(lines), static_cast<long long>(test_lines), static_cast<long long>(batch),
+      tm.size() > 1 ? tm[1].str().c_str() : "?");
+  std::printf(
+      "| configuration | examples/s | pull ms/step | compute ms/step | push ms/step | test AUC | log loss | "
+      "train s | wall s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   std::fflush(stdout);
   int failures = 0;
   for (size_t i = 0; i < configs.size(); ++i) {
@@ -179,8 +180,8 @@ int main(int argc, char** argv) {
       std::printf("| %s | failed: %s (logs in %s/log) | | | | | | | |\n", c.name.c_str(), r.failure.c_str(),
                   dir.c_str());
     } else {
-      std::printf("| %s | %.0f | %.2f | %.2f | %.2f | %.4f | %.4f | %.1f | %.1f |\n", c.name.c_str(), r.eps,
-                  r.pull_ms, r.compute_ms, r.push_ms, r.auc, r.logloss, r.train_s, wall);
+      std::printf("| %s | %.0f | %.2f | %.2f | %.2f | %.4f | %.4f | %.1f | %.1f |\n", c.name.c_str(), r.eps, r.pull_ms,
+                  r.compute_ms, r.push_ms, r.auc, r.logloss, r.train_s, wall);
     }
     std::fflush(stdout);
     if (dtrain::bench::interrupted()) return 1;

@@ -158,7 +158,8 @@ Config with_geo_rates(const Config& c) {
   job.set_literal("ps.tables.wide.learning_rate", sparse);
   job.set_literal("ps.tables.deep.learning_rate", sparse);
   job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr", 0.1)));
-  for (const char* t : {"wide", "deep", "dense"}) job.set_literal(std::string("ps.tables.") + t + ".optimizer", "\"sgd\"");
+  for (const char* t : {"wide", "deep", "dense"})
+    job.set_literal(std::string("ps.tables.") + t + ".optimizer", "\"sgd\"");
   return job;
 }
 

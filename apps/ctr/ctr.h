@@ -12,7 +12,10 @@ namespace dtrain::apps {
 //            train_files are missing), dir, gen_train_lines, gen_test_lines,
 //            gen_seed; on_error = "skip" | "fail" (malformed lines);
 //            limit_train, limit_test (0: all); prefetch
-//   [model]  embedding_dim, hidden (MLP sizes)
+//   [model]  embedding_dim, hidden (MLP sizes), interaction = "dot" | "none"
+//   [train]  loss_reduction = "auto" | "sum" | "mean" (what a worker pushes);
+//            geo_sparse_lr, geo_dense_lr (GEO's local SGD rates)
+//   [debug]  sleep_ms (after every step; tests), kill_at_step
 //
 // Tables: [ps.tables.wide] (sparse, dim 1), [ps.tables.deep] (sparse, dim =
 // model.embedding_dim), [ps.tables.dense] (the MLP and the wide part's dense
