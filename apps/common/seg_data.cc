@@ -194,8 +194,7 @@ std::shared_ptr<Dataset> load_seg_list_dataset(const std::string& list_file, con
     size_t e = line.find_last_not_of(" \t");
     std::string body = line.substr(b, e - b + 1);
     size_t sep = body.find_last_of(" \t");
-    if (sep == std::string::npos)
-      throw InvalidUsage(where + ": expected 'image_path label_path', got '" + line + "'");
+    if (sep == std::string::npos) throw InvalidUsage(where + ": expected 'image_path label_path', got '" + line + "'");
     std::string img = body.substr(0, sep), lab = body.substr(sep + 1);
     img.erase(img.find_last_not_of(" \t") + 1);
     SegEntry entry{resolve(img), resolve(lab), lineno};

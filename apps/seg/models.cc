@@ -13,7 +13,8 @@ namespace F = torch::nn::functional;
 class ConvBnReluImpl : public nn::Module {
  public:
   ConvBnReluImpl(int in, int out, int k, int stride) {
-    conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false)));
+    conv_ =
+        register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false)));
     bn_ = register_module("bn", nn::BatchNorm2d(out));
   }
   torch::Tensor forward(torch::Tensor x) { return torch::relu(bn_->forward(conv_->forward(x))); }
@@ -47,7 +48,8 @@ class UNetImpl : public SegNetImpl {
     int c = in;
     for (int s = 0; s <= depth; ++s) {
       int out = base << s;
-      enc_.push_back(register_module("enc" + std::to_string(s), nn::Sequential(conv_bn_relu(c, out), conv_bn_relu(out, out))));
+      enc_.push_back(
+          register_module("enc" + std::to_string(s), nn::Sequential(conv_bn_relu(c, out), conv_bn_relu(out, out))));
       c = out;
     }
     for (int s = depth - 1; s >= 0; --s) {
@@ -86,13 +88,15 @@ class UafmImpl : public nn::Module {
  public:
   UafmImpl(int skip_ch, int deep_ch, int out) {
     skip_ = register_module("skip", conv_bn_relu(skip_ch, deep_ch));
-    att_ = register_module("att", nn::Sequential(conv_bn_relu(4, 2), nn::Conv2d(nn::Conv2dOptions(2, 1, 3).padding(1))));
+    att_ =
+        register_module("att", nn::Sequential(conv_bn_relu(4, 2), nn::Conv2d(nn::Conv2dOptions(2, 1, 3).padding(1))));
     out_ = register_module("out", conv_bn_relu(deep_ch, out));
   }
   torch::Tensor forward(torch::Tensor skip, torch::Tensor deep) {
     auto s = skip_->forward(skip);
     auto u = up2(deep, s);
-    auto stats = torch::cat({u.mean(1, true), std::get<0>(u.max(1, true)), s.mean(1, true), std::get<0>(s.max(1, true))}, 1);
+    auto stats =
+        torch::cat({u.mean(1, true), std::get<0>(u.max(1, true)), s.mean(1, true), std::get<0>(s.max(1, true))}, 1);
     auto a = torch::sigmoid(att_->forward(stats));
     return out_->forward(u * a + s * (1 - a));
   }
@@ -121,7 +125,8 @@ class LiteSegImpl : public SegNetImpl {
     // Decoder channels shrink towards the high resolution (FLD).
     fuse8_ = register_module("fuse8", Uafm(c3, c3, c2));
     fuse4_ = register_module("fuse4", Uafm(c2, c2, c2));
-    head_ = register_module("head", nn::Sequential(conv_bn_relu(c2, c2), nn::Conv2d(nn::Conv2dOptions(c2, classes, 1))));
+    head_ =
+        register_module("head", nn::Sequential(conv_bn_relu(c2, c2), nn::Conv2d(nn::Conv2dOptions(c2, classes, 1))));
   }
   torch::Tensor forward(torch::Tensor x) override {
     auto f2 = stem_->forward(x);

@@ -238,10 +238,10 @@ class SegTrainer : public Trainer {
     auto sc = fleet::metrics::confusion(conf, static_cast<int>(C));
     double n = std::max(1.0, sums[1]);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    log_line(fmt::format("eval epoch {}: mIoU {:.4f} acc {:.4f} kappa {:.4f} dice {:.4f} loss {:.4f} ({} images, "
-                         "{:.1f} s)",
-                         state_.epoch + 1, sc.miou, sc.accuracy, sc.kappa, sc.mdice, sums[0] / n, int64_t(sums[1]),
-                         secs));
+    log_line(
+        fmt::format("eval epoch {}: mIoU {:.4f} acc {:.4f} kappa {:.4f} dice {:.4f} loss {:.4f} ({} images, "
+                    "{:.1f} s)",
+                    state_.epoch + 1, sc.miou, sc.accuracy, sc.kappa, sc.mdice, sums[0] / n, int64_t(sums[1]), secs));
     log_line(fmt::format("[EVAL] #Images: {} mIoU: {:.4f} Acc: {:.4f} Kappa: {:.4f} Dice: {:.4f}", int64_t(sums[1]),
                          sc.miou, sc.accuracy, sc.kappa, sc.mdice));
     log_line("[EVAL] Class IoU: " + fixed4(sc.class_iou));

@@ -46,10 +46,9 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
       serve_(std::make_shared<LongWork>()) {
   sharding_.num_servers = num_servers_;
   sharding_.num_shards = options.shard_num;
-  MarkMethodStreamed(kPullSparseIndex, new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
-                                           [this](grpc::ServerContext* ctx, auto* stream) {
-                                             return PullSparseRaw(ctx, stream);
-                                           }));
+  MarkMethodStreamed(kPullSparseIndex,
+                     new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
+                         [this](grpc::ServerContext* ctx, auto* stream) { return PullSparseRaw(ctx, stream); }));
 }
 
 std::string PsService::who() const {

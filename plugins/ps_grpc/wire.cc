@@ -99,7 +99,7 @@ char* RawMessage::make_bytes(uint32_t field, size_t n) {
   uint8_t head[16];
   size_t h = 0;
   head[h++] = static_cast<uint8_t>(field << 3 | 2);
-  for (uint64_t v = n; ; v >>= 7) {
+  for (uint64_t v = n;; v >>= 7) {
     head[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
     if (v < 0x80) break;
   }
@@ -108,7 +108,8 @@ char* RawMessage::make_bytes(uint32_t field, size_t n) {
   if (!mem) throw std::bad_alloc();
   char* payload = mem + 16;
   std::memcpy(payload - h, head, h);
-  slice = grpc::Slice(payload - h, h + n, [](void* m) { std::free(m); }, mem);
+  slice = grpc::Slice(
+      payload - h, h + n, [](void* m) { std::free(m); }, mem);
   return payload;
 }
 
