@@ -30,6 +30,7 @@
 #include "dtrain/work.h"
 #include "dtrain/job_token.h"
 #include "gloo_reference.h"
+#include "machine.h"
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
 #include "collectives_internal.h"
@@ -40,15 +41,6 @@ namespace coll {
 namespace {
 
 // ---------------------------------------------------------------- the parent
-
-// CPU seconds all processes of the machine spent busy so far (/proc/stat).
-double machine_busy_seconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return -1;
-  return static_cast<double>(user + nice + sys + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 // CPU seconds of this process and of its children reaped so far.
 double own_cpu_seconds() {

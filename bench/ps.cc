@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "machine.h"
 #include "process.h"
 #include "ps_internal.h"
 #include "stats.h"
@@ -29,15 +30,6 @@ namespace psb {
 namespace {
 
 const char* kImpls[] = {"dtrain", "grpc", "redis"};
-
-// CPU seconds all processes of the machine spent busy so far (/proc/stat).
-double machine_busy_seconds() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (!(f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return -1;
-  return static_cast<double>(user + nice + sys + irq + softirq + steal) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 // memcpy of 64 MiB on one core, best of 7: the machine's ceiling for moving bytes.
 double memcpy_gbs() {
