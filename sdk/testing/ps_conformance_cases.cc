@@ -19,19 +19,6 @@ constexpr int kSteps = 3;
 std::string opt_name(ps::Optimizer o) { return ps::to_string(o); }
 std::string job_tag(const Job& j) { return "S" + std::to_string(j.servers) + "xW" + std::to_string(j.workers); }
 
-Buffer fbuf(const Floats& v) { return Buffer(const_cast<float*>(v.data()), v.size(), DType::F32); }
-
-Floats pull(ps::SparseTable& t, const Keys& keys) {
-  Floats v(keys.size() * t.dim(), -777.0f);
-  t.pull(keys.data(), keys.size(), fbuf(v))->wait();
-  return v;
-}
-Floats pull(ps::DenseTable& t) {
-  Floats v(t.dim(), -777.0f);
-  t.pull(fbuf(v))->wait();
-  return v;
-}
-
 // 0, 1, the largest key and the top bit, then random keys.
 Keys key_pool(uint64_t seed, size_t n) {
   Keys k = {0, 1, UINT64_MAX, 1ull << 63};

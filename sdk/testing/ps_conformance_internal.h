@@ -1,7 +1,8 @@
 #pragma once
 // Internals of the PS conformance suite shared by its files: the reference
 // rules (ps_conformance.cc), the in-process job that runs cases
-// (ps_conformance.cc) and the cases (ps_conformance_cases.cc).
+// (ps_conformance.cc) and the cases (ps_conformance_cases.cc,
+// ps_conformance_save.cc).
 
 #include <cstdint>
 #include <functional>
@@ -17,6 +18,20 @@ namespace dtrain::conformance::psc {
 
 using Floats = std::vector<float>;
 using Keys = std::vector<uint64_t>;
+
+inline Buffer fbuf(const Floats& v) { return Buffer(const_cast<float*>(v.data()), v.size(), DType::F32); }
+
+// A table's current values (unwritten slots would read -777).
+inline Floats pull(ps::SparseTable& t, const Keys& keys) {
+  Floats v(keys.size() * t.dim(), -777.0f);
+  t.pull(keys.data(), keys.size(), fbuf(v))->wait();
+  return v;
+}
+inline Floats pull(ps::DenseTable& t) {
+  Floats v(t.dim(), -777.0f);
+  t.pull(fbuf(v))->wait();
+  return v;
+}
 
 uint64_t mix(uint64_t x);  // splitmix64's finalizer
 uint64_t mix(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0);

@@ -15,19 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Buffer fbuf(const Floats& v) { return Buffer(const_cast<float*>(v.data()), v.size(), DType::F32); }
-
-Floats pull(ps::SparseTable& t, const Keys& keys) {
-  Floats v(keys.size() * t.dim(), -777.0f);
-  t.pull(keys.data(), keys.size(), fbuf(v))->wait();
-  return v;
-}
-Floats pull(ps::DenseTable& t) {
-  Floats v(t.dim(), -777.0f);
-  t.pull(fbuf(v))->wait();
-  return v;
-}
-
 Keys pool_of(uint64_t seed, size_t n, size_t from = 0) {
   Keys k;
   for (size_t i = from; i < from + n; ++i) k.push_back(mix(seed, i, 4242));
