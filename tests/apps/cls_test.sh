@@ -7,36 +7,21 @@
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 cls=$3 job=$4 work=$5
-data=/usr/share/datasets/fashion-mnist
-[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/app_lib.sh"
 
 # A small, fast job: 512 images, 8 steps of 32 per worker per epoch.
 small=(-o model.width=0.5 -o data.limit_train=512 -o data.limit_eval=200 -o train.batch_size=32
        -o train.warmup_epochs=0 -o train.lr=0.1 -o log.every_steps=4 -o eval.every_epochs=0
        -o checkpoint.resume=false -o train.threads=1)
 
-# "epoch E/N step S/M loss L ..." -> "E S L"
-losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \([0-9.eE+-]*\) .*$/\1 \2 \3/p' "$1"; }
 
 case $mode in
 ci)
   "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=5 \
       -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
     || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
-  losses log/workerlog.0 > losses.txt
-  cat losses.txt
-  n=$(wc -l < losses.txt)
-  (( n >= 6 )) || fail "expected at least 6 progress lines, got $n"
-  first=$(head -2 losses.txt | awk '{s += $3} END {print s / NR}')
-  last=$(tail -2 losses.txt | awk '{s += $3} END {print s / NR}')
-  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.9 * a)}' || fail "loss did not fall: first $first, last $last"
-  echo "loss $first -> $last"
-  [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
-  cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+  expect_loss_falls log/workerlog.0 6 0.9
+  expect_same_params
   grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
   [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
   grep -q "eval epoch 5: top1" log/workerlog.0 || fail "no final evaluation"

@@ -7,20 +7,13 @@
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 seg=$3 job=$4 work=$5
-data=/usr/share/datasets/fashion-mnist
-[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
-rm -rf "$work" && mkdir -p "$work" && cd "$work"
-unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/app_lib.sh"
 
 # A few dozen small scenes, a small U-Net: 4 steps of 8 per worker per epoch.
 small=(-o data.train_scenes=64 -o data.eval_scenes=24 -o data.scene_size=48 -o model.width=8 -o model.depth=2
        -o train.batch_size=8 -o train.eval_batch_size=12 -o train.warmup_epochs=0 -o train.lr=0.05
        -o log.every_steps=2 -o eval.every_epochs=0 -o checkpoint.resume=false -o train.threads=1)
 
-# "epoch E/N step S/M loss L ..." -> "E S L"
-losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \([0-9.eE+-]*\) .*$/\1 \2 \3/p' "$1"; }
 
 # A PNG's colour type (byte 25): 3 = palette.
 png_type() { od -An -tu1 -j25 -N1 "$1" | tr -d ' '; }
@@ -30,16 +23,8 @@ ci)
   "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=6 \
       -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
     || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
-  losses log/workerlog.0 > losses.txt
-  cat losses.txt
-  n=$(wc -l < losses.txt)
-  (( n >= 10 )) || fail "expected at least 10 progress lines, got $n"
-  first=$(head -2 losses.txt | awk '{s += $3} END {print s / NR}')
-  last=$(tail -2 losses.txt | awk '{s += $3} END {print s / NR}')
-  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.8 * a)}' || fail "loss did not fall: first $first, last $last"
-  echo "loss $first -> $last"
-  [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
-  cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+  expect_loss_falls log/workerlog.0 10 0.8
+  expect_same_params
   grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
   # Both workers print the same scores: the confusion matrix is summed across them.
   for r in 0 1; do

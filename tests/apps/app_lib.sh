@@ -1,0 +1,34 @@
+# Shared by the training-app tests (cls_test.sh, seg_test.sh), sourced after
+# `mode=... work=...` are set: skips (77) without the Fashion-MNIST package,
+# starts in a fresh WORKDIR with no scheduler variables, and gives the checks
+# both apps' short 2-worker runs make.
+data=/usr/share/datasets/fashion-mnist
+[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
+rm -rf "$work" && mkdir -p "$work" && cd "$work"
+unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# "epoch E/N step S/M loss L ..." -> "E S L"
+losses() { sed -n 's/^.*epoch \([0-9]*\)\/[0-9]* step \([0-9]*\)\/[0-9]* loss \([0-9.eE+-]*\) .*$/\1 \2 \3/p' "$1"; }
+
+# expect_loss_falls LOG MIN_LINES FACTOR: at least MIN_LINES progress lines, and
+# the mean loss of the last two below FACTOR times that of the first two.
+expect_loss_falls() {
+  local log=$1 min=$2 factor=$3 n first last
+  losses "$log" > losses.txt
+  cat losses.txt
+  n=$(wc -l < losses.txt)
+  (( n >= min )) || fail "expected at least $min progress lines, got $n"
+  first=$(head -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  last=$(tail -2 losses.txt | awk '{s += $3} END {print s / NR}')
+  awk -v a="$first" -v b="$last" -v f="$factor" 'BEGIN {exit !(b < f * a)}' ||
+    fail "loss did not fall: first $first, last $last"
+  echo "loss $first -> $last"
+}
+
+# expect_same_params: the two workers' parameter dumps params.{0,1}.bin are bit-identical.
+expect_same_params() {
+  [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
+  cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+}
