@@ -96,9 +96,7 @@ class ClsTrainer : public Trainer {
     model_->eval();
     torch::NoGradGuard ng;
     auto t0 = Clock::now();
-    std::vector<size_t> idx;
-    for (size_t i = static_cast<size_t>(rank_); i < eval_set_->size(); i += static_cast<size_t>(world_))
-      idx.push_back(i);
+    std::vector<size_t> idx = eval_indices();
     std::vector<double> sums(4, 0.0);  // loss, top1, top5, count
     if (!idx.empty()) {
       BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);

@@ -207,6 +207,12 @@ Trainer::~Trainer() {
   fleet::shutdown();
 }
 
+std::vector<size_t> Trainer::eval_indices() const {
+  std::vector<size_t> idx;
+  for (size_t i = static_cast<size_t>(rank_); i < eval_set_->size(); i += static_cast<size_t>(world_)) idx.push_back(i);
+  return idx;
+}
+
 void Trainer::run() {
   setup();
   train();

@@ -114,6 +114,8 @@ class Trainer {
 
   // Averages BatchNorm statistics across workers; every worker calls it.
   void sync_buffers() { dp_->average_buffers(); }
+  // This worker's share of eval_set (indices rank, rank + world, ...), in order.
+  std::vector<size_t> eval_indices() const;
 
   Config cfg_;
   std::string app_;

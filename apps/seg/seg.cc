@@ -208,9 +208,7 @@ class SegTrainer : public Trainer {
     model_->eval();
     torch::NoGradGuard ng;
     auto t0 = Clock::now();
-    std::vector<size_t> idx;
-    for (size_t i = static_cast<size_t>(rank_); i < eval_set_->size(); i += static_cast<size_t>(world_))
-      idx.push_back(i);
+    std::vector<size_t> idx = eval_indices();
     const int64_t C = classes_;
     std::vector<double> conf(size_t(C * C), 0.0), sums(2, 0.0);  // loss, images
     int pictures = rank_ == 0 ? static_cast<int>(cfg_.get_int("eval.pictures", 4)) : 0;
