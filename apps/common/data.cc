@@ -14,6 +14,7 @@
 #include <opencv2/imgproc.hpp>
 #include <zlib.h>
 
+#include "common/image_io.h"
 #include "dtrain/error.h"
 
 namespace fs = std::filesystem;
@@ -91,23 +92,14 @@ class ListDataset : public Dataset {
   int channels() const override { return channels_; }
   int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
-    cv::Mat m = cv::imread(paths_[i], channels_ == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-    if (m.empty())
-      throw IoError("cannot decode image '" + paths_[i] + "' (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
+    cv::Mat m = read_image(paths_[i], channels_, " (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
     if (m.rows != size_ || m.cols != size_) {
       cv::Mat r;
       cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
       m = r;
     }
-    if (channels_ == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
-    Image im{channels_, size_, size_, std::vector<uint8_t>(size_t(channels_) * size_ * size_), {}};
-    for (int y = 0; y < size_; ++y) {
-      const uint8_t* row = m.ptr<uint8_t>(y);
-      for (int x = 0; x < size_; ++x)
-        for (int c = 0; c < channels_; ++c) im.pixels[(size_t(c) * size_ + y) * size_ + x] = row[x * channels_ + c];
-    }
     *label = labels_[i];
-    return im;
+    return Image{channels_, size_, size_, chw_pixels(m, channels_), {}};
   }
 
  private:
@@ -117,6 +109,29 @@ class ListDataset : public Dataset {
   std::string list_file_;
   int classes_, size_, channels_;
 };
+
+}  // namespace
+
+cv::Mat read_image(const std::string& path, int channels, const std::string& where) {
+  cv::Mat m = cv::imread(path, channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+  if (m.empty()) throw IoError("cannot decode image '" + path + "'" + where);
+  return m;
+}
+
+std::vector<uint8_t> chw_pixels(const cv::Mat& m, int channels) {
+  cv::Mat rgb = m;
+  if (channels == 3) cv::cvtColor(m, rgb, cv::COLOR_BGR2RGB);
+  const int h = rgb.rows, w = rgb.cols;
+  std::vector<uint8_t> px(size_t(channels) * h * w);
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = rgb.ptr<uint8_t>(y);
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c) px[(size_t(c) * h + y) * w + x] = row[x * channels + c];
+  }
+  return px;
+}
+
+namespace {
 
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;

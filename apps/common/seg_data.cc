@@ -11,6 +11,7 @@
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "common/image_io.h"
 #include "common/pictures.h"
 #include "dtrain/error.h"
 
@@ -114,8 +115,7 @@ class SegListDataset : public Dataset {
     *label = -1;
     const SegEntry& e = entries_[i];
     const std::string where = " (" + list_file_ + ":" + std::to_string(e.line) + ")";
-    cv::Mat m = cv::imread(e.image, channels_ == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-    if (m.empty()) throw IoError("cannot decode image '" + e.image + "'" + where);
+    cv::Mat m = read_image(e.image, channels_, where);
     int lh = 0, lw = 0;
     std::vector<uint8_t> lab = read_label_image(e.label, &lh, &lw);
     if (lh != m.rows || lw != m.cols)
@@ -135,19 +135,8 @@ class SegListDataset : public Dataset {
       cv::resize(lm, lr, cv::Size(size_, size_), 0, 0, cv::INTER_NEAREST);
       m = r;
       lm = lr;
-    } else {
-      lm = lm.clone();
     }
-    if (channels_ == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
-    Image im{channels_, size_, size_, std::vector<uint8_t>(size_t(channels_) * size_ * size_),
-             std::vector<uint8_t>(size_t(size_) * size_)};
-    for (int y = 0; y < size_; ++y) {
-      const uint8_t* row = m.ptr<uint8_t>(y);
-      std::memcpy(&im.mask[size_t(y) * size_], lm.ptr<uint8_t>(y), size_t(size_));
-      for (int x = 0; x < size_; ++x)
-        for (int c = 0; c < channels_; ++c) im.pixels[(size_t(c) * size_ + y) * size_ + x] = row[x * channels_ + c];
-    }
-    return im;
+    return Image{channels_, size_, size_, chw_pixels(m, channels_), chw_pixels(lm, 1)};
   }
 
  private:
