@@ -165,17 +165,19 @@ Config with_geo_rates(const Config& c) {
 
 void train_impl(const Config& job);
 
-// A failing worker exits at once: unwinding would run PsWorker::finish(),
-// whose save_on_exit barrier waits for workers that wait for this one.
+// A failing worker leaves the job before its error reaches main: Fleet's
+// PsWorker then tells the servers while gRPC is still loaded (at exit it may
+// not be), and runs no save_on_exit barrier that would wait for the others.
 void train(const Config& job) {
   try {
     train_impl(job);
-  } catch (const std::exception& e) {
-    const auto* t = dynamic_cast<const c10::Error*>(&e);
-    std::fprintf(stderr, "dtrain-ctr: error: %s\n", t ? t->what_without_backtrace() : e.what());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
+  } catch (...) {
+    try {
+      fleet::shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtrain-ctr: leaving the job failed too: %s\n", e.what());
+    }
+    throw;
   }
 }
 

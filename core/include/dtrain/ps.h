@@ -177,7 +177,10 @@ struct CheckpointOptions {
 class PsWorker {
  public:
   explicit PsWorker(std::shared_ptr<detail::CommState> state, ModeOptions mode, CheckpointOptions checkpoints = {});
-  ~PsWorker();  // calls finish() if it was not called (errors are logged)
+  // Without finish(), tells the servers this worker leaves (errors are
+  // logged) but runs no save_on_exit barrier or save: a worker unwinding from
+  // an error must not wait for workers that wait for it.
+  ~PsWorker();
   PsWorker(const PsWorker&) = delete;
   PsWorker& operator=(const PsWorker&) = delete;
 

@@ -34,6 +34,8 @@ struct PsWorker::Impl {
   int64_t checkpoints = 0;  // save_checkpoint calls, the same count on every worker
 
   std::shared_ptr<TableState> declare(const TableConfig& c, TableKind kind, std::shared_ptr<TableState> t);
+  std::shared_ptr<Work> barrier(CallOptions o);
+  void finish(bool save);
   void restore(const std::shared_ptr<TableState>& t);
   void save_all(const std::string& dir);
 };
@@ -157,7 +159,10 @@ PsWorker::PsWorker(std::shared_ptr<CommState> state, ModeOptions mode, Checkpoin
 
 PsWorker::~PsWorker() {
   try {
-    finish();
+    if (!impl_->finishing && impl_->ckpt.save_on_exit && !impl_->tables.empty())
+      dtrain::detail::logger().warn("worker {}: left without finish(): [ps] save_on_exit saves nothing",
+                                    impl_->comm->rank);
+    impl_->finish(false);
   } catch (const std::exception& e) {
     dtrain::detail::logger().error("worker {}: finishing the parameter-server client failed: {}", impl_->comm->rank,
                                    e.what());
@@ -252,11 +257,13 @@ SparseTable PsWorker::sparse_table(const TableConfig& config) {
   return t;
 }
 
-std::shared_ptr<Work> PsWorker::barrier(CallOptions o) {
-  if (impl_->finished->load()) throw InvalidUsage("barrier: this worker has finished");
-  auto& s = *impl_->comm;
+std::shared_ptr<Work> PsWorker::barrier(CallOptions o) { return impl_->barrier(o); }
+
+std::shared_ptr<Work> PsWorker::Impl::barrier(CallOptions o) {
+  if (finished->load()) throw InvalidUsage("barrier: this worker has finished");
+  auto& s = *comm;
   require_cap(s, DT_CAP_PS_SERVER);
-  return submit_ps(impl_->comm, "ps_barrier", DT_CAP_PS_SERVER, "", o,
+  return submit_ps(comm, "ps_barrier", DT_CAP_PS_SERVER, "", o,
                    [&](auto& opts, dt_work_h* h) { return s.table->ps_barrier(s.handle, &opts, h); });
 }
 
@@ -298,8 +305,10 @@ void PsWorker::save_checkpoint(int64_t step) {
   if (v != "ok") throw RemoteError("worker 0 could not save checkpoint " + name + " in " + im.ckpt.dir + ": " + v);
 }
 
-void PsWorker::finish() {
-  auto& im = *impl_;
+void PsWorker::finish() { impl_->finish(true); }
+
+void PsWorker::Impl::finish(bool save) {
+  auto& im = *this;
   if (im.finishing) return;
   im.finishing = true;
   if (im.comm->poisoned.load()) {
@@ -308,8 +317,8 @@ void PsWorker::finish() {
   }
   auto& s = *im.comm;
   require_cap(s, DT_CAP_PS_SERVER);
-  if (im.ckpt.save_on_exit && !im.ckpt.dir.empty() && !im.tables.empty()) {
-    barrier()->wait();
+  if (save && im.ckpt.save_on_exit && !im.ckpt.dir.empty() && !im.tables.empty()) {
+    im.barrier({})->wait();
     if (s.rank == 0) {
       std::string dir = (fs::path(im.ckpt.dir) / "final").string();
       im.save_all(dir);
