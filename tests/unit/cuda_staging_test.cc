@@ -17,6 +17,7 @@
 #include "dtrain/plugin_registry.h"
 #include "dtrain/sdk/cuda_runtime.h"
 #include "dtrain/store.h"
+#include "conformance.h"  // sdk/testing
 #include "rank_threads.h"
 
 using namespace dtrain;
@@ -152,6 +153,20 @@ TEST_P(StagingTest, CudaBuffersRoundTripThroughPinnedHostMemory) {
         EXPECT_EQ(p.get()[n - 1], 10.0f);
       }
     }
+  });
+}
+
+// With a GPU: the conformance suite's cases on CUDA buffers (the same as
+// `dtrain-conformance --backend <b> --world-size 2 --device cuda`, smaller).
+TEST_P(StagingTest, ConformanceCasesOnCudaBuffers) {
+  REQUIRE_GPU();
+  conformance::Options o;
+  o.cuda_device = 0;
+  o.large_count = 65537;
+  dtrain::test::run_rank_threads(GetParam(), 2, seconds(60), [&](int, const std::shared_ptr<Communicator>& c) {
+    auto r = conformance::run(*c, o);
+    EXPECT_GT(r.passed, 0);
+    EXPECT_EQ(r.failed, 0) << (r.failures.empty() ? "" : r.failures[0]);
   });
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // The CUDA runtime, loaded at run time: the few entry points a CPU backend
 // (host staging, cuda_staging.h) or a test needs, found with dlopen in
-// libcudart.so.13, .12, .11.0 or libcudart.so, never a link dependency. A
-// plugin that uses it keeps loading and working on machines without CUDA;
+// libcudart.so.13, .12, .11.0 or libcudart.so (or the one DTRAIN_CUDART names:
+// a path or soname), never a link dependency. A plugin that uses it keeps loading and working on machines without CUDA;
 // only an op on a CUDA buffer there fails, with an error naming the device.
 // Header-only, standard C++17 and <dlfcn.h>; no CUDA header is needed.
 //
@@ -75,21 +75,31 @@ inline Runtime load_runtime() {
   Runtime rt;
   static const char* kNames[] = {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"};
   void* h = nullptr;
-  // A runtime the process already has (a CUDA libtorch's) first: one runtime
-  // per process, so streams and pointers mean the same to both.
-  for (const char* n : kNames)
-    if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD))) {
-      rt.library = n;
-      break;
-    }
   std::string tried;
-  for (size_t i = 0; !h && i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
-    if ((h = dlopen(kNames[i], RTLD_NOW | RTLD_LOCAL))) {
-      rt.library = kNames[i];
-      break;
+  if (const char* e = std::getenv("DTRAIN_CUDART"); e && *e) {
+    // The library the user named, and no other.
+    if ((h = dlopen(e, RTLD_NOW | RTLD_LOCAL))) {
+      rt.library = e;
+    } else {
+      const char* err = dlerror();
+      tried = "DTRAIN_CUDART=" + std::string(e) + ": " + (err ? err : "cannot be loaded");
     }
-    const char* e = dlerror();
-    tried += std::string(tried.empty() ? "" : "; ") + (e ? e : kNames[i]);
+  } else {
+    // A runtime the process already has (a CUDA libtorch's) first: one
+    // runtime per process, so streams and pointers mean the same to both.
+    for (const char* n : kNames)
+      if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD))) {
+        rt.library = n;
+        break;
+      }
+    for (size_t i = 0; !h && i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
+      if ((h = dlopen(kNames[i], RTLD_NOW | RTLD_LOCAL))) {
+        rt.library = kNames[i];
+        break;
+      }
+      const char* e = dlerror();
+      tried += std::string(tried.empty() ? "" : "; ") + (e ? e : kNames[i]);
+    }
   }
   if (!h) {
     rt.error = "no CUDA runtime library could be loaded (" + tried + ")";
