@@ -26,7 +26,14 @@ namespace {
 
 namespace cuda = dtrain::sdk::cuda;
 
-const std::string kFake = std::string(DTRAIN_BAD_PLUGIN_DIR) + "/libfake_cudart.so";
+// The build tree's helper folders, or where the environment says (the GPU
+// bundle's env.sh: the tests run there from another path).
+std::string test_dir(const char* env, const char* built) {
+  const char* e = std::getenv(env);
+  return e && *e ? e : built;
+}
+
+const std::string kFake = test_dir("DTRAIN_BAD_PLUGIN_DIR", DTRAIN_BAD_PLUGIN_DIR) + "/libfake_cudart.so";
 // Before main: every runtime() of the process (ours, the plugins') loads the fake.
 const bool kEnvSet = setenv("DTRAIN_CUDART", kFake.c_str(), 1) == 0;
 

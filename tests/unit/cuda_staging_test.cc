@@ -3,6 +3,7 @@
 // no-device cases run where no CUDA device is visible (this machine, CI) and
 // report themselves skipped where one is; the GPU cases the other way round.
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -29,6 +30,13 @@ namespace {
 
 namespace cuda = dtrain::sdk::cuda;
 
+// The build tree's helper folders, or where the environment says (the GPU
+// bundle's env.sh: the tests run there from another path).
+std::string test_dir(const char* env, const char* built) {
+  const char* e = std::getenv(env);
+  return e && *e ? e : built;
+}
+
 #define REQUIRE_NO_GPU() \
   if (cuda::runtime().usable()) GTEST_SKIP() << "a CUDA device is visible: the GPU cases below run instead"
 #define REQUIRE_GPU() \
@@ -37,7 +45,7 @@ namespace cuda = dtrain::sdk::cuda;
 class StagingTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    std::string file = std::string(DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_" + GetParam() + ".so";
+    std::string file = test_dir("DTRAIN_BUILT_PLUGIN_DIR", DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_" + GetParam() + ".so";
     if (access(file.c_str(), F_OK) != 0) GTEST_SKIP() << "the " << GetParam() << " plugin was not built";
   }
 };
@@ -113,7 +121,7 @@ TEST_P(StagingTest, CudaBufferFailsTheOpAtOnceAndTheCommunicatorStaysUsable) {
 }
 
 TEST(CoreCaps, CudaBufferOnABackendWithoutTheCapIsRefusedAsC10dDoes) {
-  PluginRegistry reg({DTRAIN_BAD_PLUGIN_DIR});
+  PluginRegistry reg({test_dir("DTRAIN_BAD_PLUGIN_DIR", DTRAIN_BAD_PLUGIN_DIR)});
   auto be = reg.load("v10");  // caps: allreduce cpu
   ASSERT_FALSE(be->supports(DT_CAP_CUDA_BUFFERS));
   CommOptions o;
