@@ -149,38 +149,53 @@ class StagedWork : public Work {
  private:
   enum class Phase { Host, Copying, Done, Failed };
 
+  // No lock is held while waiting (the host op, the copy back): the core's
+  // watchdog tests the work from another thread meanwhile.
   dt_status_t step(bool block, int64_t timeout_ms) {
-    std::lock_guard<std::mutex> lk(stage_mu_);
+    std::unique_lock<std::mutex> lk(stage_mu_);
     if (phase_ == Phase::Host) {
+      lk.unlock();
       dt_status_t st = block ? inner_->wait(timeout_ms) : inner_->test();
       if (st == DT_IN_PROGRESS) return st;
-      if (st != DT_OK) {
-        phase_ = Phase::Failed;
-        complete(st, inner_->error());
-        return st;
-      }
-      try {
-        start_copy_back();
-      } catch (const Error& e) {
-        phase_ = Phase::Failed;
-        complete(e.status(), e.what());
-        return e.status();
+      lk.lock();
+      if (phase_ == Phase::Host) {
+        if (st != DT_OK) {
+          phase_ = Phase::Failed;
+          complete(st, inner_->error());
+        } else {
+          try {
+            start_copy_back();
+          } catch (const Error& e) {
+            phase_ = Phase::Failed;
+            complete(e.status(), e.what());
+          }
+        }
       }
     }
     if (phase_ == Phase::Copying) {
       const auto& rt = cuda::runtime();
-      int st = block ? rt.EventSynchronize(event_) : rt.EventQuery(event_);
-      if (st == cuda::kErrorNotReady) return DT_IN_PROGRESS;
-      if (st != cuda::kSuccess) {
-        rt.GetLastError();
-        phase_ = Phase::Failed;
-        complete(DT_ERR_SYSTEM, "CUDA: copying the result back to cuda:" + std::to_string(bufs_[0].device.device_id) +
-                                    " failed: " + rt.describe(st));
-        return DT_ERR_SYSTEM;
+      void* ev = event_;
+      int st;
+      if (block) {
+        lk.unlock();
+        st = rt.EventSynchronize(ev);
+        lk.lock();
+      } else {
+        st = rt.EventQuery(ev);
       }
-      phase_ = Phase::Done;
-      give_back();
-      complete(DT_OK);
+      if (phase_ == Phase::Copying) {
+        if (st == cuda::kErrorNotReady) return DT_IN_PROGRESS;
+        if (st != cuda::kSuccess) {
+          rt.GetLastError();
+          phase_ = Phase::Failed;
+          complete(DT_ERR_SYSTEM, "CUDA: copying the result back to cuda:" + std::to_string(event_device_) +
+                                      " failed: " + rt.describe(st));
+        } else {
+          phase_ = Phase::Done;
+          give_back();
+          complete(DT_OK);
+        }
+      }
     }
     return Work::test();
   }
