@@ -5,7 +5,8 @@
  * after it (the first query says "not ready"). So a staging that reads a copy
  * before synchronizing, or completes before its copy back, sees stale bytes
  * and fails its test. Streams are not told apart (one queue, in order).
- * fake_cuda_host_allocs() counts cudaHostAlloc calls (the pinned pool's reuse). */
+ * fake_cuda_host_allocs() counts cudaHostAlloc calls (the pinned pool's reuse);
+ * fake_cuda_pending() is the number of copies issued that have not landed. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,12 @@ EXPORT int cudaEventDestroy(void* e) {
 EXPORT long fake_cuda_host_allocs(void) {
   pthread_mutex_lock(&mu);
   long n = host_allocs;
+  pthread_mutex_unlock(&mu);
+  return n;
+}
+EXPORT long fake_cuda_pending(void) {
+  pthread_mutex_lock(&mu);
+  long n = (long)npending;
   pthread_mutex_unlock(&mu);
   return n;
 }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -37,11 +38,12 @@ const std::string kFake = test_dir("DTRAIN_BAD_PLUGIN_DIR", DTRAIN_BAD_PLUGIN_DI
 // Before main: every runtime() of the process (ours, the plugins') loads the fake.
 const bool kEnvSet = setenv("DTRAIN_CUDART", kFake.c_str(), 1) == 0;
 
-long host_allocs() {
+long fake_counter(const char* name) {
   void* h = dlopen(kFake.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  auto fn = h ? reinterpret_cast<long (*)()>(dlsym(h, "fake_cuda_host_allocs")) : nullptr;
+  auto fn = h ? reinterpret_cast<long (*)()>(dlsym(h, name)) : nullptr;
   return fn ? fn() : -1;
 }
+long host_allocs() { return fake_counter("fake_cuda_host_allocs"); }
 
 class FakeCudaTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -82,6 +84,25 @@ TEST_P(FakeCudaTest, PinnedBuffersArePooledPerCommunicator) {
     c->barrier()->wait();
     // One block per rank (the first op); never one per op.
     EXPECT_LE(host_allocs() - before, 2);
+    rt.Free(d);
+  });
+}
+
+// One rank, so no other rank's copies are in flight: when wait() returns, or
+// the work reports completion to a poller, the copy back has landed.
+TEST_P(FakeCudaTest, WorkCompletesOnlyAfterTheCopyBack) {
+  dtrain::test::run_rank_threads(GetParam(), 1, seconds(20), [&](int, const std::shared_ptr<Communicator>& c) {
+    void* d = nullptr;
+    const auto& rt = cuda::runtime();
+    rt.check(rt.Malloc(&d, 1000 * sizeof(float)), "cudaMalloc");
+    for (int polled = 0; polled < 2; ++polled) {
+      auto w = c->allreduce(Buffer(d, 1000, DType::F32, Device::cuda(0)), ReduceOp::Sum);
+      if (polled)
+        while (!w->is_completed()) std::this_thread::sleep_for(milliseconds(1));
+      else
+        w->wait();
+      EXPECT_EQ(fake_counter("fake_cuda_pending"), 0) << (polled ? "polled" : "waited");
+    }
     rt.Free(d);
   });
 }
