@@ -60,7 +60,11 @@ fi
 # (glibc, libstdc++, libgcc) and CUDA/NCCL (the GPU machine's own, from its
 # CUDA toolkit and the nvidia-nccl wheel).
 base='^(linux-vdso|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libnccl\.so|libz\.so)'
-elfs() { find "$pfx/bin" "$pfx/lib" "$pfx/tests" -type f \( -perm -u+x -o -name '*.so*' \) -exec sh -c 'file -b "$1" | grep -q ELF' _ {} \; -print; }
+elfs() {
+  find "$pfx/bin" "$pfx/lib" "$pfx/tests" -type f \( -perm -u+x -o -name '*.so*' \) -print | while read -r f; do
+    [[ $(head -c 4 "$f" | tr -d '\0') == $'\x7fELF' ]] && echo "$f"
+  done
+}
 for round in 1 2 3; do
   while read -r f; do
     LD_LIBRARY_PATH=$pfx/lib:$pfx/lib/ucx ldd "$f" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
