@@ -102,6 +102,7 @@ class ClsTrainer : public Trainer {
       BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);
       Batch b;
       while (loader.next(&b)) {
+        b = to_device(b);
         auto out = any_.forward(b.images);
         sums[0] += torch::nn::functional::cross_entropy(
                        out, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

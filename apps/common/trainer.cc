@@ -38,6 +38,10 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("train.seed", ConfigType::Int, "42", "shared by all workers");
   s.add("train.threads", ConfigType::Int, "1", "intra-op threads per worker");
   s.add("train.max_steps", ConfigType::Int, "0", "stop after this many micro-steps (0: no limit)");
+  s.add("train.device", ConfigType::String, "\"auto\"",
+        "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
+  s.add("train.bf16", ConfigType::Bool, "false", "CUDA: forward under bf16 autocast");
+  s.add("train.channels_last", ConfigType::Bool, "false", "CUDA: batches in channels-last layout");
   s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
   s.add("checkpoint.dir", ConfigType::String, "\"" + default_checkpoint_dir + "\"", "");
   s.add("checkpoint.every_epochs", ConfigType::Int, "1", "0: only at the end");
@@ -160,7 +164,8 @@ void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::op
 
 RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt) {
   torch::serialize::InputArchive ar, m, o;
-  ar.load_from(path);
+  auto params = model.parameters();
+  ar.load_from(path, params.empty() ? torch::Device(torch::kCPU) : params[0].device());  // onto the model's device
   ar.read("model", m);
   ar.read("optimizer", o);
   model.load(m);
@@ -188,7 +193,7 @@ uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model) {
   std::ofstream out(path, std::ios::binary);
   uint64_t h = 1469598103934665603ULL;
   for (auto& kv : model.named_parameters()) {
-    auto t = kv.value().contiguous();
+    auto t = kv.value().to(torch::kCPU).contiguous();
     const char* p = static_cast<const char*>(t.data_ptr());
     size_t n = static_cast<size_t>(t.numel()) * t.element_size();
     out.write(p, static_cast<std::streamsize>(n));
@@ -205,6 +210,15 @@ Trainer::~Trainer() {
   opt_.reset();
   dp_.reset();
   fleet::shutdown();
+}
+
+Batch Trainer::to_device(const Batch& b) const {
+  if (!device_.cuda()) return b;
+  Batch d = b;
+  d.images = b.images.to(device_.device, /*non_blocking=*/true);
+  if (device_.channels_last && d.images.dim() == 4) d.images = d.images.contiguous(torch::MemoryFormat::ChannelsLast);
+  d.labels = b.labels.to(device_.device, /*non_blocking=*/true);
+  return d;
 }
 
 std::vector<size_t> Trainer::eval_indices() const {
@@ -234,8 +248,10 @@ void Trainer::setup() {
   torch::set_num_threads(static_cast<int>(positive(cfg_, "train.threads", 1)));
   seed_ = static_cast<uint64_t>(cfg_.get_int("train.seed", 42));
   torch::manual_seed(seed_);
+  device_ = choose_device(cfg_, config_error);
 
   build();
+  model_->to(device_.device);
 
   dp_ = fleet::distributed_model(model_);
   sgd_ = std::make_shared<torch::optim::SGD>(model_->parameters(),
@@ -271,10 +287,14 @@ void Trainer::setup() {
   auto comm = fleet::communicator();
   log_line(
       fmt::format("dtrain-{}: rank {}/{} ({}), backend {}, {} ({} parameters), {} train / {} eval images, batch {} "
-                  "per worker ({} global), {} steps per epoch, {} threads, strategy: {}",
+                  "per worker ({} global), {} steps per epoch, {} threads, device {}{}, strategy: {}",
                   app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
                   describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
-                  steps_per_epoch_, torch::get_num_threads(), so.describe()));
+                  steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
+                  device_.cuda() ? fmt::format(" ({}{}{})", device_.source, device_.bf16 ? ", bf16 autocast" : "",
+                                               device_.channels_last ? ", channels_last" : "")
+                                 : std::string(),
+                  so.describe()));
   resume();
 }
 
@@ -330,7 +350,11 @@ void Trainer::train() {
     while (st.batch_in_epoch < steps_per_epoch_ && loader.next(&b)) {
       double lr = lr_.at(st.global_step);
       for (auto& g : sgd_->param_groups()) static_cast<torch::optim::SGDOptions&>(g.options()).lr(lr);
-      StepOutput out = train_step(b);
+      StepOutput out;
+      {
+        AutocastScope autocast(device_.bf16);
+        out = train_step(to_device(b));
+      }
       out.loss.backward();
       if (opt_->step()) opt_->zero_grad();
       win_loss += out.loss.item<double>() * double(b.labels.size(0));

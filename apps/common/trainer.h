@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/data.h"
+#include "common/device.h"
 #include "common/tensorboard.h"
 #include "dtrain/config.h"
 #include "dtrain/torch/fleet.h"
@@ -29,7 +30,9 @@ namespace fleet = ::dtrain::torch;
 //
 //   [train]      epochs, batch_size (per worker), eval_batch_size, lr, momentum,
 //                weight_decay, warmup_epochs, schedule ("cosine" | "piecewise"),
-//                milestones (epochs), gamma, seed, threads (intra-op), max_steps
+//                milestones (epochs), gamma, seed, threads (intra-op), max_steps,
+//                device ("auto" | "cpu" | "cuda" | "cuda:N"), bf16, channels_last
+//                (common/device.h)
 //   [eval]       every_epochs (0: only at the end)
 //   [checkpoint] dir, every_epochs, every_steps, resume (false | true | "path")
 //   [log]        every_steps, tensorboard ("" or a folder)
@@ -116,6 +119,9 @@ class Trainer {
   void sync_buffers() { dp_->average_buffers(); }
   // This worker's share of eval_set (indices rank, rank + world, ...), in order.
   std::vector<size_t> eval_indices() const;
+  // The batch on the worker's device (itself on the CPU); run() passes
+  // train_step its batches this way, and evaluate() should too.
+  Batch to_device(const Batch& b) const;
 
   Config cfg_;
   std::string app_;
@@ -127,6 +133,7 @@ class Trainer {
   std::unique_ptr<EventWriter> tb_;
   int64_t eval_batch_ = 0;
   RunState state_;
+  DeviceChoice device_;  // from [train] device and the launcher, before build(); the model moves there after it
 
  private:
   void setup();

@@ -1,4 +1,5 @@
 #include "communicator.h"
+#include "dtrain/sdk/cuda_staging.h"
 
 namespace {
 
@@ -14,9 +15,10 @@ const dt_config_key_v1_t kKeys[] = {
 
 constexpr uint64_t kCaps = DT_CAP_ALLREDUCE | DT_CAP_BROADCAST | DT_CAP_ALLGATHER | DT_CAP_REDUCE_SCATTER |
                            DT_CAP_REDUCE | DT_CAP_ALLTOALL | DT_CAP_BARRIER | DT_CAP_SENDRECV | DT_CAP_CPU_BUFFERS |
-                           DT_CAP_REDUCED_PRECISION;
+                           DT_CAP_CUDA_BUFFERS | DT_CAP_REDUCED_PRECISION;
 
 }  // namespace
 
-DTRAIN_EXPORT_BACKEND_V1(dtrain::gloo_backend::GlooCommunicator, "gloo", "0.1.0 (Gloo 0.5.0)",
+// CUDA buffers go through pinned host memory (sdk/cuda_staging.h).
+DTRAIN_EXPORT_BACKEND_V1(dtrain::sdk::CudaStaged<dtrain::gloo_backend::GlooCommunicator>, "gloo", "0.1.0 (Gloo 0.5.0)",
                          "CPU collectives over Gloo's TCP transport", kCaps, kKeys)

@@ -10,6 +10,7 @@
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
+#include "dtrain/sdk/cuda_runtime.h"
 #include "dtrain/sdk/support.h"
 
 namespace dtrain::conformance {
@@ -20,6 +21,12 @@ const DType kTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod};
 
 bool is_signed(DType t) { return t != DType::U8; }
+
+// The device of this thread's run (one rank per thread): -1 = host memory.
+int& tls_cuda_device() {
+  thread_local int d = -1;
+  return d;
+}
 
 // The value rank r contributes at global index i: small integers, exact in
 // every dtype, whose sums over 4 ranks fit in int8 and whose products fit in f16.
@@ -82,14 +89,44 @@ double tolerance(DType t, ReduceOp op) {
   }
 }
 
+// A case's buffer: filled and checked in host memory; on CUDA runs
+// (Options::cuda_device >= 0) buf() uploads it to device memory and the
+// first data() after that downloads the result.
 struct HostBuffer {
   std::vector<uint8_t> bytes;
   DType t;
   size_t n;
-  HostBuffer(size_t count, DType type)
-      : bytes(std::max<size_t>(count * dtype_size(type), 1), 0xA5), t(type), n(count) {}
-  void* data() { return bytes.data(); }
-  Buffer buf() { return Buffer(n ? data() : nullptr, n, t); }
+  int device = -1;
+  void* dev = nullptr;
+  bool on_device = false;
+  HostBuffer(size_t count, DType type, int cuda_device = tls_cuda_device())
+      : bytes(std::max<size_t>(count * dtype_size(type), 1), 0xA5), t(type), n(count), device(cuda_device) {}
+  HostBuffer(HostBuffer&& o) noexcept
+      : bytes(std::move(o.bytes)), t(o.t), n(o.n), device(o.device), dev(o.dev), on_device(o.on_device) {
+    o.dev = nullptr;
+  }
+  HostBuffer(const HostBuffer&) = delete;
+  ~HostBuffer() {
+    if (dev) sdk::cuda::runtime().Free(dev);
+  }
+  void* data() {
+    if (on_device) {
+      const auto& rt = sdk::cuda::runtime();
+      rt.check(rt.Memcpy(bytes.data(), dev, n * dtype_size(t), sdk::cuda::kMemcpyDeviceToHost),
+               "cudaMemcpy of a result to the host");
+      on_device = false;
+    }
+    return bytes.data();
+  }
+  Buffer buf() {
+    if (device < 0) return Buffer(n ? data() : nullptr, n, t);
+    const auto& rt = sdk::cuda::require_device(device);
+    sdk::cuda::DeviceGuard g(rt, device);
+    if (!dev) rt.check(rt.Malloc(&dev, bytes.size()), "cudaMalloc of " + std::to_string(bytes.size()) + " bytes");
+    rt.check(rt.Memcpy(dev, data(), bytes.size(), sdk::cuda::kMemcpyHostToDevice), "cudaMemcpy to the device");
+    on_device = true;
+    return Buffer(n ? dev : nullptr, n, t, Device::cuda(device));
+  }
 };
 
 // Compares got[i] with expect(i) for i in [0, n); returns "" or the first mismatch.
@@ -242,6 +279,11 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
 
 Result run(Communicator& comm, const Options& o) {
   Result res;
+  struct DeviceScope {
+    int prev;
+    explicit DeviceScope(int d) : prev(tls_cuda_device()) { tls_cuda_device() = d; }
+    ~DeviceScope() { tls_cuda_device() = prev; }
+  } device_scope(o.cuda_device);
   uint64_t caps = comm.backend()->info().caps;
   for (auto& c : make_cases(comm, o)) {
     if (!o.filter.empty() && c.name.find(o.filter) == std::string::npos) continue;

@@ -19,6 +19,11 @@ struct Options {
   std::string filter;
   // Print every case as it passes, not only failures.
   bool verbose = false;
+  // -1: the cases' buffers are host memory. N >= 0: they are CUDA buffers on
+  // cuda:N (cudaMalloc through the run-time loaded runtime of
+  // dtrain/sdk/cuda_runtime.h), filled and checked through host copies
+  // against the same expectations; the failure cases stay on host memory.
+  int cuda_device = -1;
 };
 
 struct Result {

@@ -6,9 +6,13 @@
 //                                                        size and store from the environment)
 //   dtrain-conformance --backend ps_grpc --ps            the parameter-server suite: 1-3 servers
 //                                                        x 1-3 workers as threads (ps_conformance.h)
+//   dtrain-conformance --backend gloo --device cuda      the same cases on CUDA buffers; without a
+//                                                        CUDA device: "skipped: ..." and exit 77
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -21,9 +25,33 @@
 #include "dtrain/job.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/role_maker.h"
+#include "dtrain/sdk/cuda_runtime.h"
 #include "dtrain/store.h"
 
 using namespace dtrain;
+
+namespace {
+
+constexpr int kSkipped = 77;  // CTest's SKIP_RETURN_CODE
+
+// "cpu" -> -1; "cuda:N" -> N; "cuda" -> DTRAIN_DEVICE (the launcher's --gpus),
+// else the local rank's device (0 for ranks as threads).
+int parse_device(const std::string& d, int local_rank) {
+  if (d == "cpu") return -1;
+  if (d.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    long n = std::strtol(d.c_str() + 5, &end, 10);
+    if (end != d.c_str() + 5 && *end == '\0' && n >= 0) return static_cast<int>(n);
+  } else if (d == "cuda") {
+    if (const char* e = std::getenv("DTRAIN_DEVICE"); e && *e)  // "3" or "cuda:3"
+      return parse_device(std::string(e).rfind("cuda:", 0) == 0 ? e : "cuda:" + std::string(e), 0);
+    int n = sdk::cuda::runtime().devices;
+    return n > 0 ? local_rank % n : 0;
+  }
+  throw InvalidUsage("--device '" + d + "': use cpu, cuda or cuda:N");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"dtrain-conformance: checks a backend plugin against the dtrain communicator contract"};
@@ -42,6 +70,11 @@ int main(int argc, char** argv) {
   app.add_option("--filter", o.filter, "run only cases whose name contains this");
   app.add_option("--timeout-s", timeout_s, "deadline of each op in seconds")->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print every passing case");
+  std::string device = "cpu";
+  app.add_option("--device", device,
+                 "where the cases' buffers live: cpu, cuda (the worker's device) or cuda:N; the expectations are "
+                 "the same")
+      ->capture_default_str();
   bool ps_suite = false;
   conformance::PsOptions po;
   app.add_flag("--ps", ps_suite,
@@ -53,6 +86,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    parse_device(device, 0);  // a bad --device is an error, with or without a GPU
+    if (device != "cpu") {
+      const auto& rt = sdk::cuda::runtime();
+      if (!rt.usable()) {
+        std::printf("dtrain-conformance: skipped: no CUDA device (%s)\n", rt.error.c_str());
+        return kSkipped;
+      }
+      if (ps_suite) throw InvalidUsage("--device: the parameter-server suite runs on host buffers only");
+    }
     PluginRegistry registry(plugin_dirs);
     auto be = registry.load(backend);
     CommOptions base;
@@ -78,6 +120,7 @@ int main(int argc, char** argv) {
     if (world > 0) {
       base.store = std::make_shared<MemoryStore>();
       results.resize(world);
+      o.cuda_device = parse_device(device, 0);
       auto run_rank = [&](int r, const std::shared_ptr<Communicator>& comm) {
         results[r] = conformance::run(*comm, o);
         // The failure cases, each on a fresh communicator of the same ranks.
@@ -110,6 +153,7 @@ int main(int argc, char** argv) {
       jo.name = base.name;
       RoleInfo role = resolve_role();
       world = role.world_size;
+      o.cuda_device = parse_device(device, role.local_rank);
       Job job = join_job(jo, role);
       auto& comm = job.comm;
       results.push_back(conformance::run(*comm, o));
@@ -124,9 +168,10 @@ int main(int argc, char** argv) {
       skipped += r.skipped;
       for (auto& f : r.failures) std::fprintf(stderr, "FAIL %s\n", f.c_str());
     }
-    std::printf("conformance of backend '%s' %s, %d rank%s%s, %.1f s\n", be->name().c_str(), be->info().version.c_str(),
-                world, world == 1 ? "" : "s",
-                results.size() == 1 && world > 1 ? " (this process is one of them)" : " (threads)", secs);
+    std::string on = o.cuda_device < 0 ? "" : ", CUDA buffers on cuda:" + std::to_string(o.cuda_device);
+    std::printf("conformance of backend '%s' %s, %d rank%s%s%s, %.1f s\n", be->name().c_str(),
+                be->info().version.c_str(), world, world == 1 ? "" : "s",
+                results.size() == 1 && world > 1 ? " (this process is one of them)" : " (threads)", on.c_str(), secs);
     std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed == 0 && passed > 0 ? 0 : 1;
   } catch (const std::exception& e) {

@@ -66,6 +66,11 @@ errors)
   expect unknown_model "unknown model 'resnet19'; known models: resnet20, resnet32, resnet56, resnet18, resnet50" \
       -o model.name=resnet19
   expect unknown_key "unknown key 'train.epoch'" -o train.epoch=3
+  # No GPU here (or a CPU libtorch): train.device = "cuda" fails at start, naming the key.
+  if ! nvidia-smi -L > /dev/null 2>&1; then
+    expect cuda_no_gpu "key 'train.device': wants cuda:0 (train.device = \"cuda\") but no CUDA device is visible" \
+        -o 'train.device="cuda"'
+  fi
   expect a_sync "a_sync = true asks for parameter-server training, but init was called for a collective job" -o strategy.a_sync=true
   # PaddleClas list files: 4 tiny PGM images.
   mkdir -p imgs

@@ -1,10 +1,23 @@
 #include "dtrain/torch/data_parallel.h"
 
+#include <chrono>
+#include <mutex>
+
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
+
+// The one place that knows whether this libtorch has CUDA: the current
+// stream of a CUDA libtorch (a PyTorch wheel's) orders the backend's op after
+// the kernels that produced a gradient. Debian's CPU libtorch ships the c10/cuda
+// headers without the library, hence DTRAIN_TORCH_CUDA (torch/CMakeLists.txt:
+// set when libtorch has c10_cuda) beside __has_include.
+#if defined(DTRAIN_TORCH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
+#include <c10/cuda/CUDAStream.h>
+#define DTRAIN_HAVE_CUDA_STREAMS 1
+#endif
 
 namespace dtrain::torch {
 
@@ -14,7 +27,118 @@ Buffer f32_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr<float>(), static_cast<size_t>(t.numel()), DType::F32);
 }
 
+void* current_stream(const ::torch::Device& d) {
+#ifdef DTRAIN_HAVE_CUDA_STREAMS
+  return c10::cuda::getCurrentCUDAStream(d.index()).stream();
+#else
+  (void)d;
+  return nullptr;  // the legacy default stream (no CUDA tensors exist in a CPU libtorch anyway)
+#endif
+}
+
+// A tensor as a Buffer on its own device (f32, f64, i64 ...), for CUDA tensors
+// with the current stream.
+Buffer device_view(const ::torch::Tensor& t) {
+  DType dt;
+  switch (t.scalar_type()) {
+    case ::torch::kFloat32: dt = DType::F32; break;
+    case ::torch::kFloat64: dt = DType::F64; break;
+    case ::torch::kInt64: dt = DType::I64; break;
+    case ::torch::kInt32: dt = DType::I32; break;
+    default:
+      throw NotSupported(std::string("DataParallel: a ") + c10::toString(t.scalar_type()) + " tensor cannot be synced");
+  }
+  if (t.is_cuda())
+    return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt, Device::cuda(t.device().index()),
+                  current_stream(t.device()));
+  return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
+}
+
 }  // namespace
+
+// Gradient buckets in CUDA memory (the CPU path uses the core's
+// GradientBuckets, which are host memory): the same grouping (reverse
+// registration order, up to bucket_bytes), gradients as views of the
+// buckets, each bucket all-reduced (average) as a CUDA buffer on the current
+// stream as soon as its last gradient is in, in bucket order on every rank.
+struct DataParallel::CudaBuckets {
+  struct Bucket {
+    ::torch::Tensor flat;
+    std::vector<size_t> members;
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+  std::vector<Bucket> buckets;
+  std::vector<size_t> bucket_of;
+  std::vector<::torch::Tensor> slots;  // tensor i's view in its bucket
+  std::vector<char> ready;
+  size_t next_launch = 0;
+  std::mutex mu;
+  SyncStats stats;
+
+  CudaBuckets(const std::vector<::torch::Tensor>& params, size_t cap_bytes) {
+    size_t n = params.size();
+    bucket_of.assign(n, 0);
+    slots.resize(n);
+    std::vector<std::vector<size_t>> groups(1);
+    size_t bytes = 0;
+    for (size_t k = n; k-- > 0;) {
+      size_t b = static_cast<size_t>(params[k].numel()) * sizeof(float);
+      if (!groups.back().empty() && bytes + b > cap_bytes) {
+        groups.emplace_back();
+        bytes = 0;
+      }
+      groups.back().push_back(k);
+      bytes += b;
+    }
+    for (auto& g : groups) {
+      if (g.empty()) continue;
+      int64_t count = 0;
+      for (size_t i : g) count += params[i].numel();
+      Bucket bk;
+      bk.flat = ::torch::zeros({count}, params[g[0]].options().requires_grad(false));
+      bk.members = g;
+      int64_t off = 0;
+      for (size_t i : g) {
+        bucket_of[i] = buckets.size();
+        slots[i] = bk.flat.narrow(0, off, params[i].numel()).view(params[i].sizes());
+        off += params[i].numel();
+      }
+      buckets.push_back(std::move(bk));
+    }
+  }
+  void begin() {
+    std::lock_guard<std::mutex> lk(mu);
+    ready.assign(slots.size(), 0);
+    for (auto& b : buckets) b.pending = b.members.size();
+    next_launch = 0;
+  }
+  void mark_ready(Communicator& comm, size_t i, const ::torch::Tensor& g) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (ready[i]) return;
+    ready[i] = 1;
+    if (g.data_ptr() != slots[i].data_ptr()) {
+      ::torch::NoGradGuard ng;
+      slots[i].copy_(g);
+    }
+    --buckets[bucket_of[i]].pending;
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      auto& b = buckets[next_launch++];
+      b.work = comm.allreduce(device_view(b.flat), ReduceOp::Avg);
+      stats.allreduces++;
+      stats.bytes_on_wire += static_cast<double>(b.flat.numel()) * sizeof(float);
+    }
+  }
+  void finish() {
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto& b : buckets)
+      if (b.work) {
+        b.work->wait();
+        b.work.reset();
+      }
+    stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
 
 struct DataParallel::Hook : ::torch::autograd::FunctionPostHook {
   Hook(DataParallel* owner, size_t index) : owner(owner), index(index) {}
@@ -36,13 +160,20 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
       params_.push_back(kv.value());
       param_names_.push_back(kv.key());
     }
+  // All trainable parameters on the CPU, or all on one CUDA device.
+  cuda_ = !params_.empty() && params_[0].is_cuda();
   for (auto& kv : model_->named_parameters()) {
     auto& p = kv.value();
-    if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() || !p.device().is_cpu()))
-      throw NotSupported("data parallelism needs contiguous float32 CPU parameters; '" + kv.key() + "' is " +
+    if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() ||
+                              p.device() != (cuda_ ? params_[0].device() : ::torch::Device(::torch::kCPU))))
+      throw NotSupported("data parallelism needs contiguous float32 parameters, all on the CPU or all on one CUDA "
+                         "device (here " + params_[0].device().str() + "); '" + kv.key() + "' is " +
                          std::string(c10::toString(p.scalar_type())) + " on " + p.device().str());
   }
   if (world_size() <= 1) return;
+  if (cuda_ && options.fp16_allreduce)
+    throw NotSupported("[strategy] fp16_allreduce is not implemented for CUDA gradients yet; remove it (NCCL "
+                       "all-reduces float32 gradients on the GPU at full speed)");
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -56,6 +187,10 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
     shapes.push_back(kv.value().sizes().vec());
   }
   check_same_layout(*comm_, names, shapes);
+  if (cuda_) {
+    init_cuda(options);
+    return;
+  }
   for (auto& p : model_->parameters()) state.push_back(f32_view(p));
   for (auto& b : model_->buffers()) {
     if (b.scalar_type() == ::torch::kFloat32)
@@ -94,7 +229,49 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   }
 }
 
+void DataParallel::init_cuda(const StrategyOptions& options) {
+  {
+    ::torch::NoGradGuard ng;
+    // One broadcast per tensor: the core's packed broadcast_buffers copies through host memory.
+    for (auto& p : model_->parameters()) comm_->broadcast(device_view(p), 0)->wait();
+    for (auto& b : model_->buffers())
+      if (b.scalar_type() == ::torch::kFloat32 || b.scalar_type() == ::torch::kInt64)
+        comm_->broadcast(device_view(b), 0)->wait();
+  }
+  cuda_buckets_ = std::make_unique<CudaBuckets>(params_, options.fuse_all_reduce_ops ? options.bucket_bytes() : 0);
+  {
+    ::torch::NoGradGuard ng;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      auto& view = cuda_buckets_->slots[i];
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
+    acc->add_post_hook(std::make_unique<Hook>(this, i));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+void DataParallel::average_on_device(const std::vector<::torch::Tensor>& tensors) {
+  ::torch::NoGradGuard ng;
+  std::vector<std::shared_ptr<Work>> works;
+  for (auto& t : tensors) works.push_back(comm_->allreduce(device_view(t), ReduceOp::Avg));
+  for (auto& w : works) w->wait();
+  extra_.allreduces += works.size();
+}
+
 DataParallel::~DataParallel() {
+  if (cuda_buckets_) {
+    ::torch::NoGradGuard ng;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& p = params_[i];
+      if (p.grad().defined() && p.grad().data_ptr() == cuda_buckets_->slots[i].data_ptr())
+        p.mutable_grad() = p.grad().clone();
+    }
+  }
   if (!buckets_) return;
   // The bucket memory goes with this object: gradients still in it get their own.
   ::torch::NoGradGuard ng;
@@ -107,9 +284,12 @@ DataParallel::~DataParallel() {
 int DataParallel::world_size() const { return comm_ ? comm_->size() : 1; }
 
 void DataParallel::begin_step(int64_t step) {
-  armed_ = buckets_ && strategy_.sync_gradients_at(step);
+  armed_ = (buckets_ || cuda_buckets_) && strategy_.sync_gradients_at(step);
   if (armed_ && !begun_) {
-    buckets_->begin();
+    if (cuda_buckets_)
+      cuda_buckets_->begin();
+    else
+      buckets_->begin();
     begun_ = true;
     marked_.assign(params_.size(), 0);
   }
@@ -127,7 +307,10 @@ void DataParallel::on_grad_ready(size_t index, bool from_backward) {
   auto& g = p.mutable_grad();
   if (!g.defined()) return;
   if (!g.is_contiguous()) g = g.contiguous();
-  buckets_->mark_ready(index, f32_view(g));
+  if (cuda_buckets_)
+    cuda_buckets_->mark_ready(*comm_, index, g);
+  else
+    buckets_->mark_ready(index, f32_view(g));
 }
 
 void DataParallel::end_backward(int64_t step) {
@@ -137,7 +320,10 @@ void DataParallel::end_backward(int64_t step) {
     for (auto& p : params_)
       if (!p.grad().defined()) p.mutable_grad() = ::torch::zeros_like(p);
     for (size_t i = 0; i < params_.size(); ++i) on_grad_ready(i, false);
-    buckets_->finish();
+    if (cuda_buckets_)
+      cuda_buckets_->finish();
+    else
+      buckets_->finish();
     armed_ = false;
     begun_ = false;
   }
@@ -151,6 +337,7 @@ void DataParallel::end_backward(int64_t step) {
 
 void DataParallel::after_optimizer_step(int64_t step) {
   if (world_size() > 1 && strategy_.average_parameters_at(step)) {
+    if (cuda_) return average_on_device(params_);
     ::torch::NoGradGuard ng;
     std::vector<Buffer> bufs;
     for (auto& p : params_) bufs.push_back(f32_view(p));
@@ -160,6 +347,12 @@ void DataParallel::after_optimizer_step(int64_t step) {
 
 void DataParallel::average_buffers() {
   if (world_size() <= 1) return;
+  if (cuda_) {
+    std::vector<::torch::Tensor> fl;
+    for (auto& b : model_->buffers())
+      if (b.scalar_type() == ::torch::kFloat32) fl.push_back(b);
+    return average_on_device(fl);
+  }
   ::torch::NoGradGuard ng;
   std::vector<Buffer> bufs;
   for (auto& b : model_->buffers())
@@ -174,6 +367,11 @@ void DataParallel::allreduce_sum(std::vector<double>& values) {
 
 SyncStats DataParallel::stats() const {
   SyncStats s = extra_;
+  if (cuda_buckets_) {
+    s.wait_seconds += cuda_buckets_->stats.wait_seconds;
+    s.allreduces += cuda_buckets_->stats.allreduces;
+    s.bytes_on_wire += cuda_buckets_->stats.bytes_on_wire;
+  }
   if (buckets_) {
     s.wait_seconds += buckets_->stats().wait_seconds;
     s.allreduces += buckets_->stats().allreduces;
@@ -185,6 +383,7 @@ SyncStats DataParallel::stats() const {
 void DataParallel::reset_stats() {
   extra_ = {};
   if (buckets_) buckets_->reset_stats();
+  if (cuda_buckets_) cuda_buckets_->stats = {};
 }
 
 }  // namespace dtrain::torch

@@ -26,10 +26,12 @@ inline void check_buffer(const CommState& s, const Buffer& b, const char* role, 
     throw InvalidUsage(std::string(op) + ": " + role + " buffer has an unknown dtype code " + std::to_string(t));
   if (b.count > 0 && !b.ptr)
     throw InvalidUsage(std::string(op) + ": " + role + " buffer is null with count " + std::to_string(b.count));
-  uint64_t need = b.device.type == DeviceType::CUDA ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS;
-  if (!s.supports(need))
-    throw NotSupported("backend '" + s.backend->name() + "' does not support " + b.device.str() + " buffers (" + op +
-                       ")");
+  // As c10d: "backend X does not support CUDA buffers (allreduce: send buffer on cuda:0)".
+  bool cuda = b.device.type == DeviceType::CUDA;
+  if (!s.supports(cuda ? DT_CAP_CUDA_BUFFERS : DT_CAP_CPU_BUFFERS))
+    throw NotSupported("backend '" + s.backend->name() + "' does not support " + (cuda ? "CUDA" : "CPU") +
+                       " buffers (" + op + ": " + (*role ? std::string(role) + " buffer" : std::string("buffer")) +
+                       " on " + b.device.str() + ")");
 }
 
 inline dt_buffer_v1_t to_abi(const Buffer& b) {

@@ -24,7 +24,10 @@ namespace dtrain::torch {
 // of parameters and buffers; a mismatch throws InvalidUsage on every rank
 // naming the first differing one) and broadcasts parameters and buffers from
 // rank 0. The model must outlive this object; its parameters must be
-// contiguous float32 on the CPU.
+// contiguous float32, all on the CPU or all on one CUDA device. On CUDA the
+// gradient buckets are CUDA memory handed to the backend as CUDA buffers on
+// the current stream (NCCL takes them natively, Gloo and UCX through pinned
+// host staging); fp16_allreduce is CPU-only for now.
 //
 // Per micro-step `step` (counted from 0 over the whole run), on the thread
 // that runs backward:
@@ -71,7 +74,10 @@ class DataParallel {
 
  private:
   struct Hook;
+  struct CudaBuckets;
   void on_grad_ready(size_t index, bool from_backward);
+  void init_cuda(const StrategyOptions& options);
+  void average_on_device(const std::vector<::torch::Tensor>& tensors);
 
   std::shared_ptr<::torch::nn::Module> model_;
   std::shared_ptr<Communicator> comm_;
@@ -81,6 +87,8 @@ class DataParallel {
   std::vector<char> marked_;  // this step's backward has produced the gradient
   std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
   std::unique_ptr<GradientBuckets> buckets_;
+  bool cuda_ = false;                          // the parameters are on a CUDA device
+  std::unique_ptr<CudaBuckets> cuda_buckets_;  // cuda_ and more than one rank
   bool armed_ = false;  // gradients of this step go to the buckets
   bool begun_ = false;  // buckets_->begin() called, finish() not yet
   SyncStats extra_;

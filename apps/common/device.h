@@ -1,0 +1,134 @@
+#pragma once
+// Where a worker trains: the [train] device keys and the two libtorch APIs
+// that differ between Debian's CPU libtorch 1.13 and a CUDA libtorch 2.x
+// (autocast), guarded here and nowhere else.
+//
+//   [train] device = "auto"          "auto": the launcher's device (dtrain --gpus:
+//                                    DTRAIN_DEVICE / FLAGS_selected_gpus) if it gave
+//                                    one, else the CPU; "cpu"; "cuda" (that device,
+//                                    else cuda:0); "cuda:N"
+//           bf16 = false             CUDA: forward under bf16 autocast
+//           channels_last = false    CUDA: batches in channels-last layout
+
+#include <cstdlib>
+#include <string>
+
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include "dtrain/config.h"
+
+namespace dtrain::apps {
+
+struct DeviceChoice {
+  ::torch::Device device = ::torch::kCPU;
+  bool bf16 = false;
+  bool channels_last = false;
+  std::string source;  // why this device: "train.device", "DTRAIN_DEVICE=1", ...
+  bool cuda() const { return device.is_cuda(); }
+};
+
+// The launcher's device for this worker, or -1.
+inline int launcher_device(std::string* from) {
+  for (const char* name : {"DTRAIN_DEVICE", "FLAGS_selected_gpus"}) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) continue;
+    std::string s(v);
+    if (s.rfind("cuda:", 0) == 0) s = s.substr(5);
+    s = s.substr(0, s.find(','));
+    char* end = nullptr;
+    long d = std::strtol(s.c_str(), &end, 10);
+    if (end != s.c_str() && *end == '\0' && d >= 0) {
+      *from = std::string(name) + "=" + v;
+      return static_cast<int>(d);
+    }
+  }
+  return -1;
+}
+
+// Reads train.device/bf16/channels_last. A CUDA device that libtorch cannot
+// use (a CPU-only libtorch, no driver, an index past the last device) is a
+// ConfigError at the key, before anything is built. `fail` is config_error.
+template <typename Fail>
+DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
+  DeviceChoice d;
+  std::string want = cfg.get_string("train.device", "auto");
+  std::string from;
+  int index = -1;
+  if (want == "auto" || want == "cuda") {
+    index = launcher_device(&from);
+    if (index < 0 && want == "cuda") index = 0;
+    if (from.empty()) from = "train.device = \"" + want + "\"";
+  } else if (want.rfind("cuda:", 0) == 0) {
+    char* end = nullptr;
+    long n = std::strtol(want.c_str() + 5, &end, 10);
+    if (end == want.c_str() + 5 || *end != '\0' || n < 0)
+      fail(cfg, "train.device", "\"" + want + "\" is not a device; use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"");
+    index = static_cast<int>(n);
+    from = "train.device = \"" + want + "\"";
+  } else if (want != "cpu") {
+    fail(cfg, "train.device", "\"" + want + "\" is not a device; use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"");
+  }
+  d.source = from.empty() ? "train.device = \"" + want + "\"" : from;
+  d.bf16 = cfg.get_bool("train.bf16", false);
+  d.channels_last = cfg.get_bool("train.channels_last", false);
+  if (index < 0) {
+    if (d.bf16) fail(cfg, "train.bf16", "needs a CUDA device (train.device = \"cuda\" or dtrain --gpus)");
+    return d;
+  }
+  if (!::torch::cuda::is_available())
+    fail(cfg, "train.device",
+         "wants cuda:" + std::to_string(index) + " (" + d.source +
+             ") but no CUDA device is visible to libtorch (a CPU-only libtorch such as Debian's, or no NVIDIA "
+             "driver); use train.device = \"cpu\" and --backend gloo or ucx, or build the apps against a CUDA "
+             "libtorch (docs/gpu.md)");
+  int n = static_cast<int>(::torch::cuda::device_count());
+  if (index >= n)
+    fail(cfg, "train.device",
+         "wants cuda:" + std::to_string(index) + " (" + d.source + ") but libtorch sees " + std::to_string(n) +
+             " CUDA device" + (n == 1 ? "" : "s"));
+  d.device = ::torch::Device(::torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  return d;
+}
+
+// bf16 autocast of the forward pass on CUDA for the scope (no-op when off).
+class AutocastScope {
+ public:
+  explicit AutocastScope(bool on) : on_(on) {
+    if (!on_) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+#else
+    prev_enabled_ = at::autocast::is_enabled();
+    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    at::autocast::set_autocast_enabled(at::kCUDA, prev_enabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, prev_dtype_);
+#else
+    at::autocast::set_enabled(prev_enabled_);
+    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
+#endif
+  }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool on_;
+  bool prev_enabled_ = false;
+  at::ScalarType prev_dtype_ = at::kBFloat16;
+};
+
+}  // namespace dtrain::apps

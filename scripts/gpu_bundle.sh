@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Builds here what an offline GPU machine cannot (it has CUDA, CMake, ninja and
+# a PyTorch wheel, but none of Debian's -dev packages) and packs it into one
+# archive: an install prefix with dtrain's core, plugins (gloo, ucx, nccl,
+# ps_grpc), the launcher, dtrain-conformance, dtrain-bench and the GPU tests,
+# the runtime libraries they need that such a machine lacks (Gloo, UCX,
+# TOML++, spdlog, fmt, gRPC/protobuf, ...), the dtrain sources and
+# scripts/gpu_apps (the libtorch part, built there against the wheel's
+# libtorch by build_apps.sh). docs/gpu.md says how to use it.
+#
+#   scripts/gpu_bundle.sh [OUT.tar.gz]        default: dtrain-gpu-bundle.tar.gz
+#   BUILD_DIR=build-bundle (default) is configured with the apps off.
+#
+# Checks before it packs: every ELF file resolves every library it needs from
+# the prefix or from the base system / CUDA (which the GPU machine has), and
+# the archive is under 64 MiB. Run it under the build lock (it compiles).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$(realpath -m "${1:-dtrain-gpu-bundle.tar.gz}")
+build=$(realpath -m "${BUILD_DIR:-$src/build-bundle}")
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+name=dtrain-gpu
+pfx=$stage/$name
+
+export CCACHE_DIR=${CCACHE_DIR:-/work/.ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$src")} CCACHE_NOHASHDIR=1
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WITH_APPS=OFF "${launcher[@]}" > /dev/null
+fi
+targets=(dtrain dtrain-conformance dtrain_gloo dtrain_ucx dtrain_nccl dtrain_ps_grpc nccl_test cuda_staging_test
+         cuda_fake_staging_test communicator_test fake_cudart)
+grep -q '^dtrain-bench:' <(ninja -C "$build" -t targets all 2> /dev/null) && targets+=(dtrain-bench)
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
+
+# The prefix: the build tree's layout is the install's (bin/, lib/, lib/dtrain/plugins/).
+mkdir -p "$pfx/bin" "$pfx/lib/dtrain/plugins" "$pfx/include" "$pfx/tests"
+for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda_fake_staging_test communicator_test; do
+  [[ -x $build/bin/$t ]] && cp "$build/bin/$t" "$pfx/bin/"
+done
+cp -P "$build"/lib/libdtrain_*.so* "$pfx/lib/"
+cp "$build"/lib/dtrain/plugins/libdtrain_*.so "$pfx/lib/dtrain/plugins/"
+# The unit tests look for these folders by their build-tree paths: the run
+# script passes them through the environment instead (tests/ in the bundle).
+cp "$build/tests/bad_plugins/libfake_cudart.so" "$build/tests/bad_plugins/libdtrain_v10.so" "$pfx/tests/"
+cp -r "$src/core/include/dtrain" "$src/sdk/include/dtrain" "$pfx/include/"
+strip --strip-debug "$pfx"/bin/* "$pfx"/lib/*.so* "$pfx"/lib/dtrain/plugins/*.so "$pfx"/tests/*.so 2> /dev/null || true
+
+# UCX loads its transport modules at run time from its module folder
+# (UCX_MODULE_DIR in env.sh): CMA for one host; the InfiniBand ones stay out
+# (the GPU machine has no RDMA fabric to use them on).
+ucxmod=$(dirname "$(ldconfig -p | awk '/libucp.so.0 / {print $NF; exit}')")/ucx
+if [[ -e $ucxmod/libuct_cma.so.0 ]]; then
+  mkdir -p "$pfx/lib/ucx"
+  cp -L "$ucxmod/libuct_cma.so.0" "$pfx/lib/ucx/"
+fi
+
+# Runtime libraries: everything the ELF files need except the base system
+# (glibc, libstdc++, libgcc) and CUDA/NCCL (the GPU machine's own, from its
+# CUDA toolkit and the nvidia-nccl wheel).
+base='^(linux-vdso|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|ld-linux|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libnccl\.so|libz\.so)'
+elfs() {
+  find "$pfx/bin" "$pfx/lib" "$pfx/tests" -type f \( -perm -u+x -o -name '*.so*' \) -print | while read -r f; do
+    [[ $(head -c 4 "$f" | tr -d '\0') == $'\x7fELF' ]] && echo "$f"
+  done
+}
+for round in 1 2 3; do
+  while read -r f; do
+    LD_LIBRARY_PATH=$pfx/lib:$pfx/lib/ucx ldd "$f" 2> /dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+  done < <(elfs) | sort -u | while read -r soname path; do
+    [[ $soname =~ $base ]] && continue
+    [[ -e $pfx/lib/$soname ]] || cp -L "$path" "$pfx/lib/$soname"
+  done
+done
+
+# Check: nothing unresolved, nothing outside the prefix but the base system and CUDA.
+bad=0
+while read -r f; do
+  while read -r line; do
+    soname=${line%% *}
+    if [[ $line == *"not found"* ]]; then
+      [[ $soname =~ ^(libcudart|libnccl|libcuda)\. ]] && continue  # /usr/local/cuda here, the wheel there
+      echo "gpu_bundle: $f: $soname not found" >&2
+      bad=1
+    elif [[ ! $soname =~ $base && $line != *"$pfx/"* && $line == *"=> /"* ]]; then
+      echo "gpu_bundle: $f: $line resolves outside the prefix" >&2
+      bad=1
+    fi
+  done < <(LD_LIBRARY_PATH=$pfx/lib:$pfx/lib/ucx ldd "$f" 2> /dev/null | sed 's/^[[:space:]]*//')
+done < <(elfs)
+[[ $bad == 0 ]] || { echo "gpu_bundle: unresolved or outside libraries (above)" >&2; exit 1; }
+
+# The sources (the libtorch apps and the GPU-only steps are built there).
+git -C "$src" archive --format=tar --prefix=src/ HEAD | tar -x -C "$pfx"
+cp "$src/scripts/gpu_apps/build_apps.sh" "$src/scripts/gpu_apps/env.sh" "$pfx/"
+chmod +x "$pfx/build_apps.sh"
+{
+  echo "dtrain GPU bundle, built $(date -u +%Y-%m-%dT%H:%MZ) from $(git -C "$src" rev-parse --short HEAD)"
+  echo "on $(. /etc/os-release; echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | awk '{print $NF}')"
+  echo "needs on the target: glibc >= the highest GLIBC_ version below, libstdc++ with the GLIBCXX below,"
+  echo "CUDA 12/13 runtime (libcudart) and libnccl.so.2 (the nvidia-nccl wheel) for nccl"
+  objdump -T "$pfx"/bin/* "$pfx"/lib/*.so* 2> /dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
+  objdump -T "$pfx"/bin/* "$pfx"/lib/*.so* 2> /dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1
+} > "$pfx/BUNDLE.txt"
+
+tar -C "$stage" -czf "$out" "$name"
+size=$(stat -c %s "$out")
+echo "gpu_bundle: $out: $((size / 1024 / 1024)) MiB ($size bytes), $(find "$pfx/lib" -maxdepth 1 -name '*.so*' | wc -l) libraries"
+cat "$pfx/BUNDLE.txt"
+((size < 64 * 1024 * 1024)) || { echo "gpu_bundle: the archive is over 64 MiB" >&2; exit 1; }
