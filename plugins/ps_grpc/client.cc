@@ -371,22 +371,14 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
     for (uint64_t i = 0; i < n; ++i) pos[sharding_.server_of(keys[i])]->push_back(i);
     for (int s = 0; s < num_servers_; ++s) per_server[s] = pos[s]->size();
   }
-  // Each server's keys in equal chunks of at most `per` keys: the server looks
-  // them up in parallel, and no short last chunk is looked up after the others.
-  std::vector<uint64_t> even(num_servers_, 0);
   int parts = 0;
-  for (int s = 0; s < num_servers_; ++s) {
-    const uint64_t chunks = (per_server[s] + per - 1) / per;
-    if (chunks == 0) continue;
-    even[s] = (per_server[s] + chunks - 1) / chunks;
-    parts += static_cast<int>((per_server[s] + even[s] - 1) / even[s]);
-  }
+  for (int s = 0; s < num_servers_; ++s) parts += static_cast<int>((per_server[s] + per - 1) / per);
   auto op = new_op("a pull of sparse table '" + t.desc.name + "'", parts, o);
   op->after = {t.declared, t.last_push};
   for (int s = 0; s < num_servers_; ++s) {
     uint64_t total = per_server[s];
-    for (uint64_t off = 0; off < total; off += even[s]) {
-      uint64_t len = std::min(even[s], total - off);
+    for (uint64_t off = 0; off < total; off += per) {
+      uint64_t len = std::min(per, total - off);
       auto req = std::make_shared<SparsePull>();
       req->set_worker(rank_);
       req->set_table(t.desc.name);

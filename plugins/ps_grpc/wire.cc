@@ -2,9 +2,7 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <mutex>
 #include <new>
-#include <unordered_map>
 
 namespace dtrain::ps_grpc {
 
@@ -93,61 +91,6 @@ void check_desc(const sdk::TableDesc& d) {
     bad("GEO mode takes only the sgd rule (the workers apply the optimizer)");
 }
 
-namespace {
-
-// Reply buffers are reused: a fresh one costs page faults and cache misses on
-// every row the table writes, a recycled one was just read by the kernel's
-// send and is still cached. Blocks are kBlock multiples; at most kKeepBytes
-// are kept.
-class BlockPool {
- public:
-  static constexpr size_t kBlock = 64 << 10;
-  static constexpr size_t kKeepBytes = 16 << 20;
-  static BlockPool& get() {
-    static BlockPool* pool = new BlockPool;  // never destroyed: slices may outlive static destruction
-    return *pool;
-  }
-  static size_t round(size_t n) { return (n + kBlock - 1) / kBlock * kBlock; }
-  char* take(size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
-        char* m = it->second.back();
-        it->second.pop_back();
-        kept_ -= bytes;
-        return m;
-      }
-    }
-    char* m = static_cast<char*>(std::malloc(bytes));
-    if (!m) throw std::bad_alloc();
-    return m;
-  }
-  void give(char* m, size_t bytes) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (kept_ + bytes <= kKeepBytes) {
-        free_[bytes].push_back(m);
-        kept_ += bytes;
-        return;
-      }
-    }
-    std::free(m);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<size_t, std::vector<char*>> free_;
-  size_t kept_ = 0;
-};
-
-struct Block {
-  char* mem;
-  size_t bytes;
-};
-
-}  // namespace
-
 char* RawMessage::make_bytes(uint32_t field, size_t n) {
   if (n == 0) {
     slice = grpc::Slice();
@@ -161,19 +104,12 @@ char* RawMessage::make_bytes(uint32_t field, size_t n) {
     if (v < 0x80) break;
   }
   // The payload 16-byte aligned (the table writes floats into it), the header just before it.
-  BlockPool& pool = BlockPool::get();
-  const size_t bytes = BlockPool::round(16 + n);
-  auto* block = new Block{pool.take(bytes), bytes};
-  char* payload = block->mem + 16;
+  char* mem = static_cast<char*>(std::malloc(16 + n));
+  if (!mem) throw std::bad_alloc();
+  char* payload = mem + 16;
   std::memcpy(payload - h, head, h);
   slice = grpc::Slice(
-      payload - h, h + n,
-      [](void* b) {
-        auto* blk = static_cast<Block*>(b);
-        BlockPool::get().give(blk->mem, blk->bytes);
-        delete blk;
-      },
-      block);
+      payload - h, h + n, [](void* m) { std::free(m); }, mem);
   return payload;
 }
 

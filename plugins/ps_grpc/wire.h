@@ -36,10 +36,7 @@ void check_desc(const sdk::TableDesc& d);
 // A serialized message built in place, for replies whose only field is one
 // large `bytes` field (SparseValues): the server's table writes the payload
 // straight into the slice gRPC sends, with no protobuf string between (no
-// zero fill, no serialization copy). The buffer comes from a process-wide
-// pool and returns to it when gRPC drops the slice (a reused buffer is mapped
-// and cached; a fresh one costs page faults and cache misses on every row
-// written). grpc::SerializationTraits below.
+// zero fill, no serialization copy). grpc::SerializationTraits below.
 struct RawMessage {
   grpc::Slice slice;
   // Makes the message hold bytes field `field` (< 16) of n bytes; returns
