@@ -219,13 +219,14 @@ class SegTrainer : public Trainer {
       BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);
       Batch b;
       while (loader.next(&b)) {
+        b = to_device(b);
         auto out = net_->forward(b.images);
         auto pred = out.argmax(1);
         sums[0] += loss_of(out, b.labels).item<double>() * double(b.labels.size(0));
         sums[1] += double(b.labels.size(0));
         auto valid = b.labels.ne(augment_.ignore_index);
         auto cells = (b.labels.masked_select(valid) * C + pred.masked_select(valid)).bincount({}, C * C);
-        auto acc = cells.to(torch::kFloat64).contiguous();
+        auto acc = cells.to(torch::kCPU, torch::kFloat64).contiguous();
         const double* a = acc.data_ptr<double>();
         for (int64_t i = 0; i < C * C; ++i) conf[size_t(i)] += a[i];
         for (int64_t k = 0; k < b.labels.size(0) && int(written.size()) < pictures; ++k)
@@ -258,12 +259,12 @@ class SegTrainer : public Trainer {
  private:
   std::string write_strip(const Batch& b, const torch::Tensor& pred, int64_t k, const std::string& dir,
                           size_t index) const {
-    auto img = b.images[k];
+    auto img = b.images[k].cpu();
     const int c = int(img.size(0)), h = int(img.size(1)), w = int(img.size(2));
     auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
     Image im{c, h, w, std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()), {}};
-    auto t = b.labels[k].to(torch::kUInt8).contiguous();
-    auto p = pred[k].to(torch::kUInt8).contiguous();
+    auto t = b.labels[k].to(torch::kCPU, torch::kUInt8).contiguous();
+    auto p = pred[k].to(torch::kCPU, torch::kUInt8).contiguous();
     std::vector<uint8_t> truth(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel());
     std::vector<uint8_t> guess(p.data_ptr<uint8_t>(), p.data_ptr<uint8_t>() + p.numel());
     std::string path = (fs::path(dir) / fmt::format("epoch{}_{}.png", state_.epoch + 1, index)).string();
