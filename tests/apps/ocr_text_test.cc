@@ -1,7 +1,7 @@
 // The OCR app's pure parts: UTF-8 characters, the character dictionary and its
 // errors, CTC greedy decoding, edit distance and PaddleOCR's metrics, the
 // recognition list format and its errors, the word split, the renderer's
-// determinism and PaddleOCR's resize-and-pad.
+// determinism and PaddleOCR's resize-and-pad; the CRNN's output layout.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +12,7 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include "dtrain/error.h"
+#include "ocr/models.h"
 #include "ocr/ocr.h"
 #include "ocr/render.h"
 #include "ocr/text.h"
@@ -201,4 +202,16 @@ TEST(OcrRender, ModelInputResizesToHeightAndPadsRightWithMidGrey) {
   EXPECT_EQ(n.pixels[31], 10);   // 32 columns of image (aspect 1)
   EXPECT_EQ(n.pixels[32], 128);  // then padding
   EXPECT_EQ(n.pixels.size(), size_t(3 * 32 * 128));
+}
+
+TEST(OcrModel, BothBackbonesGiveOneStepPerFourColumns) {
+  for (const char* backbone : {"vgg", "mobilenetv3"}) {
+    auto net = make_crnn(backbone, 1, 16, 24, 2, 11);
+    net->eval();
+    ::torch::NoGradGuard ng;
+    auto out = net->forward(::torch::randn({3, 1, 32, 96}));
+    EXPECT_EQ(out.sizes(), (std::vector<int64_t>{24, 3, 11})) << backbone;
+  }
+  EXPECT_EQ(error_of([] { make_crnn("resnet", 1, 16, 24, 2, 11); }),
+            "unknown backbone 'resnet'; known backbones: vgg, mobilenetv3");
 }
