@@ -81,8 +81,8 @@ struct AugmentOptions {
 
 // A batch ready for the model.
 struct Batch {
-  torch::Tensor images;  // float32 [B, C, H, W], normalised
-  torch::Tensor labels;  // int64 [B]; segmentation: int64 [B, H, W]; text: int64 [B, longest], 0-padded
+  torch::Tensor images;         // float32 [B, C, H, W], normalised
+  torch::Tensor labels;         // int64 [B]; segmentation: int64 [B, H, W]; text: int64 [B, longest], 0-padded
   torch::Tensor label_lengths;  // text: int64 [B], each sample's label length; undefined otherwise
   int64_t index = 0;            // batch number within the epoch
 };

@@ -249,10 +249,9 @@ void Trainer::setup() {
                                                    .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
   } else if (optimizer == "adam") {
     sgd_ = std::make_shared<torch::optim::Adam>(
-        model_->parameters(),
-        torch::optim::AdamOptions(cfg_.get_float("train.lr", 0.1))
-            .betas({cfg_.get_float("train.beta1", 0.9), cfg_.get_float("train.beta2", 0.999)})
-            .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+        model_->parameters(), torch::optim::AdamOptions(cfg_.get_float("train.lr", 0.1))
+                                  .betas({cfg_.get_float("train.beta1", 0.9), cfg_.get_float("train.beta2", 0.999)})
+                                  .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
   } else {
     config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + optimizer + "\"");
   }

@@ -28,8 +28,8 @@ namespace fleet = ::dtrain::torch;
 // The trainer's keys (an app adds its own [data], [augment], [model] tables):
 //
 //   [train]      epochs, batch_size (per worker), eval_batch_size, optimizer
-//                ("momentum" | "adam"), lr, momentum, beta1, beta2, weight_decay, warmup_epochs, schedule ("cosine" | "piecewise"),
-//                milestones (epochs), gamma, seed, threads (intra-op), max_steps
+//                ("momentum" | "adam"), lr, momentum, beta1, beta2, weight_decay, warmup_epochs, schedule ("cosine" |
+//                "piecewise"), milestones (epochs), gamma, seed, threads (intra-op), max_steps
 //   [eval]       every_epochs (0: only at the end)
 //   [checkpoint] dir, every_epochs, every_steps, resume (false | true | "path")
 //   [log]        every_steps, tensorboard ("" or a folder)

@@ -42,7 +42,7 @@ nn::Sequential vgg(int c, int w) {
   s->push_back(nn::MaxPool2d(nn::MaxPool2dOptions({2, 1}).stride({2, 1})));  // 4 x W/4
   stage(3 * w, 4 * w);
   s->push_back(nn::MaxPool2d(nn::MaxPool2dOptions({2, 1}).stride({2, 1})));  // 2 x W/4
-  s->push_back(conv_bn(4 * w, 4 * w, Pair({2, 1}), 1, 0));                         // 1 x W/4
+  s->push_back(conv_bn(4 * w, 4 * w, Pair({2, 1}), 1, 0));                   // 1 x W/4
   s->push_back(nn::ReLU(nn::ReLUOptions(true)));
   return s;
 }
@@ -96,7 +96,7 @@ nn::Sequential mobilenet(int c, int w) {
   nn::Sequential s;
   s->push_back(conv_bn(c, w, 3, 2, 1));  // 16 x W/2
   s->push_back(HardSwish());
-  s->push_back(InvertedResidual(w, w, w, 3, std::vector<int64_t>{2, 2}, true, false));              // 8 x W/4
+  s->push_back(InvertedResidual(w, w, w, 3, std::vector<int64_t>{2, 2}, true, false));               // 8 x W/4
   s->push_back(InvertedResidual(w, 3 * w, 3 * w / 2, 3, std::vector<int64_t>{2, 1}, false, false));  // 4 x W/4
   s->push_back(InvertedResidual(3 * w / 2, 4 * w, 3 * w / 2, 3, std::vector<int64_t>{1, 1}, false, false));
   s->push_back(InvertedResidual(3 * w / 2, 6 * w, 5 * w / 2, 5, std::vector<int64_t>{2, 1}, true, true));  // 2 x W/4
@@ -120,10 +120,10 @@ CrnnImpl::CrnnImpl(const std::string& name, int channels, int width, int hidden,
 }
 
 torch::Tensor CrnnImpl::forward(const torch::Tensor& x) {
-  auto f = backbone->forward(x);                   // [B, D, 1, T]
-  auto seq = f.squeeze(2).permute({2, 0, 1});      // [T, B, D]
+  auto f = backbone->forward(x);                           // [B, D, 1, T]
+  auto seq = f.squeeze(2).permute({2, 0, 1});              // [T, B, D]
   auto out = std::get<0>(rnn->forward(seq.contiguous()));  // [T, B, 2H]
-  return head->forward(out);                      // [T, B, classes]
+  return head->forward(out);                               // [T, B, classes]
 }
 
 Crnn make_crnn(const std::string& backbone, int channels, int width, int hidden, int layers, int classes) {

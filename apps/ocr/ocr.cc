@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -63,7 +64,8 @@ void add_ocr_keys(ConfigSchema& s) {
   s.add("model.hidden", ConfigType::Int, "96", "LSTM size per direction");
   s.add("model.layers", ConfigType::Int, "2", "LSTM layers");
   s.add("eval.ignore_space", ConfigType::Bool, "true", "drop spaces before comparing (PaddleOCR's default)");
-  s.add("eval.filter", ConfigType::Bool, "false", "compare lower-cased letters and digits only (PaddleOCR's is_filter)");
+  s.add("eval.filter", ConfigType::Bool, "false",
+        "compare lower-cased letters and digits only (PaddleOCR's is_filter)");
   s.add("eval.pictures", ConfigType::Int, "0", "test images with their predictions written per evaluation (rank 0)");
   s.add("eval.picture_dir", ConfigType::String, "\"\"", "where they go (\"\": <checkpoint.dir>/pictures)");
   s.add("eval.mistakes", ConfigType::Int, "10", "wrong predictions listed at the final evaluation (rank 0)");
@@ -75,7 +77,8 @@ Config load_ocr_config(const std::string& path, const std::vector<std::string>& 
 
 const std::vector<std::string>& builtin_en_dict() {
   static const std::vector<std::string> chars = [] {
-    std::string all = "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~!\"#$%&'()*+,-./";
+    std::string all =
+        "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~!\"#$%&'()*+,-./";
     std::vector<std::string> v;
     for (char c : all) v.emplace_back(1, c);
     return v;
@@ -105,7 +108,8 @@ Shape image_shape(const Config& cfg) {
   if (v.size() != 3) config_error(cfg, "data.image_shape", "must be [channels, 32, width]");
   Shape s{int(v[0]), int(v[1]), int(v[2])};
   if (s.channels != 1 && s.channels != 3) config_error(cfg, "data.image_shape", "channels must be 1 or 3");
-  if (s.height != 32) config_error(cfg, "data.image_shape", "the height must be 32 (the backbones reduce 32 rows to 1)");
+  if (s.height != 32)
+    config_error(cfg, "data.image_shape", "the height must be 32 (the backbones reduce 32 rows to 1)");
   if (s.width < 8 || s.width % 4 != 0) config_error(cfg, "data.image_shape", "the width must be a multiple of 4, >= 8");
   return s;
 }
@@ -137,7 +141,8 @@ struct OcrData {
 std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, const std::vector<std::string>& chars) {
   std::vector<std::string> fonts = cfg.has(key) ? cfg.get_string_list(key) : std::vector<std::string>{};
   for (const auto& f : fonts) {
-    if (!fs::exists(f)) config_error(cfg, key, "font file '" + f + "' does not exist (scripts/setup.sh installs the fonts)");
+    if (!fs::exists(f))
+      config_error(cfg, key, "font file '" + f + "' does not exist (scripts/setup.sh installs the fonts)");
     std::vector<std::string> missing;
     try {
       missing = ocr::missing_glyphs(f, chars);
@@ -155,7 +160,8 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
   std::string ds = cfg.get_string("data.dataset", "render");
   OcrData d;
   if (ds == "render") {
-    size_t min_len = size_t(positive(cfg, "data.min_length", 1)), max_len = size_t(positive(cfg, "data.max_length", 12));
+    size_t min_len = size_t(positive(cfg, "data.min_length", 1)),
+           max_len = size_t(positive(cfg, "data.max_length", 12));
     if (max_len > size_t(positive(cfg, "data.max_text_length", 25)))
       config_error(cfg, "data.max_length", "must be <= data.max_text_length");
     if (int(max_len) > shape.width / 4 / 2)
@@ -328,8 +334,9 @@ class OcrTrainer : public Trainer {
     sync_buffers();
     model_->eval();
     torch::NoGradGuard ng;
-    bool final_eval = state_.epoch + 1 >= positive(cfg_, "train.epochs", 10) ||
-                      (cfg_.get_int("train.max_steps", 0) > 0 && state_.global_step >= cfg_.get_int("train.max_steps", 0));
+    bool final_eval =
+        state_.epoch + 1 >= positive(cfg_, "train.epochs", 10) ||
+        (cfg_.get_int("train.max_steps", 0) > 0 && state_.global_step >= cfg_.get_int("train.max_steps", 0));
     evaluate_set(eval_set_, "test", final_eval);
     if (heldout_) evaluate_set(heldout_, "heldout_fonts", final_eval);
   }
@@ -357,7 +364,8 @@ class OcrTrainer : public Trainer {
           std::string pred = dict_->decode(preds[k].first), label = dict_->decode(label_of(b, int64_t(k)));
           bool ok = m.add(pred, label);
           size_t sample = idx[size_t(b.index * eval_batch_) + k];
-          if (int(shown.size()) < pictures) shown.push_back(write_picture(b, int64_t(k), pic_dir, name, sample, pred, label));
+          if (int(shown.size()) < pictures)
+            shown.push_back(write_picture(b, int64_t(k), pic_dir, name, sample, pred, label));
           if (!ok && int(wrong.size()) < mistakes) wrong.push_back(fmt::format("'{}' -> '{}'", label, pred));
         }
       }
@@ -368,7 +376,8 @@ class OcrTrainer : public Trainer {
     double acc = sums[0] / n, ned = 1 - sums[1] / n, secs = std::chrono::duration<double>(Clock::now() - t0).count();
     log_line(fmt::format("eval epoch {} {}: acc {:.4f} norm_edit_dis {:.4f} loss {:.4f} ({} words, {:.1f} s)",
                          state_.epoch + 1, name, acc, ned, sums[3] / n, int64_t(sums[2]), secs));
-    log_line(fmt::format("[EVAL] {} acc: {:.6f}, norm_edit_dis: {:.6f}, samples: {}", name, acc, ned, int64_t(sums[2])));
+    log_line(
+        fmt::format("[EVAL] {} acc: {:.6f}, norm_edit_dis: {:.6f}, samples: {}", name, acc, ned, int64_t(sums[2])));
     if (!shown.empty()) log_line("pictures: " + sdk::join(shown, " "));
     if (!wrong.empty()) log_line("mistakes (" + name + ", rank 0's first): " + sdk::join(wrong, ", "));
     if (tb_) {
@@ -383,8 +392,12 @@ class OcrTrainer : public Trainer {
                             const std::string& pred, const std::string& label) const {
     auto img = b.images[k];
     auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
-    Image im{int(img.size(0)), int(img.size(1)), int(img.size(2)),
-             std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()), {}, {}};
+    Image im{int(img.size(0)),
+             int(img.size(1)),
+             int(img.size(2)),
+             std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()),
+             {},
+             {}};
     std::string path = (fs::path(dir) / fmt::format("epoch{}_{}_{}.png", state_.epoch + 1, set, index)).string();
     write_image_png(path, im);
     return fmt::format("{} ('{}' -> '{}')", path, label, pred);
@@ -480,8 +493,9 @@ int predict_main(int argc, char** argv) {
 }
 
 int render_main(int argc, char** argv) {
-  CLI::App cli{"dtrain-ocr render: rendered words as a PaddleOCR recognition data set (images/, list.txt) and the model's "
-                "inputs of them stacked in one picture (sheet.png)"};
+  CLI::App cli{
+      "dtrain-ocr render: rendered words as a PaddleOCR recognition data set (images/, list.txt) and the model's "
+      "inputs of them stacked in one picture (sheet.png)"};
   std::string job, out_dir, split = "test";
   int64_t count = 16, epoch = 0;
   std::vector<std::string> overrides;
@@ -501,8 +515,8 @@ int render_main(int argc, char** argv) {
     uint64_t seed = uint64_t(cfg.get_int("train.seed", 42));
     OcrData d = make_data(cfg, dict, seed);
     auto ds = std::dynamic_pointer_cast<ocr::RenderedDataset>(split == "train"  ? d.train
-                                                               : split == "test" ? d.test
-                                                                                 : d.heldout);
+                                                              : split == "test" ? d.test
+                                                                                : d.heldout);
     if (!ds) config_error(cfg, "data.heldout_fonts", "--split heldout needs data.heldout_fonts");
     fs::create_directories(fs::path(out_dir) / "images");
     std::string list = (fs::path(out_dir) / "list.txt").string();
@@ -525,8 +539,8 @@ int render_main(int argc, char** argv) {
     cv::vconcat(inputs, sheet);
     std::string sheet_path = (fs::path(out_dir) / "sheet.png").string();
     if (!cv::imwrite(sheet_path, sheet)) throw IoError("cannot write '" + sheet_path + "'");
-    log_line(fmt::format("render: {} {} words -> {}, the model's inputs stacked in {} ({})", n, split, list,
-                         sheet_path, d.describe));
+    log_line(fmt::format("render: {} {} words -> {}, the model's inputs stacked in {} ({})", n, split, list, sheet_path,
+                         d.describe));
     return 0;
   });
 }

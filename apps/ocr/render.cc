@@ -102,8 +102,8 @@ std::vector<std::string> missing_glyphs(const std::string& font, const std::vect
 cv::Mat render_text(const std::string& text, const std::string& font, uint64_t seed, const RenderOptions& o) {
   Rng rng(seed);
   const bool aug = o.augment;
-  const int px = aug ? rng.integer(o.min_font_px, std::max(o.min_font_px, o.max_font_px))
-                     : (o.min_font_px + o.max_font_px) / 2;
+  const int px =
+      aug ? rng.integer(o.min_font_px, std::max(o.min_font_px, o.max_font_px)) : (o.min_font_px + o.max_font_px) / 2;
   FT_Face face = FaceCache::mine().get(font);
   if (FT_Set_Pixel_Sizes(face, 0, FT_UInt(px)) != 0) throw InvalidUsage("font '" + font + "': cannot set its size");
   const int asc = int(face->size->metrics.ascender >> 6), desc = int(-(face->size->metrics.descender >> 6));
@@ -205,7 +205,8 @@ cv::Mat render_text(const std::string& text, const std::string& font, uint64_t s
 }
 
 Image model_input(const cv::Mat& m, int channels, int height, int width) {
-  if (channels != 1 && channels != 3) throw InvalidUsage("image channels must be 1 or 3, got " + std::to_string(channels));
+  if (channels != 1 && channels != 3)
+    throw InvalidUsage("image channels must be 1 or 3, got " + std::to_string(channels));
   cv::Mat src = m;
   if (channels == 1 && m.channels() == 3) cv::cvtColor(m, src, cv::COLOR_BGR2GRAY);
   if (channels == 3 && m.channels() == 1) cv::cvtColor(m, src, cv::COLOR_GRAY2BGR);
@@ -273,8 +274,8 @@ RenderedDataset::Raw RenderedDataset::raw(size_t i, bool train, uint64_t seed, i
 
 Image RenderedDataset::get(size_t i, int64_t* label) const {
   Pick p = pick(i, false, 0, 0);
-  Image im = model_input(render_text(o_.words[p.word], o_.fonts[p.font], p.seed, o_.render), o_.channels, o_.height,
-                         o_.width);
+  Image im =
+      model_input(render_text(o_.words[p.word], o_.fonts[p.font], p.seed, o_.render), o_.channels, o_.height, o_.width);
   im.text = ids_[p.word];
   *label = int64_t(p.word);
   return im;
@@ -282,8 +283,8 @@ Image RenderedDataset::get(size_t i, int64_t* label) const {
 
 Image RenderedDataset::get_train(size_t i, uint64_t seed, int64_t epoch, int64_t* label) const {
   Pick p = pick(i, true, seed, epoch);
-  Image im = model_input(render_text(o_.words[p.word], o_.fonts[p.font], p.seed, o_.render), o_.channels, o_.height,
-                         o_.width);
+  Image im =
+      model_input(render_text(o_.words[p.word], o_.fonts[p.font], p.seed, o_.render), o_.channels, o_.height, o_.width);
   im.text = ids_[p.word];
   *label = int64_t(p.word);
   return im;
@@ -315,8 +316,8 @@ class RecListDataset : public Dataset {
 
 }  // namespace
 
-std::shared_ptr<Dataset> make_list_dataset(ListFile list, const std::string& list_file, int num_classes,
-                                           int channels, int height, int width) {
+std::shared_ptr<Dataset> make_list_dataset(ListFile list, const std::string& list_file, int num_classes, int channels,
+                                           int height, int width) {
   return std::make_shared<RecListDataset>(std::move(list), list_file, num_classes, channels, height, width);
 }
 

@@ -99,8 +99,8 @@ class RenderedDataset : public Dataset {
 
 // A PaddleOCR recognition list (see read_rec_list), images decoded with
 // OpenCV when fetched and passed through model_input.
-std::shared_ptr<Dataset> make_list_dataset(ListFile list, const std::string& list_file, int num_classes,
-                                           int channels, int height, int width);
+std::shared_ptr<Dataset> make_list_dataset(ListFile list, const std::string& list_file, int num_classes, int channels,
+                                           int height, int width);
 
 // The text of a sample (the dictionary's decode of Image::text).
 inline std::string sample_text(const Image& im, const CharDict& dict) { return dict.decode(im.text); }

@@ -136,8 +136,8 @@ bool TextMetric::add(std::string pred, std::string label) {
   return ok;
 }
 
-ListFile read_rec_list(const std::string& list_file, const std::string& root, const CharDict& dict,
-                       size_t max_length, bool skip_bad, size_t limit) {
+ListFile read_rec_list(const std::string& list_file, const std::string& root, const CharDict& dict, size_t max_length,
+                       bool skip_bad, size_t limit) {
   std::ifstream in(list_file);
   if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
   ListFile out;

@@ -80,7 +80,7 @@ struct ListFile {
 // skip_bad, skipped and counted. A line without a tab, an empty label and a
 // missing image are always errors naming file and line. limit > 0 keeps the
 // first `limit` entries.
-ListFile read_rec_list(const std::string& list_file, const std::string& root, const CharDict& dict,
-                       size_t max_length, bool skip_bad, size_t limit = 0);
+ListFile read_rec_list(const std::string& list_file, const std::string& root, const CharDict& dict, size_t max_length,
+                       bool skip_bad, size_t limit = 0);
 
 }  // namespace dtrain::apps::ocr

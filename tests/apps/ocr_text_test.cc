@@ -57,7 +57,7 @@ const char* kFont = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 TEST(OcrText, Utf8Characters) {
   EXPECT_EQ(utf8_chars("ab"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(utf8_chars("na\xc3\xafve").size(), 5u);  // naïve
-  EXPECT_EQ(utf8_chars("\xe2\x82\xac").size(), 1u);   // €
+  EXPECT_EQ(utf8_chars("\xe2\x82\xac").size(), 1u);  // €
   EXPECT_THROW(utf8_chars("a\xc3"), InvalidUsage);
   EXPECT_THROW(utf8_chars("\xff"), InvalidUsage);
 }
