@@ -14,6 +14,7 @@ pkgs=(
   libtorch-dev libopenblas0 dataset-fashion-mnist libopencv-imgcodecs-dev libopencv-imgproc-dev
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc redis-server
+  wamerican libfreetype-dev fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-noto-core fonts-urw-base35 fonts-croscore
 )
 
 missing=()

@@ -64,7 +64,7 @@ class InMemoryDataset : public Dataset {
   int channels() const override { return c_; }
   int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
-    Image im{c_, h_, w_, {}, {}};
+    Image im{c_, h_, w_, {}, {}, {}};
     size_t n = size_t(c_) * h_ * w_;
     im.pixels.assign(pixels_.begin() + i * n, pixels_.begin() + (i + 1) * n);
     *label = labels_[i];
@@ -99,7 +99,7 @@ class ListDataset : public Dataset {
       m = r;
     }
     *label = labels_[i];
-    return Image{channels_, size_, size_, chw_pixels(m, channels_), {}};
+    return Image{channels_, size_, size_, chw_pixels(m, channels_), {}, {}};
   }
 
  private:
@@ -256,11 +256,15 @@ Batch BatchLoader::make_batch(int64_t b) const {
   int64_t end = std::min<int64_t>(start + batch_size_, static_cast<int64_t>(indices_.size()));
   int64_t count = end - start;
   int64_t label = 0;
-  Image first = dataset_->get(indices_[start], &label);
+  auto fetch = [&](size_t idx) {
+    return train_ ? dataset_->get_train(idx, seed_, epoch_, &label) : dataset_->get(idx, &label);
+  };
+  Image first = fetch(indices_[start]);
   const int c = first.channels, h = first.height, w = first.width;
   Batch out;
   out.index = b;
   const bool dense = !first.mask.empty();
+  if (!first.text.empty()) return make_text_batch(b, std::move(first));
   out.images = torch::empty({count, c, h, w}, torch::kFloat32);
   out.labels = dense ? torch::empty({count, h, w}, torch::kInt64) : torch::empty({count}, torch::kInt64);
   float* dst = out.images.data_ptr<float>();
@@ -269,7 +273,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
   const int pad = train_ ? augment_.crop_padding : 0;
   for (int64_t k = 0; k < count; ++k) {
     size_t idx = indices_[start + k];
-    Image im = k == 0 ? std::move(first) : dataset_->get(idx, &label);
+    Image im = k == 0 ? std::move(first) : fetch(idx);
     if (im.channels != c || im.height != h || im.width != w)
       throw InvalidUsage("images of one batch differ in shape (item " + std::to_string(idx) + ")");
     if (dense) {
@@ -299,6 +303,44 @@ Batch BatchLoader::make_batch(int64_t b) const {
           o[(size_t(ch) * h + y) * w + x] = v * scale - shift;
         }
       }
+  }
+  return out;
+}
+
+Batch BatchLoader::make_text_batch(int64_t b, Image first) const {
+  int64_t start = b * batch_size_;
+  int64_t end = std::min<int64_t>(start + batch_size_, static_cast<int64_t>(indices_.size()));
+  int64_t count = end - start;
+  const int c = first.channels, h = first.height, w = first.width;
+  std::vector<Image> items;
+  items.reserve(size_t(count));
+  items.push_back(std::move(first));
+  int64_t label = 0;
+  for (int64_t k = 1; k < count; ++k) {
+    size_t idx = indices_[start + k];
+    items.push_back(train_ ? dataset_->get_train(idx, seed_, epoch_, &label) : dataset_->get(idx, &label));
+    const Image& im = items.back();
+    if (im.channels != c || im.height != h || im.width != w)
+      throw InvalidUsage("images of one batch differ in shape (item " + std::to_string(idx) + ")");
+    if (im.text.empty()) throw InvalidUsage("item " + std::to_string(idx) + " of a text batch has an empty label");
+  }
+  size_t longest = 0;
+  for (const auto& im : items) longest = std::max(longest, im.text.size());
+  Batch out;
+  out.index = b;
+  out.images = torch::empty({count, c, h, w}, torch::kFloat32);
+  out.labels = torch::zeros({count, int64_t(longest)}, torch::kInt64);
+  out.label_lengths = torch::empty({count}, torch::kInt64);
+  float* dst = out.images.data_ptr<float>();
+  int64_t* lab = out.labels.data_ptr<int64_t>();
+  int64_t* len = out.label_lengths.data_ptr<int64_t>();
+  const float scale = 1.0f / (255.0f * augment_.std), shift = augment_.mean / augment_.std;
+  for (int64_t k = 0; k < count; ++k) {
+    const Image& im = items[size_t(k)];
+    float* o = dst + k * c * h * w;
+    for (size_t i = 0; i < im.pixels.size(); ++i) o[i] = im.pixels[i] * scale - shift;
+    std::copy(im.text.begin(), im.text.end(), lab + k * int64_t(longest));
+    len[k] = int64_t(im.text.size());
   }
   return out;
 }

@@ -16,11 +16,13 @@ namespace torch = ::torch;
 
 // One decoded image: channels x height x width, uint8, channel-major. A
 // segmentation sample also carries its per-pixel labels (height x width,
-// row-major; AugmentOptions::ignore_index marks pixels without a label).
+// row-major; AugmentOptions::ignore_index marks pixels without a label); a
+// text-recognition sample its label as character ids (1.., 0 is CTC's blank).
 struct Image {
   int channels = 0, height = 0, width = 0;
   std::vector<uint8_t> pixels;
   std::vector<uint8_t> mask;  // empty for classification
+  std::vector<int64_t> text;  // empty unless text recognition
 };
 
 // A labelled image set. get() must be safe to call from one background thread
@@ -32,6 +34,14 @@ class Dataset {
   virtual int channels() const = 0;
   virtual int num_classes() const = 0;
   virtual Image get(size_t index, int64_t* label) const = 0;
+  // The sample as training sees it in `epoch`, for data sets that synthesise
+  // or augment their samples themselves (a pure function of its arguments);
+  // by default get(index, label). Called on the loader thread.
+  virtual Image get_train(size_t index, uint64_t seed, int64_t epoch, int64_t* label) const {
+    (void)seed;
+    (void)epoch;
+    return get(index, label);
+  }
 };
 
 // Fashion-MNIST (or MNIST) from its IDX files, gzip-compressed or not:
@@ -71,13 +81,15 @@ struct AugmentOptions {
 
 // A batch ready for the model.
 struct Batch {
-  torch::Tensor images;  // float32 [B, C, H, W], normalised
-  torch::Tensor labels;  // int64 [B]; segmentation: int64 [B, H, W]
-  int64_t index = 0;     // batch number within the epoch
+  torch::Tensor images;         // float32 [B, C, H, W], normalised
+  torch::Tensor labels;         // int64 [B]; segmentation: int64 [B, H, W]; text: int64 [B, longest], 0-padded
+  torch::Tensor label_lengths;  // text: int64 [B], each sample's label length; undefined otherwise
+  int64_t index = 0;            // batch number within the epoch
 };
 
 // Produces the batches of one epoch on a background thread, `prefetch`
-// batches ahead. Augmentation randomness is a pure function of (seed, epoch,
+// batches ahead. Training batches come from Dataset::get_train, evaluation
+// batches from Dataset::get. Augmentation randomness is a pure function of (seed, epoch,
 // sample index), so a resumed run sees exactly the batches it would have seen.
 class BatchLoader {
  public:
@@ -93,6 +105,7 @@ class BatchLoader {
 
  private:
   Batch make_batch(int64_t b) const;
+  Batch make_text_batch(int64_t b, Image first) const;
   void fill_segmentation(const Image& im, size_t idx, float* image, int64_t* labels) const;
 
   std::shared_ptr<Dataset> dataset_;

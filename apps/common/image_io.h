@@ -1,6 +1,6 @@
 #pragma once
-// Image files of the list datasets (PaddleClas, PaddleSeg), decoded with
-// OpenCV; for apps/common's .cc files only (keeps OpenCV out of data.h).
+// Image files of the list datasets (PaddleClas, PaddleSeg, PaddleOCR), decoded
+// with OpenCV; for the apps' .cc files only (keeps OpenCV out of data.h).
 
 #include <string>
 #include <vector>

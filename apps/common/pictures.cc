@@ -159,7 +159,7 @@ void write_image_png(const std::string& path, const Image& im) {
 Image side_by_side(const Image& im, const std::vector<uint8_t>& truth, const std::vector<uint8_t>& pred,
                    const std::vector<Rgb>& colours) {
   const int h = im.height, w = im.width, gap = 2;
-  Image out{3, h, 3 * w + 2 * gap, {}, {}};
+  Image out{3, h, 3 * w + 2 * gap, {}, {}, {}};
   out.pixels.assign(size_t(3) * h * out.width, 255);
   auto set = [&](int x, int y, int c, uint8_t v) { out.pixels[(size_t(c) * h + y) * out.width + x] = v; };
   for (int y = 0; y < h; ++y)

@@ -33,7 +33,7 @@ class SceneDataset : public Dataset {
     const int S = o_.size;
     std::mt19937_64 gen(o_.seed * 0x9E3779B97F4A7C15ULL + index * 0xD1B54A32D192ED03ULL + 1);
     auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(gen); };
-    Image im{3, S, S, std::vector<uint8_t>(size_t(3) * S * S), std::vector<uint8_t>(size_t(S) * S, 0)};
+    Image im{3, S, S, std::vector<uint8_t>(size_t(3) * S * S), std::vector<uint8_t>(size_t(S) * S, 0), {}};
 
     // Background: a random colour, two stripe patterns and per-pixel noise.
     double base[3], amp1 = uni(8, 30), amp2 = uni(5, 20);
@@ -136,7 +136,7 @@ class SegListDataset : public Dataset {
       m = r;
       lm = lr;
     }
-    return Image{channels_, size_, size_, chw_pixels(m, channels_), chw_pixels(lm, 1)};
+    return Image{channels_, size_, size_, chw_pixels(m, channels_), chw_pixels(lm, 1), {}};
   }
 
  private:

@@ -29,7 +29,10 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("train.batch_size", ConfigType::Int, "128", "per worker");
   s.add("train.eval_batch_size", ConfigType::Int, "500", "per worker");
   s.add("train.lr", ConfigType::Float, "0.1", "peak learning rate");
-  s.add("train.momentum", ConfigType::Float, "0.9", "");
+  s.add("train.optimizer", ConfigType::String, "\"momentum\"", "momentum (SGD) | adam");
+  s.add("train.momentum", ConfigType::Float, "0.9", "momentum: its coefficient");
+  s.add("train.beta1", ConfigType::Float, "0.9", "adam");
+  s.add("train.beta2", ConfigType::Float, "0.999", "adam");
   s.add("train.weight_decay", ConfigType::Float, "1e-4", "L2 decay");
   s.add("train.warmup_epochs", ConfigType::Float, "0", "linear warm-up length");
   s.add("train.schedule", ConfigType::String, "\"cosine\"", "cosine | piecewise");
@@ -254,10 +257,20 @@ void Trainer::setup() {
   model_->to(device_.device);
 
   dp_ = fleet::distributed_model(model_);
-  sgd_ = std::make_shared<torch::optim::SGD>(model_->parameters(),
-                                             torch::optim::SGDOptions(cfg_.get_float("train.lr", 0.1))
-                                                 .momentum(cfg_.get_float("train.momentum", 0.9))
-                                                 .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+  std::string optimizer = cfg_.get_string("train.optimizer", "momentum");
+  if (optimizer == "momentum") {
+    sgd_ = std::make_shared<torch::optim::SGD>(model_->parameters(),
+                                               torch::optim::SGDOptions(cfg_.get_float("train.lr", 0.1))
+                                                   .momentum(cfg_.get_float("train.momentum", 0.9))
+                                                   .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+  } else if (optimizer == "adam") {
+    sgd_ = std::make_shared<torch::optim::Adam>(
+        model_->parameters(), torch::optim::AdamOptions(cfg_.get_float("train.lr", 0.1))
+                                  .betas({cfg_.get_float("train.beta1", 0.9), cfg_.get_float("train.beta2", 0.999)})
+                                  .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+  } else {
+    config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + optimizer + "\"");
+  }
   opt_ = fleet::distributed_optimizer(sgd_);
   const auto& so = fleet::strategy();
   k_merge_ = so.gradient_merge_k_steps;
@@ -349,7 +362,7 @@ void Trainer::train() {
     Batch b;
     while (st.batch_in_epoch < steps_per_epoch_ && loader.next(&b)) {
       double lr = lr_.at(st.global_step);
-      for (auto& g : sgd_->param_groups()) static_cast<torch::optim::SGDOptions&>(g.options()).lr(lr);
+      for (auto& g : sgd_->param_groups()) g.options().set_lr(lr);
       StepOutput out;
       {
         AutocastScope autocast(device_.bf16);

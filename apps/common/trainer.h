@@ -28,9 +28,10 @@ namespace fleet = ::dtrain::torch;
 // ---- job-file keys ----------------------------------------------------------
 // The trainer's keys (an app adds its own [data], [augment], [model] tables):
 //
-//   [train]      epochs, batch_size (per worker), eval_batch_size, lr, momentum,
-//                weight_decay, warmup_epochs, schedule ("cosine" | "piecewise"),
-//                milestones (epochs), gamma, seed, threads (intra-op), max_steps,
+//   [train]      epochs, batch_size (per worker), eval_batch_size, optimizer
+//                ("momentum" | "adam"), lr, momentum, beta1, beta2, weight_decay,
+//                warmup_epochs, schedule ("cosine" | "piecewise"), milestones
+//                (epochs), gamma, seed, threads (intra-op), max_steps,
 //                device ("auto" | "cpu" | "cuda" | "cuda:N"), bf16, channels_last
 //                (common/device.h)
 //   [eval]       every_epochs (0: only at the end)
@@ -95,7 +96,7 @@ struct StepOutput {
 // The epoch/step loop skeleton. An app derives from it and provides its data,
 // its model and its evaluation; run() does the rest on every worker:
 // fleet::init (the role and the store from the environment), build(), the
-// data-parallel model and the SGD optimizer through fleet, resume, the epochs
+// data-parallel model and the optimizer (SGD or Adam) through fleet, resume, the epochs
 // (progress lines, TensorBoard scalars, checkpoints, evaluation), parameter dump.
 class Trainer {
  public:
@@ -142,7 +143,7 @@ class Trainer {
   void train();
 
   std::shared_ptr<fleet::DataParallel> dp_;
-  std::shared_ptr<torch::optim::SGD> sgd_;
+  std::shared_ptr<torch::optim::Optimizer> sgd_;  // SGD with momentum or Adam
   std::shared_ptr<fleet::DistributedOptimizer> opt_;
   LrSchedule lr_;
   std::string ckpt_dir_;

@@ -262,7 +262,7 @@ class SegTrainer : public Trainer {
     auto img = b.images[k].cpu();
     const int c = int(img.size(0)), h = int(img.size(1)), w = int(img.size(2));
     auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
-    Image im{c, h, w, std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()), {}};
+    Image im{c, h, w, std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()), {}, {}};
     auto t = b.labels[k].to(torch::kCPU, torch::kUInt8).contiguous();
     auto p = pred[k].to(torch::kCPU, torch::kUInt8).contiguous();
     std::vector<uint8_t> truth(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + t.numel());

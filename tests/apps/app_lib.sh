@@ -1,9 +1,12 @@
-# Shared by the training-app tests (cls_test.sh, seg_test.sh), sourced after
-# `mode=... work=...` are set: skips (77) without the Fashion-MNIST package,
-# starts in a fresh WORKDIR with no scheduler variables, and gives the checks
-# both apps' short 2-worker runs make.
+# Shared by the training-app tests (cls_test.sh, seg_test.sh, ocr_test.sh), sourced after
+# `mode=... work=...` (and optionally `need="FILE..."`, the files the app's data
+# lives in) are set: skips (77) without the data (default: the Fashion-MNIST
+# package), starts in a fresh WORKDIR with no scheduler variables, and gives
+# the checks the apps' short 2-worker runs make.
 data=/usr/share/datasets/fashion-mnist
-[[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing (apt-get install dataset-fashion-mnist)"; exit 77; }
+for f in ${need:-$data/train-images-idx3-ubyte.gz}; do
+  [[ -e $f ]] || { echo "SKIP: $f missing (scripts/setup.sh --with-apps installs it)"; exit 77; }
+done
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true
 

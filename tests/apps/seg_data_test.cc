@@ -30,7 +30,7 @@ class BlocksDataset : public Dataset {
   Image get(size_t index, int64_t* label) const override {
     *label = -1;
     const int n = 32;
-    Image im{1, n, n, std::vector<uint8_t>(n * n), std::vector<uint8_t>(n * n)};
+    Image im{1, n, n, std::vector<uint8_t>(n * n), std::vector<uint8_t>(n * n), {}};
     for (int y = 0; y < n; ++y)
       for (int x = 0; x < n; ++x) {
         bool on = ((x / 8 + y / 8 + int(index)) % 3) == 0;
@@ -102,7 +102,7 @@ TEST(Scenes, DeterministicLabelledAndDistinctPerSeed) {
     int num_classes() const override { return 10; }
     Image get(size_t i, int64_t* label) const override {
       *label = i == 0 ? 4 : 7;
-      return Image{1, 28, 28, std::vector<uint8_t>(px.begin() + i * 784, px.begin() + (i + 1) * 784), {}};
+      return Image{1, 28, 28, std::vector<uint8_t>(px.begin() + i * 784, px.begin() + (i + 1) * 784), {}, {}};
     }
   };
   auto items = std::make_shared<Items>();

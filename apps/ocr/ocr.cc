@@ -1,0 +1,559 @@
+#include "ocr/ocr.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <opencv2/imgcodecs.hpp>
+
+#include "common/data.h"
+#include "common/pictures.h"
+#include "common/trainer.h"
+#include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
+#include "dtrain/torch/metrics.h"
+#include "ocr/models.h"
+#include "ocr/render.h"
+
+namespace fs = std::filesystem;
+
+namespace dtrain::apps {
+
+using ocr::CharDict;
+
+void add_ocr_keys(ConfigSchema& s) {
+  s.add("data.dataset", ConfigType::String, "\"render\"", "render | list");
+  s.add("data.character_dict_path", ConfigType::String, "\"\"", "one character per line (\"\": built-in en_dict)");
+  s.add("data.use_space_char", ConfigType::Bool, "false", "add ' ' to the dictionary");
+  s.add("data.max_text_length", ConfigType::Int, "25", "longest label in characters");
+  s.add("data.image_shape", ConfigType::IntList, "[1, 32, 128]", "model input [channels (1|3), 32, width]");
+  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread");
+  s.add("data.words", ConfigType::String, "\"/usr/share/dict/words\"", "word list, one per line (render)");
+  s.add("data.fonts", ConfigType::StringList, "[]", "font files the training and test words are rendered in");
+  s.add("data.heldout_fonts", ConfigType::StringList, "[]", "font files never trained on: a second test set");
+  s.add("data.min_length", ConfigType::Int, "1", "shortest word used, in characters");
+  s.add("data.max_length", ConfigType::Int, "12", "longest word used, in characters");
+  s.add("data.test_percent", ConfigType::Float, "10", "share of the words held out for testing (by word hash)");
+  s.add("data.train_samples", ConfigType::Int, "20000", "rendered samples per training epoch");
+  s.add("data.eval_samples", ConfigType::Int, "2000", "rendered test samples (distinct test words)");
+  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleOCR list for training: image_path<TAB>label");
+  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleOCR list for evaluation");
+  s.add("data.root", ConfigType::String, "\"\"", "folder the lists' image paths are relative to (data_dir)");
+  s.add("data.unknown_chars", ConfigType::String, "\"error\"",
+        "error | skip: a label with a character outside the dictionary (or too long)");
+  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N list entries (0: all)");
+  s.add("data.limit_eval", ConfigType::Int, "0", "");
+  s.add("augment.min_font_px", ConfigType::Int, "22", "font size range before the resize to 32 rows");
+  s.add("augment.max_font_px", ConfigType::Int, "40", "");
+  s.add("augment.slant", ConfigType::Float, "0.2", "largest shear");
+  s.add("augment.rotate", ConfigType::Float, "2", "largest rotation in degrees");
+  s.add("augment.spacing", ConfigType::Float, "0.06", "largest extra letter spacing, share of the font size");
+  s.add("augment.blur", ConfigType::Float, "0.4", "probability of a blur");
+  s.add("augment.noise", ConfigType::Float, "10", "largest pixel-noise std in grey levels");
+  s.add("augment.min_contrast", ConfigType::Int, "70", "least text/background difference in grey levels");
+  s.add("augment.texture", ConfigType::Float, "0.5", "probability of a background texture");
+  s.add("augment.margin", ConfigType::Float, "0.3", "largest crop margin, share of the font size");
+  s.add("augment.tight", ConfigType::Float, "0.3", "probability of a tight crop");
+  s.add("model.backbone", ConfigType::String, "\"vgg\"", "vgg | mobilenetv3");
+  s.add("model.width", ConfigType::Int, "32", "backbone base channels");
+  s.add("model.hidden", ConfigType::Int, "96", "LSTM size per direction");
+  s.add("model.layers", ConfigType::Int, "2", "LSTM layers");
+  s.add("eval.ignore_space", ConfigType::Bool, "true", "drop spaces before comparing (PaddleOCR's default)");
+  s.add("eval.filter", ConfigType::Bool, "false",
+        "compare lower-cased letters and digits only (PaddleOCR's is_filter)");
+  s.add("eval.pictures", ConfigType::Int, "0", "test images with their predictions written per evaluation (rank 0)");
+  s.add("eval.picture_dir", ConfigType::String, "\"\"", "where they go (\"\": <checkpoint.dir>/pictures)");
+  s.add("eval.mistakes", ConfigType::Int, "10", "wrong predictions listed at the final evaluation (rank 0)");
+}
+
+Config load_ocr_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_job_config(path, overrides, add_ocr_keys, "output/ocr");
+}
+
+const std::vector<std::string>& builtin_en_dict() {
+  static const std::vector<std::string> chars = [] {
+    std::string all =
+        "0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~!\"#$%&'()*+,-./";
+    std::vector<std::string> v;
+    for (char c : all) v.emplace_back(1, c);
+    return v;
+  }();
+  return chars;
+}
+
+CharDict ocr_dictionary(const Config& cfg) {
+  std::string path = cfg.get_string("data.character_dict_path", "");
+  bool space = cfg.get_bool("data.use_space_char", false);
+  if (!path.empty()) return CharDict::load(path, space);
+  auto chars = builtin_en_dict();
+  if (space) chars.push_back(" ");
+  return CharDict::from_chars(chars, "built-in en_dict");
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  int channels = 1, height = 32, width = 128;
+};
+
+Shape image_shape(const Config& cfg) {
+  auto v = cfg.get_int_list("data.image_shape");
+  if (v.size() != 3) config_error(cfg, "data.image_shape", "must be [channels, 32, width]");
+  Shape s{int(v[0]), int(v[1]), int(v[2])};
+  if (s.channels != 1 && s.channels != 3) config_error(cfg, "data.image_shape", "channels must be 1 or 3");
+  if (s.height != 32)
+    config_error(cfg, "data.image_shape", "the height must be 32 (the backbones reduce 32 rows to 1)");
+  if (s.width < 8 || s.width % 4 != 0) config_error(cfg, "data.image_shape", "the width must be a multiple of 4, >= 8");
+  return s;
+}
+
+ocr::RenderOptions render_options(const Config& cfg) {
+  ocr::RenderOptions o;
+  o.min_font_px = int(positive(cfg, "augment.min_font_px", 22));
+  o.max_font_px = int(positive(cfg, "augment.max_font_px", 40));
+  if (o.max_font_px < o.min_font_px) config_error(cfg, "augment.max_font_px", "must be >= augment.min_font_px");
+  o.slant = cfg.get_float("augment.slant", 0.2);
+  o.rotate = cfg.get_float("augment.rotate", 2);
+  o.spacing = cfg.get_float("augment.spacing", 0.06);
+  o.blur = cfg.get_float("augment.blur", 0.4);
+  o.noise = cfg.get_float("augment.noise", 10);
+  o.min_contrast = int(cfg.get_int("augment.min_contrast", 70));
+  if (o.min_contrast < 0 || o.min_contrast > 255) config_error(cfg, "augment.min_contrast", "must be in [0, 255]");
+  o.texture = cfg.get_float("augment.texture", 0.5);
+  o.margin = cfg.get_float("augment.margin", 0.3);
+  o.tight = cfg.get_float("augment.tight", 0.3);
+  return o;
+}
+
+// The data sets a job names: training, test, and (rendered data with held-out fonts) the held-out-font test.
+struct OcrData {
+  std::shared_ptr<Dataset> train, test, heldout;
+  std::string describe;
+};
+
+std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, const std::vector<std::string>& chars) {
+  std::vector<std::string> fonts = cfg.has(key) ? cfg.get_string_list(key) : std::vector<std::string>{};
+  for (const auto& f : fonts) {
+    if (!fs::exists(f))
+      config_error(cfg, key, "font file '" + f + "' does not exist (scripts/setup.sh installs the fonts)");
+    std::vector<std::string> missing;
+    try {
+      missing = ocr::missing_glyphs(f, chars);
+    } catch (const InvalidUsage& e) {
+      config_error(cfg, key, e.what());
+    }
+    if (!missing.empty())
+      config_error(cfg, key, "font '" + f + "' has no glyph for '" + sdk::join(missing, "', '") + "'");
+  }
+  return fonts;
+}
+
+OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
+  Shape shape = image_shape(cfg);
+  std::string ds = cfg.get_string("data.dataset", "render");
+  OcrData d;
+  if (ds == "render") {
+    size_t min_len = size_t(positive(cfg, "data.min_length", 1)),
+           max_len = size_t(positive(cfg, "data.max_length", 12));
+    if (max_len > size_t(positive(cfg, "data.max_text_length", 25)))
+      config_error(cfg, "data.max_length", "must be <= data.max_text_length");
+    if (int(max_len) > shape.width / 4 / 2)
+      config_error(cfg, "data.max_length",
+                   fmt::format("words of {} characters do not fit {} CTC steps (image width / 4): at most {}", max_len,
+                               shape.width / 4, shape.width / 8));
+    double pct = cfg.get_float("data.test_percent", 10);
+    if (!(pct > 0 && pct < 100)) config_error(cfg, "data.test_percent", "must be in (0, 100)");
+    ocr::WordSplit split;
+    try {
+      split = ocr::split_words(cfg.get_string("data.words", "/usr/share/dict/words"), dict, min_len, max_len, pct);
+    } catch (const Error& e) {
+      config_error(cfg, "data.words", e.what());
+    }
+    std::set<std::string> used;
+    for (const auto* list : {&split.train, &split.test})
+      for (const auto& w : *list)
+        for (auto& ch : ocr::utf8_chars(w)) used.insert(ch);
+    std::vector<std::string> chars(used.begin(), used.end());
+    auto fonts = fonts_of(cfg, "data.fonts", chars);
+    auto held = fonts_of(cfg, "data.heldout_fonts", chars);
+    if (fonts.empty()) config_error(cfg, "data.fonts", "data.dataset = \"render\" needs at least one font file");
+    for (const auto& f : held)
+      if (std::find(fonts.begin(), fonts.end(), f) != fonts.end())
+        config_error(cfg, "data.heldout_fonts", "font '" + f + "' is also a training font");
+    // The test words in a seed-fixed order; the test set takes the first eval_samples of them.
+    std::vector<std::string> test = split.test;
+    std::mt19937_64 gen(seed * 7919 + 17);
+    std::shuffle(test.begin(), test.end(), gen);
+    size_t n_eval = std::min(test.size(), size_t(positive(cfg, "data.eval_samples", 2000)));
+    test.resize(n_eval);
+    ocr::RenderedSetOptions o;
+    o.render = render_options(cfg);
+    o.channels = shape.channels;
+    o.height = shape.height;
+    o.width = shape.width;
+    o.words = split.train;
+    o.fonts = fonts;
+    o.size = size_t(positive(cfg, "data.train_samples", 20000));
+    o.seed = seed * 2;
+    d.train = std::make_shared<ocr::RenderedDataset>(o, dict);
+    o.words = test;
+    o.size = n_eval;
+    o.seed = seed * 2 + 1;
+    d.test = std::make_shared<ocr::RenderedDataset>(o, dict);
+    if (!held.empty()) {
+      o.fonts = held;
+      o.seed = seed * 2 + 3;
+      d.heldout = std::make_shared<ocr::RenderedDataset>(o, dict);
+    }
+    d.describe = fmt::format("words: {} train / {} test ({} dropped by dictionary or length), {} fonts, {} held out",
+                             split.train.size(), split.test.size(), split.dropped, fonts.size(), held.size());
+    return d;
+  }
+  if (ds == "list") {
+    std::string tl = cfg.get_string("data.train_list", ""), vl = cfg.get_string("data.val_list", "");
+    if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
+    if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
+    std::string policy = cfg.get_string("data.unknown_chars", "error");
+    if (policy != "error" && policy != "skip") config_error(cfg, "data.unknown_chars", "must be \"error\" or \"skip\"");
+    size_t max_len = size_t(positive(cfg, "data.max_text_length", 25));
+    std::string root = cfg.get_string("data.root", "");
+    auto limit = [&](const char* key) { return size_t(std::max<int64_t>(0, cfg.get_int(key, 0))); };
+    auto tr = ocr::read_rec_list(tl, root, dict, max_len, policy == "skip", limit("data.limit_train"));
+    auto va = ocr::read_rec_list(vl, root, dict, max_len, policy == "skip", limit("data.limit_eval"));
+    d.describe = fmt::format("lists: {} ({} skipped: {} unknown characters, {} too long), {} ({} skipped)", tl,
+                             tr.skipped_unknown + tr.skipped_long, tr.skipped_unknown, tr.skipped_long, vl,
+                             va.skipped_unknown + va.skipped_long);
+    int classes = int(dict.num_classes());
+    d.train = ocr::make_list_dataset(std::move(tr), tl, classes, shape.channels, shape.height, shape.width);
+    d.test = ocr::make_list_dataset(std::move(va), vl, classes, shape.channels, shape.height, shape.width);
+    return d;
+  }
+  config_error(cfg, "data.dataset", "unknown dataset '" + ds + "'; known: render, list");
+}
+
+ocr::Crnn model_from(const Config& cfg, int channels, int classes, std::string* described) {
+  std::string name = cfg.get_string("model.backbone", "vgg");
+  int width = int(cfg.get_int("model.width", 32)), hidden = int(cfg.get_int("model.hidden", 96));
+  int layers = int(cfg.get_int("model.layers", 2));
+  try {
+    auto m = ocr::make_crnn(name, channels, width, hidden, layers, classes);
+    *described = fmt::format("model crnn {} width {} bilstm {}x{}", name, width, layers, hidden);
+    return m;
+  } catch (const InvalidUsage& e) {
+    config_error(cfg, "model.backbone", e.what());
+  }
+}
+
+AugmentOptions normalisation() {
+  AugmentOptions a;  // PaddleOCR's (x / 255 - 0.5) / 0.5; the renderer does the augmenting
+  a.mean = 0.5f;
+  a.std = 0.5f;
+  return a;
+}
+
+// Greedy decoding of logits [T, B, classes]: each sample's ids and its score
+// (the mean probability of the kept steps, as PaddleOCR's CTCLabelDecode).
+std::vector<std::pair<std::vector<int64_t>, double>> decode(const torch::Tensor& logits) {
+  auto probs = logits.softmax(2);
+  auto [best_p, best] = probs.max(2);  // [T, B]
+  best = best.t().contiguous();
+  best_p = best_p.t().contiguous().to(torch::kFloat64);
+  const int64_t B = best.size(0), T = best.size(1);
+  const int64_t* b = best.data_ptr<int64_t>();
+  const double* p = best_p.data_ptr<double>();
+  std::vector<std::pair<std::vector<int64_t>, double>> out;
+  for (int64_t i = 0; i < B; ++i) {
+    const int64_t* row = b + i * T;
+    double sum = 0;
+    int64_t kept = 0;
+    for (int64_t t = 0; t < T; ++t)
+      if (row[t] != 0 && (t == 0 || row[t] != row[t - 1])) {
+        sum += p[i * T + t];
+        ++kept;
+      }
+    out.emplace_back(ocr::ctc_greedy(row, T), kept ? sum / double(kept) : 0.0);
+  }
+  return out;
+}
+
+std::vector<int64_t> label_of(const Batch& b, int64_t k) {
+  int64_t n = b.label_lengths[k].item<int64_t>();
+  auto row = b.labels[k].slice(0, 0, n).contiguous();
+  return std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + n);
+}
+
+// Text recognition: CRNN, CTC loss with the blank at 0, greedy decoding,
+// PaddleOCR's acc and norm_edit_dis summed over all workers.
+class OcrTrainer : public Trainer {
+ public:
+  explicit OcrTrainer(Config cfg) : Trainer(std::move(cfg), "ocr") {}
+
+ protected:
+  void build() override {
+    dict_ = std::make_unique<CharDict>(ocr_dictionary(cfg_));
+    OcrData d = make_data(cfg_, *dict_, seed_);
+    train_set_ = d.train;
+    eval_set_ = d.test;
+    heldout_ = d.heldout;
+    log_line("data: " + d.describe + fmt::format(", dictionary {} characters", dict_->size()));
+    augment_ = normalisation();
+    metric_.ignore_space = cfg_.get_bool("eval.ignore_space", true);
+    metric_.filter = cfg_.get_bool("eval.filter", false);
+    net_ = model_from(cfg_, train_set_->channels(), int(dict_->num_classes()), &described_);
+    model_ = net_.ptr();
+  }
+
+  std::string describe_model() const override { return described_; }
+
+  torch::Tensor ctc(const torch::Tensor& logits, const Batch& b) const {
+    auto logp = logits.log_softmax(2);
+    const int64_t T = logits.size(0), B = logits.size(1);
+    auto input_lengths = torch::full({B}, T, torch::kInt64);
+    // reduction none then the batch mean, as PaddleOCR's CTCLoss.
+    return torch::ctc_loss(logp, b.labels, input_lengths, b.label_lengths, 0, at::Reduction::None, true).mean();
+  }
+
+  StepOutput train_step(const Batch& b) override {
+    auto logits = net_->forward(b.images);
+    StepOutput r;
+    r.loss = ctc(logits, b);
+    torch::NoGradGuard ng;
+    auto preds = decode(logits.detach());
+    for (size_t k = 0; k < preds.size(); ++k) r.correct += preds[k].first == label_of(b, int64_t(k)) ? 1.0 : 0.0;
+    return r;
+  }
+
+  void evaluate() override {
+    sync_buffers();
+    model_->eval();
+    torch::NoGradGuard ng;
+    bool final_eval =
+        state_.epoch + 1 >= positive(cfg_, "train.epochs", 10) ||
+        (cfg_.get_int("train.max_steps", 0) > 0 && state_.global_step >= cfg_.get_int("train.max_steps", 0));
+    evaluate_set(eval_set_, "test", final_eval);
+    if (heldout_) evaluate_set(heldout_, "heldout_fonts", final_eval);
+  }
+
+ private:
+  void evaluate_set(const std::shared_ptr<Dataset>& set, const std::string& name, bool final_eval) {
+    auto t0 = Clock::now();
+    std::vector<size_t> idx;
+    for (size_t i = size_t(rank_); i < set->size(); i += size_t(world_)) idx.push_back(i);
+    ocr::TextMetric m = metric_;
+    double loss_sum = 0;
+    int pictures = rank_ == 0 ? int(cfg_.get_int("eval.pictures", 0)) : 0;
+    int mistakes = rank_ == 0 && final_eval ? int(cfg_.get_int("eval.mistakes", 10)) : 0;
+    std::string pic_dir = cfg_.get_string("eval.picture_dir", "");
+    if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir", "output/ocr")) / "pictures").string();
+    std::vector<std::string> shown, wrong;
+    if (!idx.empty()) {
+      BatchLoader loader(set, idx, eval_batch_, false, augment_, false, seed_, 0);
+      Batch b;
+      while (loader.next(&b)) {
+        auto logits = net_->forward(b.images);
+        loss_sum += ctc(logits, b).item<double>() * double(b.labels.size(0));
+        auto preds = decode(logits);
+        for (size_t k = 0; k < preds.size(); ++k) {
+          std::string pred = dict_->decode(preds[k].first), label = dict_->decode(label_of(b, int64_t(k)));
+          bool ok = m.add(pred, label);
+          size_t sample = idx[size_t(b.index * eval_batch_) + k];
+          if (int(shown.size()) < pictures)
+            shown.push_back(write_picture(b, int64_t(k), pic_dir, name, sample, pred, label));
+          if (!ok && int(wrong.size()) < mistakes) wrong.push_back(fmt::format("'{}' -> '{}'", label, pred));
+        }
+      }
+    }
+    std::vector<double> sums{m.correct, m.distance, m.count, loss_sum};
+    fleet::metrics::sum(sums);
+    double n = std::max(1.0, sums[2]);
+    double acc = sums[0] / n, ned = 1 - sums[1] / n, secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    log_line(fmt::format("eval epoch {} {}: acc {:.4f} norm_edit_dis {:.4f} loss {:.4f} ({} words, {:.1f} s)",
+                         state_.epoch + 1, name, acc, ned, sums[3] / n, int64_t(sums[2]), secs));
+    log_line(
+        fmt::format("[EVAL] {} acc: {:.6f}, norm_edit_dis: {:.6f}, samples: {}", name, acc, ned, int64_t(sums[2])));
+    if (!shown.empty()) log_line("pictures: " + sdk::join(shown, " "));
+    if (!wrong.empty()) log_line("mistakes (" + name + ", rank 0's first): " + sdk::join(wrong, ", "));
+    if (tb_) {
+      tb_->add_scalar("eval/" + name + "/acc", float(acc), state_.global_step);
+      tb_->add_scalar("eval/" + name + "/norm_edit_dis", float(ned), state_.global_step);
+      tb_->add_scalar("eval/" + name + "/loss", float(sums[3] / n), state_.global_step);
+      tb_->flush();
+    }
+  }
+
+  std::string write_picture(const Batch& b, int64_t k, const std::string& dir, const std::string& set, size_t index,
+                            const std::string& pred, const std::string& label) const {
+    auto img = b.images[k];
+    auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
+    Image im{int(img.size(0)),
+             int(img.size(1)),
+             int(img.size(2)),
+             std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()),
+             {},
+             {}};
+    std::string path = (fs::path(dir) / fmt::format("epoch{}_{}_{}.png", state_.epoch + 1, set, index)).string();
+    write_image_png(path, im);
+    return fmt::format("{} ('{}' -> '{}')", path, label, pred);
+  }
+
+  std::unique_ptr<CharDict> dict_;
+  std::shared_ptr<Dataset> heldout_;
+  ocr::TextMetric metric_;
+  ocr::Crnn net_{nullptr};
+  std::string described_;
+};
+
+std::unique_ptr<Trainer> make_ocr(Config cfg) { return std::make_unique<OcrTrainer>(std::move(cfg)); }
+
+template <typename F>
+int guarded(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "dtrain-ocr %s: error: %s\n", what, e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-ocr %s: error: %s\n", what, e.what());
+  }
+  return 1;
+}
+
+int predict_main(int argc, char** argv) {
+  CLI::App cli{"dtrain-ocr predict: the recognised text of each image (path<TAB>text<TAB>score)"};
+  std::string job, ckpt, list;
+  std::vector<std::string> images, overrides;
+  int64_t batch = 64;
+  cli.add_option("job", job, "the job file the model was trained with")->required();
+  cli.add_option("images", images, "images of one line of text each");
+  cli.add_option("--list", list, "also a PaddleOCR list (image_path<TAB>label): reports acc and norm_edit_dis");
+  cli.add_option("--checkpoint", ckpt, "checkpoint (default: <checkpoint.dir>/latest.pt)");
+  cli.add_option("--batch", batch, "images per forward pass")->check(CLI::PositiveNumber);
+  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
+  CLI11_PARSE(cli, argc, argv);
+  return guarded("predict", [&] {
+    if (images.empty() && list.empty()) throw InvalidUsage("give images, or --list FILE");
+    Config cfg = load_ocr_config(job, overrides);
+    CharDict dict = ocr_dictionary(cfg);
+    Shape shape = image_shape(cfg);
+    std::string described;
+    auto net = model_from(cfg, shape.channels, int(dict.num_classes()), &described);
+    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir", "output/ocr")) / "latest.pt").string();
+    if (!fs::exists(ckpt)) throw IoError("checkpoint '" + ckpt + "' does not exist (train first, or --checkpoint)");
+    {
+      torch::serialize::InputArchive ar, m;
+      ar.load_from(ckpt);
+      ar.read("model", m);
+      net->load(m);
+    }
+    net->eval();
+    torch::NoGradGuard ng;
+    std::vector<std::string> paths = images, labels(images.size());
+    if (!list.empty()) {
+      auto lf = ocr::read_rec_list(list, cfg.get_string("data.root", ""), dict,
+                                   size_t(positive(cfg, "data.max_text_length", 25)),
+                                   cfg.get_string("data.unknown_chars", "error") == "skip");
+      for (auto& e : lf.entries) {
+        paths.push_back(e.path);
+        labels.push_back(e.label);
+      }
+    }
+    AugmentOptions a = normalisation();
+    ocr::TextMetric metric;
+    metric.ignore_space = cfg.get_bool("eval.ignore_space", true);
+    metric.filter = cfg.get_bool("eval.filter", false);
+    for (size_t start = 0; start < paths.size(); start += size_t(batch)) {
+      size_t end = std::min(paths.size(), start + size_t(batch));
+      auto x = torch::empty({int64_t(end - start), shape.channels, shape.height, shape.width});
+      for (size_t i = start; i < end; ++i) {
+        cv::Mat m = cv::imread(paths[i], shape.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
+        if (m.empty()) throw IoError("cannot read image '" + paths[i] + "'");
+        Image im = ocr::model_input(m, shape.channels, shape.height, shape.width);
+        auto t = torch::from_blob(im.pixels.data(), {im.channels, im.height, im.width}, torch::kUInt8);
+        x[int64_t(i - start)].copy_(t.to(torch::kFloat32).div(255.0 * a.std).sub(a.mean / a.std));
+      }
+      auto preds = decode(net->forward(x));
+      for (size_t i = start; i < end; ++i) {
+        std::string text = dict.decode(preds[i - start].first);
+        std::string line = fmt::format("{}\t{}\t{:.4f}", paths[i], text, preds[i - start].second);
+        if (i >= images.size()) line += metric.add(text, labels[i]) ? "\tok" : "\twrong (label '" + labels[i] + "')";
+        log_line(line);
+      }
+    }
+    if (metric.count > 0)
+      log_line(fmt::format("[EVAL] list {} acc: {:.6f}, norm_edit_dis: {:.6f}, samples: {}", list, metric.acc(),
+                           metric.norm_edit_dis(), int64_t(metric.count)));
+    return 0;
+  });
+}
+
+int render_main(int argc, char** argv) {
+  CLI::App cli{
+      "dtrain-ocr render: rendered words as a PaddleOCR recognition data set (images/, list.txt) and the model's "
+      "inputs of them stacked in one picture (sheet.png)"};
+  std::string job, out_dir, split = "test";
+  int64_t count = 16, epoch = 0;
+  std::vector<std::string> overrides;
+  cli.add_option("job", job, "the job file (its [data] and [augment] keys)")->required();
+  cli.add_option("--output", out_dir, "output folder")->required();
+  cli.add_option("--split", split, "train (epoch --epoch's samples) | test | heldout")
+      ->check(CLI::IsMember({"train", "test", "heldout"}));
+  cli.add_option("--count", count, "images to write")->check(CLI::PositiveNumber);
+  cli.add_option("--epoch", epoch, "training epoch (--split train)");
+  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
+  CLI11_PARSE(cli, argc, argv);
+  return guarded("render", [&] {
+    Config cfg = load_ocr_config(job, overrides);
+    if (cfg.get_string("data.dataset", "render") != "render")
+      config_error(cfg, "data.dataset", "dtrain-ocr render needs data.dataset = \"render\"");
+    CharDict dict = ocr_dictionary(cfg);
+    uint64_t seed = uint64_t(cfg.get_int("train.seed", 42));
+    OcrData d = make_data(cfg, dict, seed);
+    auto ds = std::dynamic_pointer_cast<ocr::RenderedDataset>(split == "train"  ? d.train
+                                                              : split == "test" ? d.test
+                                                                                : d.heldout);
+    if (!ds) config_error(cfg, "data.heldout_fonts", "--split heldout needs data.heldout_fonts");
+    fs::create_directories(fs::path(out_dir) / "images");
+    std::string list = (fs::path(out_dir) / "list.txt").string();
+    std::FILE* f = std::fopen(list.c_str(), "w");
+    if (!f) throw IoError("cannot write '" + list + "': " + std::strerror(errno));
+    size_t n = std::min<size_t>(size_t(count), ds->size());
+    Shape shape = image_shape(cfg);
+    std::vector<cv::Mat> inputs;
+    for (size_t i = 0; i < n; ++i) {
+      auto raw = ds->raw(i, split == "train", seed, epoch);
+      std::string img = fmt::format("images/{:05}.png", i);
+      if (!cv::imwrite((fs::path(out_dir) / img).string(), raw.image)) throw IoError("cannot write '" + img + "'");
+      std::fprintf(f, "%s\t%s\n", img.c_str(), raw.word.c_str());
+      Image in = ocr::model_input(raw.image, 1, shape.height, shape.width);
+      inputs.push_back(cv::Mat(shape.height, shape.width, CV_8UC1, in.pixels.data()).clone());
+      inputs.push_back(cv::Mat(2, shape.width, CV_8UC1, cv::Scalar(255)));
+    }
+    std::fclose(f);
+    cv::Mat sheet;
+    cv::vconcat(inputs, sheet);
+    std::string sheet_path = (fs::path(out_dir) / "sheet.png").string();
+    if (!cv::imwrite(sheet_path, sheet)) throw IoError("cannot write '" + sheet_path + "'");
+    log_line(fmt::format("render: {} {} words -> {}, the model's inputs stacked in {} ({})", n, split, list, sheet_path,
+                         d.describe));
+    return 0;
+  });
+}
+
+}  // namespace
+
+int ocr_main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "predict") == 0) return predict_main(argc - 1, argv + 1);
+  if (argc > 1 && std::strcmp(argv[1], "render") == 0) return render_main(argc - 1, argv + 1);
+  return trainer_main(argc, argv, "ocr",
+                      "dtrain-ocr: data-parallel text recognition (CRNN + CTC on rendered dictionary words or "
+                      "PaddleOCR lists); also `dtrain-ocr predict` and `dtrain-ocr render`",
+                      load_ocr_config, make_ocr);
+}
+
+}  // namespace dtrain::apps
