@@ -263,8 +263,8 @@ AugmentOptions normalisation() {
 std::vector<std::pair<std::vector<int64_t>, double>> decode(const torch::Tensor& logits) {
   auto probs = logits.softmax(2);
   auto [best_p, best] = probs.max(2);  // [T, B]
-  best = best.t().contiguous();
-  best_p = best_p.t().contiguous().to(torch::kFloat64);
+  best = best.t().to(torch::kCPU).contiguous();
+  best_p = best_p.t().to(torch::kCPU, torch::kFloat64).contiguous();
   const int64_t B = best.size(0), T = best.size(1);
   const int64_t* b = best.data_ptr<int64_t>();
   const double* p = best_p.data_ptr<double>();
@@ -285,7 +285,7 @@ std::vector<std::pair<std::vector<int64_t>, double>> decode(const torch::Tensor&
 
 std::vector<int64_t> label_of(const Batch& b, int64_t k) {
   int64_t n = b.label_lengths[k].item<int64_t>();
-  auto row = b.labels[k].slice(0, 0, n).contiguous();
+  auto row = b.labels[k].slice(0, 0, n).to(torch::kCPU).contiguous();
   return std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + n);
 }
 
@@ -357,6 +357,7 @@ class OcrTrainer : public Trainer {
       BatchLoader loader(set, idx, eval_batch_, false, augment_, false, seed_, 0);
       Batch b;
       while (loader.next(&b)) {
+        b = to_device(b);
         auto logits = net_->forward(b.images);
         loss_sum += ctc(logits, b).item<double>() * double(b.labels.size(0));
         auto preds = decode(logits);
@@ -390,7 +391,7 @@ class OcrTrainer : public Trainer {
 
   std::string write_picture(const Batch& b, int64_t k, const std::string& dir, const std::string& set, size_t index,
                             const std::string& pred, const std::string& label) const {
-    auto img = b.images[k];
+    auto img = b.images[k].cpu();
     auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
     Image im{int(img.size(0)),
              int(img.size(1)),
