@@ -26,9 +26,9 @@ int main() {
     int dev = d && *d ? std::atoi(std::strchr(d, ':') ? std::strchr(d, ':') + 1 : d) : 0;
     torch::Device device(torch::kCUDA, static_cast<c10::DeviceIndex>(dev));
     torch::manual_seed(1);
-    auto net = torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 16, 3).padding(1)),
-                                     torch::nn::ReLU(), torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(),
-                                     torch::nn::Linear(16, 10));
+    auto net =
+        torch::nn::Sequential(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 16, 3).padding(1)), torch::nn::ReLU(),
+                              torch::nn::AdaptiveAvgPool2d(1), torch::nn::Flatten(), torch::nn::Linear(16, 10));
     net->to(device);
     fleet::distributed_model(net.ptr());
     auto opt = fleet::distributed_optimizer(

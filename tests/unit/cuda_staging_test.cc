@@ -45,7 +45,8 @@ std::string test_dir(const char* env, const char* built) {
 class StagingTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    std::string file = test_dir("DTRAIN_BUILT_PLUGIN_DIR", DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_" + GetParam() + ".so";
+    std::string file =
+        test_dir("DTRAIN_BUILT_PLUGIN_DIR", DTRAIN_BUILT_PLUGIN_DIR) + "/libdtrain_" + GetParam() + ".so";
     if (access(file.c_str(), F_OK) != 0) GTEST_SKIP() << "the " << GetParam() << " plugin was not built";
   }
 };

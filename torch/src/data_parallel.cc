@@ -166,14 +166,17 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
     auto& p = kv.value();
     if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() ||
                               p.device() != (cuda_ ? params_[0].device() : ::torch::Device(::torch::kCPU))))
-      throw NotSupported("data parallelism needs contiguous float32 parameters, all on the CPU or all on one CUDA "
-                         "device (here " + params_[0].device().str() + "); '" + kv.key() + "' is " +
-                         std::string(c10::toString(p.scalar_type())) + " on " + p.device().str());
+      throw NotSupported(
+          "data parallelism needs contiguous float32 parameters, all on the CPU or all on one CUDA "
+          "device (here " +
+          params_[0].device().str() + "); '" + kv.key() + "' is " + std::string(c10::toString(p.scalar_type())) +
+          " on " + p.device().str());
   }
   if (world_size() <= 1) return;
   if (cuda_ && options.fp16_allreduce)
-    throw NotSupported("[strategy] fp16_allreduce is not implemented for CUDA gradients yet; remove it (NCCL "
-                       "all-reduces float32 gradients on the GPU at full speed)");
+    throw NotSupported(
+        "[strategy] fp16_allreduce is not implemented for CUDA gradients yet; remove it (NCCL "
+        "all-reduces float32 gradients on the GPU at full speed)");
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;

@@ -141,7 +141,8 @@ inline Runtime load_runtime() {
     rt.error = "cudaGetDeviceCount: " + rt.describe(st);
   } else if (n <= 0) {
     rt.error = "cudaGetDeviceCount: 0 devices";
-    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) rt.error += ", CUDA_VISIBLE_DEVICES='" + std::string(v) + "'";
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"))
+      rt.error += ", CUDA_VISIBLE_DEVICES='" + std::string(v) + "'";
   } else {
     rt.devices = n;
   }
@@ -165,8 +166,8 @@ inline const Runtime& require_device(int device) {
   if (!rt.usable()) fail(DT_ERR_NOT_SUPPORTED, where + " but no CUDA device is visible: " + rt.error);
   if (device < 0 || device >= rt.devices)
     fail(DT_ERR_INVALID_USAGE, where + " but only " + std::to_string(rt.devices) + " CUDA device" +
-                                   (rt.devices == 1 ? " is" : "s are") + " visible (cuda:0..cuda:" +
-                                   std::to_string(rt.devices - 1) + ")");
+                                   (rt.devices == 1 ? " is" : "s are") +
+                                   " visible (cuda:0..cuda:" + std::to_string(rt.devices - 1) + ")");
   return rt;
 }
 
@@ -175,8 +176,10 @@ class DeviceGuard {
  public:
   DeviceGuard(const Runtime& rt, int device) : rt_(rt) {
     rt_.check(rt_.GetDevice(&prev_), "cudaGetDevice");
-    if (prev_ != device) rt_.check(rt_.SetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-    else prev_ = -1;
+    if (prev_ != device)
+      rt_.check(rt_.SetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+    else
+      prev_ = -1;
   }
   ~DeviceGuard() {
     if (prev_ >= 0) rt_.SetDevice(prev_);  // best effort: a destructor cannot report

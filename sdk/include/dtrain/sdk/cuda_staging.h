@@ -86,7 +86,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
     idle_.push_back(b);
     if (idle_.size() > kMaxIdle) {
       auto smallest = std::min_element(idle_.begin(), idle_.end(),
-                                        [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
+                                       [](const Block& x, const Block& y) { return x.bytes < y.bytes; });
       cuda::runtime().FreeHost(smallest->ptr);
       idle_.erase(smallest);
     }
@@ -206,9 +206,9 @@ class StagedWork : public Work {
     for (auto& b : bufs_) {
       if (!b.copy_back) continue;
       cuda::DeviceGuard g(rt, b.device.device_id);
-      rt.check(rt.MemcpyAsync(b.device.ptr, b.block.ptr, bytes_of(b.device), cuda::kMemcpyHostToDevice,
-                              b.device.stream),
-               "cudaMemcpyAsync of the result to cuda:" + std::to_string(b.device.device_id));
+      rt.check(
+          rt.MemcpyAsync(b.device.ptr, b.block.ptr, bytes_of(b.device), cuda::kMemcpyHostToDevice, b.device.stream),
+          "cudaMemcpyAsync of the result to cuda:" + std::to_string(b.device.device_id));
       last = &b;
     }
     if (!last) {

@@ -89,8 +89,8 @@ class DataParallel {
   std::unique_ptr<GradientBuckets> buckets_;
   bool cuda_ = false;                          // the parameters are on a CUDA device
   std::unique_ptr<CudaBuckets> cuda_buckets_;  // cuda_ and more than one rank
-  bool armed_ = false;  // gradients of this step go to the buckets
-  bool begun_ = false;  // buckets_->begin() called, finish() not yet
+  bool armed_ = false;                         // gradients of this step go to the buckets
+  bool begun_ = false;                         // buckets_->begin() called, finish() not yet
   SyncStats extra_;
 };
 
