@@ -35,10 +35,11 @@ typedef struct {
 static void land_until(unsigned long long mark) { /* under mu */
   size_t k = 0;
   while (landed < mark && k < npending) {
-    memcpy(pending[k].dst, pending[k].src, pending[k].n);
+    if (pending[k].n) memcpy(pending[k].dst, pending[k].src, pending[k].n);
     ++k;
     ++landed;
   }
+  if (k == 0) return;
   memmove(pending, pending + k, (npending - k) * sizeof(Copy));
   npending -= k;
 }
@@ -82,7 +83,7 @@ EXPORT int cudaMemcpy(void* dst, const void* src, size_t n, int kind) {
   (void)kind;
   pthread_mutex_lock(&mu);
   land_until(issued);
-  memcpy(dst, src, n);
+  if (n) memcpy(dst, src, n);
   pthread_mutex_unlock(&mu);
   return kSuccess;
 }
