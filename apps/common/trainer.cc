@@ -429,19 +429,9 @@ void Trainer::train() {
   log_line(fmt::format("done: {} steps in {} ({:.1f} s)", st.global_step - run_start_step, hms(total), total));
 }
 
-int trainer_main(int argc, char** argv, const std::string& app, const std::string& description,
-                 Config (*load)(const std::string&, const std::vector<std::string>&),
-                 std::unique_ptr<Trainer> (*make)(Config)) {
-  CLI::App cli{description};
-  std::string job_file;
-  std::vector<std::string> overrides;
-  cli.add_option("job", job_file, "job file (TOML), e.g. apps/" + app + ".toml")->required();
-  cli.add_option("-o,--override", overrides, "override a key: -o train.epochs=2 (repeatable)");
-  CLI11_PARSE(cli, argc, argv);
-  const std::string prefix = "dtrain-" + app + ": error: ";
+int run_guarded(const std::string& prefix, const std::function<int()>& body) {
   try {
-    make(load(job_file, overrides))->run();
-    return 0;
+    return body();
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "%s%s\n", prefix.c_str(), e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -451,6 +441,21 @@ int trainer_main(int argc, char** argv, const std::string& app, const std::strin
   }
   std::fflush(stderr);
   return 1;
+}
+
+int trainer_main(int argc, char** argv, const std::string& app, const std::string& description,
+                 Config (*load)(const std::string&, const std::vector<std::string>&),
+                 std::unique_ptr<Trainer> (*make)(Config)) {
+  CLI::App cli{description};
+  std::string job_file;
+  std::vector<std::string> overrides;
+  cli.add_option("job", job_file, "job file (TOML), e.g. apps/" + app + ".toml")->required();
+  cli.add_option("-o,--override", overrides, "override a key: -o train.epochs=2 (repeatable)");
+  CLI11_PARSE(cli, argc, argv);
+  return run_guarded("dtrain-" + app + ": error: ", [&] {
+    make(load(job_file, overrides))->run();
+    return 0;
+  });
 }
 
 }  // namespace dtrain::apps

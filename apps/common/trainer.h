@@ -1,5 +1,7 @@
 #pragma once
 
+#include <functional>
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -149,6 +151,10 @@ class Trainer {
   std::string ckpt_dir_;
   int64_t epochs_ = 0, batch_ = 0, log_every_ = 0, steps_per_epoch_ = 0, k_merge_ = 1;
 };
+
+// Runs body; an exception becomes one line "<prefix><what>" on stderr (a
+// c10::Error without its backtrace) and exit code 1.
+int run_guarded(const std::string& prefix, const std::function<int()>& body);
 
 // main() of an app: parses `PROGRAM JOB.toml [-o key=value]...`, calls
 // make(config) and runs the trainer. Errors are printed as one clear line

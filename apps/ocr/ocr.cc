@@ -413,16 +413,8 @@ class OcrTrainer : public Trainer {
 
 std::unique_ptr<Trainer> make_ocr(Config cfg) { return std::make_unique<OcrTrainer>(std::move(cfg)); }
 
-template <typename F>
-int guarded(const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "dtrain-ocr %s: error: %s\n", what, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtrain-ocr %s: error: %s\n", what, e.what());
-  }
-  return 1;
+int guarded(const char* what, const std::function<int()>& body) {
+  return run_guarded(fmt::format("dtrain-ocr {}: error: ", what), body);
 }
 
 int predict_main(int argc, char** argv) {

@@ -280,16 +280,8 @@ class SegTrainer : public Trainer {
 
 std::unique_ptr<Trainer> make_seg(Config cfg) { return std::make_unique<SegTrainer>(std::move(cfg)); }
 
-template <typename F>
-int guarded(const char* what, F&& f) {
-  try {
-    return f();
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "dtrain-seg %s: error: %s\n", what, e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtrain-seg %s: error: %s\n", what, e.what());
-  }
-  return 1;
+int guarded(const char* what, const std::function<int()>& body) {
+  return run_guarded(fmt::format("dtrain-seg {}: error: ", what), body);
 }
 
 int predict_main(int argc, char** argv) {
