@@ -20,7 +20,8 @@ namespace dtrain::bench::coll {
 using Clock = std::chrono::steady_clock;
 inline constexpr const char* kWorkerEnv = "DTRAIN_BENCH_WORKER";  // "rank:world:host:port"
 inline constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";
-inline constexpr const char* kMpiTag = "DTRAIN_BENCH_MPI";
+// Set for the ranks when Open MPI's ranks run beside them, taking turns.
+inline constexpr const char* kMpiPairedEnv = "DTRAIN_BENCH_MPI_PAIRED";
 inline constexpr size_t kSmallBytes = 64 * 1024;  // rows that show the latency difference
 inline constexpr size_t kLargeBytes = 1 << 20;    // rows the bandwidth target applies to
 inline constexpr double kTrialBudgetS = 1.2;      // --trials auto: time per size for both implementations
@@ -65,7 +66,7 @@ struct Row {
   Case c;
   int iters = 0, trials = 0;
   std::optional<double> dtrain, gloo, mpi;  // seconds per op (median trial)
-  std::vector<double> dtrain_trials, gloo_trials;
+  std::vector<double> dtrain_trials, gloo_trials, mpi_trials;
 
   // dtrain against raw Gloo, trial by trial: trial k of both ran back to back,
   // so the machine's slow drift cancels out in each pair.
@@ -83,8 +84,15 @@ struct Row {
 void store_barrier(Store& s, const std::string& name, int rank, int world);
 // One rank, started by the parent with spec "rank:world:host:port".
 int worker_main(const CollectivesOptions& o, const Plan& p, const std::string& spec);
-// Runs dtrain-bench-mpi under mpirun; fills rows[*].mpi. Returns a note for the header.
-std::string run_mpi(const CollectivesOptions& o, const Plan& p, std::vector<Row>& rows, std::chrono::seconds limit);
+// How Open MPI's ranks (dtrain-bench-mpi under mpirun) are started beside
+// dtrain's, taking turns with them through the store at store_at
+// (collectives_turns.h); mpirun empty when they are not, with the reason in note.
+struct MpiPlan {
+  std::string mpirun;
+  std::vector<std::string> argv, env;
+  std::string note;  // for the header
+};
+MpiPlan plan_mpi(const CollectivesOptions& o, const Plan& p, const std::string& store_at);
 void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on, bool mpi_on);
 
 }  // namespace dtrain::bench::coll

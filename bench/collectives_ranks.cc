@@ -1,5 +1,6 @@
 // `dtrain-bench collectives`: one rank (a process started by the parent) running dtrain and raw Gloo.
 #include "collectives_internal.h"
+#include "collectives_turns.h"
 
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -110,8 +111,15 @@ struct Runner {
 
 class Rank {
  public:
-  Rank(const CollectivesOptions& o, const Plan& p, int rank, std::shared_ptr<Store> store)
-      : o_(o), p_(p), rank_(rank), store_(std::move(store)) {}
+  // turn_store: set when Open MPI's ranks run beside these and take turns
+  // with them (collectives_turns.h); a connection of its own.
+  Rank(const CollectivesOptions& o, const Plan& p, int rank, std::shared_ptr<Store> store,
+       std::shared_ptr<Store> turn_store)
+      : o_(o), p_(p), rank_(rank), store_(std::move(store)) {
+    if (turn_store)
+      turns_ = std::make_unique<Turns>(std::move(turn_store), Side::Dtrain, rank, p.world,
+                                       std::chrono::seconds(o.time_limit_s));
+  }
 
   void run() {
     auto backend = PluginRegistry().load(o_.backend);
@@ -190,8 +198,11 @@ class Rank {
 #endif
 
     if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and the raw-Gloo reference are both off");
+    // Open MPI's ranks, when they run beside these, count as one more implementation.
+    size_t impls = runners.size() + (turns_ ? 1 : 0);
     for (size_t i = 0; i < p_.cases.size(); ++i) {
       const Case& c = p_.cases[i];
+      if (turns_) turns_->before(Side::Dtrain);  // this size's set-up slot
       if (!o_.no_check)
         for (auto* r : runners) check(*r, c);
       // Timed runs reduce zeros: the values stay finite and equal every iteration.
@@ -216,7 +227,8 @@ class Rank {
         // Many short trials: pairs of back-to-back trials cancel the machine's
         // drift, and the median of many pairs is what repeats.
         if (!trials)
-          trials = fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (2 * iters * fastest), 7.0, 61.0)) : 21;
+          trials =
+              fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (impls * iters * fastest), 7.0, 61.0)) : 21;
         store_->set(key, std::to_string(iters));
         store_->set(tkey, std::to_string(trials));
       } else {
@@ -227,9 +239,10 @@ class Rank {
         for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
 
       // Trials alternate the implementations (and which one goes first), so
-      // drift on a shared machine hits both alike.
+      // drift on a shared machine hits both alike; Open MPI's trials take
+      // their slots in the same order (schedule()).
       std::vector<std::vector<double>> times(runners.size());
-      for (int trial = 0; trial < trials; ++trial) {
+      auto run_trial = [&](int trial) {
         for (size_t k = 0; k < runners.size(); ++k) {
           size_t r = trial % 2 ? runners.size() - 1 - k : k;
           runners[r]->barrier();
@@ -237,6 +250,15 @@ class Rank {
           for (int it = 0; it < iters; ++it) runners[r]->op(c);
           times[r].push_back(seconds_since(t0) / iters);
         }
+      };
+      if (turns_) {
+        auto slots = schedule(trials);
+        for (size_t j = 1; j < slots.size(); ++j) {
+          turns_->before(slots[j]);
+          if (slots[j] == Side::Dtrain) run_trial(trial_of_slot(j));
+        }
+      } else {
+        for (int trial = 0; trial < trials; ++trial) run_trial(trial);
       }
       for (size_t r = 0; r < runners.size(); ++r) {
         std::string v;
@@ -303,6 +325,7 @@ class Rank {
   std::shared_ptr<Store> store_;
   char* a_ = nullptr;
   char* b_ = nullptr;
+  std::unique_ptr<Turns> turns_;
 };
 
 }  // namespace
@@ -327,7 +350,10 @@ int worker_main(const CollectivesOptions& o, const Plan& p, const std::string& s
     const char* token = std::getenv(kTokenEnv);
     auto client = std::make_shared<TcpStore>(host, port, token ? token : "");
     auto store = std::make_shared<PrefixStore>("bench", client);
-    Rank(o, p, rank, store).run();
+    std::shared_ptr<Store> turn_store;
+    if (std::getenv(kMpiPairedEnv))
+      turn_store = std::make_shared<PrefixStore>("bench", std::make_shared<TcpStore>(host, port, token ? token : ""));
+    Rank(o, p, rank, store, turn_store).run();
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "dtrain-bench: rank {}: {}\n", rank, e.what());

@@ -32,6 +32,7 @@
 #include "gloo_reference.h"
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
+#include "stats.h"
 
 namespace dtrain::bench::coll {
 
@@ -48,10 +49,11 @@ std::string fmt_bw(std::optional<double> s, double bytes, double factor) {
   return fmt::format("{:.3f}", bytes / *s / 1e9 * factor);
 }
 
-std::string fmt_ratio(std::optional<double> num_time, std::optional<double> den_time) {
-  // busbw ratio = inverse time ratio (same bytes and factor)
-  if (!num_time || !den_time) return "-";
-  return fmt::format("{:.2f}", *den_time / *num_time);
+// dtrain against Open MPI at one size: Open MPI time / dtrain time (the busbw
+// ratio) pooled over the paired trials, with its 95% interval.
+std::optional<RatioCi> mpi_ratio(const Row& r) {
+  if (r.mpi_trials.empty() || r.mpi_trials.size() != r.dtrain_trials.size()) return std::nullopt;
+  return pooled_ratio(r.mpi_trials, r.dtrain_trials);
 }
 
 }  // namespace
@@ -60,14 +62,16 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
   bool allreduce = p.op == Op::Allreduce;
   std::string title = o.aa ? "raw Gloo #2 (--aa)" : "dtrain (" + o.backend + ")";
   fmt::print("#\n");
-  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:^32}  {:^18}  {:^18}  {:^13}  {:>8}\n", "", "", "", "",
+  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:^32}  {:^18}  {:^18}  {:^25}  {:>8}\n", "", "", "", "",
              "--- " + title + " ---", gloo_on ? "--- raw Gloo ---" : "", mpi_on ? "--- Open MPI ---" : "",
              "busbw ratio", "latency");
-  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
-             "size(B)", "count", "type", "algo", "time(us)", "algbw", "busbw", "time(us)", "busbw", "time(us)", "busbw",
-             "/gloo", "/mpi", "dt-gloo");
-  fmt::print("# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n", "",
-             "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "(us)");
+  fmt::print(
+      "# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6} {:>11}  {:>8}\n",
+      "size(B)", "count", "type", "algo", "time(us)", "algbw", "busbw", "time(us)", "busbw", "time(us)", "busbw",
+      "/gloo", "/mpi", "/mpi 95% CI", "dt-gloo");
+  fmt::print(
+      "# {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6} {:>11}  {:>8}\n", "",
+      "", "", "", "", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(GB/s)", "", "", "", "(us)");
   for (auto& r : rows) {
     double bytes = static_cast<double>(r.c.bytes);
     std::string algo = allreduce && o.backend == "gloo"
@@ -76,12 +80,36 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
     std::string dlat = "-";
     if (r.c.bytes <= kSmallBytes && r.paired(false)) dlat = fmt::format("{:+.1f}", *r.paired(false) * 1e6);
     std::string gloo_ratio = r.paired(true) ? fmt::format("{:.2f}", *r.paired(true)) : "-";
-    fmt::print("  {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6}  {:>8}\n",
-               r.c.bytes, r.c.count, dtype_name(p.dtype), algo, fmt_time(r.dtrain), fmt_bw(r.dtrain, bytes, 1),
-               fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.gloo), fmt_bw(r.gloo, bytes, p.busbw_factor),
-               fmt_time(r.mpi), fmt_bw(r.mpi, bytes, p.busbw_factor), gloo_ratio, fmt_ratio(r.dtrain, r.mpi), dlat);
+    auto q = mpi_ratio(r);
+    std::string mpi_ratio_text = q ? fmt::format("{:.2f}", q->ratio) : "-";
+    std::string mpi_ci = q ? fmt::format("{:.2f}-{:.2f}", q->lo, q->hi) : "-";
+    fmt::print(
+        "  {:>10} {:>10} {:>5} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>10} {:>7}  {:>6} {:>6} {:>11}  {:>8}\n",
+        r.c.bytes, r.c.count, dtype_name(p.dtype), algo, fmt_time(r.dtrain), fmt_bw(r.dtrain, bytes, 1),
+        fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.gloo), fmt_bw(r.gloo, bytes, p.busbw_factor),
+        fmt_time(r.mpi), fmt_bw(r.mpi, bytes, p.busbw_factor), gloo_ratio, mpi_ratio_text, mpi_ci, dlat);
   }
   fmt::print("#\n");
+  if (mpi_on && !o.aa) {
+    // Per size, the pooled ratio is the figure: how many sizes dtrain leads,
+    // and how many it trails with the whole interval below 1.
+    size_t n = 0, ahead = 0, behind = 0;
+    std::optional<RatioCi> low;
+    size_t at_low = 0;
+    for (auto& r : rows) {
+      auto q = mpi_ratio(r);
+      if (!q) continue;
+      ++n;
+      ahead += q->ratio >= 1;
+      behind += q->hi < 1;
+      if (!low || q->ratio < low->ratio) low = q, at_low = r.c.bytes;
+    }
+    if (low)
+      fmt::print(
+          "# {}/Open MPI busbw, pooled per size: >= 1 at {} of {} sizes; lowest {:.3f} (95% CI {:.3f}-{:.3f}) at {}; "
+          "{} size(s) with the whole interval below 1\n",
+          "dtrain", ahead, n, low->ratio, low->lo, low->hi, human_bytes(at_low), behind);
+  }
   if (!gloo_on) return;
   // Summary against raw Gloo: busbw ratio from 1 MiB, latency difference up to
   // 64 KiB. Single rows carry this machine's scheduling noise (see --aa), so
@@ -103,24 +131,12 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
       dlat.push_back(d);
     }
   }
-  // Mean and the half-width of its 95% interval (Student's t: a range has few rows).
-  auto mean_ci = [](const std::vector<double>& v) {
-    static const double t975[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086};
-    double m = 0, ss = 0;
-    for (double x : v) m += x;
-    m /= v.size();
-    for (double x : v) ss += (x - m) * (x - m);
-    size_t df = v.size() - 1;
-    double t = df == 0 ? 0 : df <= 20 ? t975[df - 1] : 1.96;
-    double half = df ? t * std::sqrt(ss / df / v.size()) : 0;
-    return std::make_pair(m, half);
-  };
   // The targets are those of the gloo backend's all-reduce.
   bool targets = allreduce && o.backend == "gloo" && !o.aa;
   std::string who = o.aa ? "raw Gloo (2nd)" : "dtrain";
   if (!log_ratio.empty()) {
-    auto [m, h] = mean_ci(log_ratio);
+    auto [m, h, nr] = mean_ci(log_ratio);
+    (void)nr;
     fmt::print(
         "# {}/gloo busbw at >= 1 MiB: geometric mean {:.3f} (95% CI {:.3f}-{:.3f}), rows {:.3f} (at {}) .. {:.3f}{}\n",
         who, std::exp(m), std::exp(m - h), std::exp(m + h), min_ratio, human_bytes(at_min),
@@ -128,7 +144,8 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
         targets ? fmt::format("   [target >= 0.95: {}]", std::exp(m) >= 0.95 ? "met" : "NOT met") : "");
   }
   if (!dlat.empty()) {
-    auto [m, h] = mean_ci(dlat);
+    auto [m, h, nd] = mean_ci(dlat);
+    (void)nd;
     fmt::print(
         "# {}-gloo latency at <= 64 KiB: mean {:+.1f} us (95% CI {:+.1f} .. {:+.1f}), rows {:+.1f} .. {:+.1f} (at "
         "{}){}\n",

@@ -1,22 +1,37 @@
 // dtrain-bench-mpi: the Open MPI reference of `dtrain-bench collectives`.
-// Started by dtrain-bench under mpirun; times MPI's own collective with the
-// sizes and iteration counts dtrain used, the same way (warm-up, barrier, a
-// timed loop per trial, slowest rank, median trial), and prints one line per size:
-//   DTRAIN_BENCH_MPI bytes=<B> count=<n> iters=<i> time_us=<t>
-//
-//   mpirun -np 2 dtrain-bench-mpi --op allreduce --dtype f32 --warmup 5 --trials 3 --case 1024:256:1000[:trials] ...
+// Times MPI's own collective the way dtrain is timed (warm-up, barrier, a
+// timed loop per trial). Two modes:
+//  - paired (--store host:port, the token in $DTRAIN_BENCH_TOKEN): started by
+//    dtrain-bench under mpirun at the same time as dtrain's ranks, it takes
+//    turns with them through the bench's store (collectives_turns.h), reads
+//    each size's iteration and trial counts there (dtrain's rank 0 sizes
+//    them) and writes each rank's trial times to res/mpi/<size index>/<rank>.
+//      mpirun -np 2 dtrain-bench-mpi --store 127.0.0.1:4000 --case 1024:256 ...
+//  - alone: iterations per case on the command line; prints one line per size
+//    (slowest rank, median trial):
+//      DTRAIN_BENCH_MPI bytes=<B> count=<n> iters=<i> time_us=<t>
+//      mpirun -np 2 dtrain-bench-mpi --op allreduce --dtype f32 --warmup 5 --trials 3 --case 1024:256:1000[:trials] ...
 
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
+#include <exception>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "collectives_turns.h"
+#include "dtrain/endpoint.h"
+#include "dtrain/store.h"
+
 namespace {
+
+using dtrain::bench::coll::Side;
 
 struct Case {
   size_t bytes = 0, count = 0;
@@ -50,6 +65,7 @@ int main(int argc, char** argv) {
 
   std::string op = "allreduce", dtype = "f32";
   int warmup = 5, trials = 1;
+  std::string store_at;
   std::vector<Case> cases;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -63,12 +79,15 @@ int main(int argc, char** argv) {
       warmup = std::atoi(v.c_str());
     else if (a == "--trials")
       trials = std::max(1, std::atoi(v.c_str()));
+    else if (a == "--store")
+      store_at = v;
     else if (a == "--case") {
       Case c;
       unsigned long long b = 0, n = 0;
       int got = std::sscanf(v.c_str(), "%llu:%llu:%d:%d", &b, &n, &c.iters, &c.trials);
-      if (got < 3 || c.iters < 1 || (got == 4 && c.trials < 1))
-        die(rank, "--case wants bytes:count:iters[:trials], got " + v);
+      bool paired = !store_at.empty();
+      if (got < 2 || (!paired && got < 3) || (got >= 3 && c.iters < 1) || (got == 4 && c.trials < 1))
+        die(rank, "--case wants bytes:count:iters[:trials] (bytes:count after --store), got " + v);
       c.bytes = b;
       c.count = n;
       cases.push_back(c);
@@ -85,7 +104,23 @@ int main(int argc, char** argv) {
   for (auto& c : cases) max_bytes = std::max(max_bytes, c.bytes);
   std::vector<char> a(max_bytes + 64, 0), b(op == "allgather" ? max_bytes / world + 64 : 64, 0);
 
-  for (auto& c : cases) {
+  // Paired mode: the store, on which this rank waits (blocked) while dtrain runs.
+  std::shared_ptr<dtrain::Store> store;
+  std::unique_ptr<dtrain::bench::coll::Turns> turns;
+  if (!store_at.empty()) {
+    try {
+      auto [host, port] = dtrain::parse_host_port(store_at);
+      const char* token = std::getenv("DTRAIN_BENCH_TOKEN");
+      store = std::make_shared<dtrain::PrefixStore>("bench",
+                                                    std::make_shared<dtrain::TcpStore>(host, port, token ? token : ""));
+      turns = std::make_unique<dtrain::bench::coll::Turns>(store, Side::Mpi, rank, world, std::chrono::minutes(10));
+    } catch (const std::exception& e) {
+      die(rank, std::string("cannot reach the bench's store: ") + e.what());
+    }
+  }
+
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Case& c = cases[i];
     int n = static_cast<int>(c.count);
     auto once = [&] {
       if (op == "allreduce")
@@ -95,14 +130,40 @@ int main(int argc, char** argv) {
       else
         MPI_Allgather(b.data(), n, type, a.data(), n, type, MPI_COMM_WORLD);
     };
+    auto trial = [&] {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      for (int k = 0; k < c.iters; ++k) once();
+      return (MPI_Wtime() - t0) / c.iters;
+    };
+    if (turns) {
+      try {
+        turns->before(Side::Dtrain);  // dtrain's set-up slot
+        turns->before(Side::Mpi);     // this side's warm-up slot
+        c.iters = std::stoi(store->get_string("iters/" + std::to_string(i), std::chrono::seconds(30)));
+        c.trials = std::stoi(store->get_string("trials/" + std::to_string(i), std::chrono::seconds(30)));
+        std::memset(a.data(), 0, c.bytes);
+        for (int w = 0; w < warmup; ++w) once();
+        auto slots = dtrain::bench::coll::schedule(c.trials);
+        std::string times;
+        for (size_t j = 2; j < slots.size(); ++j) {
+          turns->before(slots[j]);
+          if (slots[j] != Side::Mpi) continue;
+          char buf[32];
+          std::snprintf(buf, sizeof(buf), "%.9e ", trial());
+          times += buf;
+        }
+        store->set("res/mpi/" + std::to_string(i) + "/" + std::to_string(rank), times);
+      } catch (const std::exception& e) {
+        die(rank, "size " + std::to_string(c.bytes) + " B: " + e.what());
+      }
+      continue;
+    }
     std::memset(a.data(), 0, c.bytes);
     for (int w = 0; w < warmup; ++w) once();
     std::vector<double> worst_of_trial;
     for (int t = 0; t < (c.trials ? c.trials : trials); ++t) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      for (int k = 0; k < c.iters; ++k) once();
-      double mine = (MPI_Wtime() - t0) / c.iters, worst = 0;
+      double mine = trial(), worst = 0;
       MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
       worst_of_trial.push_back(worst);
     }
@@ -114,6 +175,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  // Leave the store before MPI_Finalize's own synchronisation.
+  turns.reset();
+  store.reset();
   MPI_Finalize();
   return 0;
 }
