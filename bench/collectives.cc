@@ -85,6 +85,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
       p.fixed_iters ? std::to_string(p.fixed_iters) : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
       o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
       gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
+  if (!o.aa)
+    fmt::print("# dtrain's op: {}\n", o.async ? "submitted, then Work::wait() (--async)"
+                                              : "the blocking call (CallOptions::blocking; --async: submit + wait())");
   if (o.aa)
     fmt::print(
         "# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
@@ -202,6 +205,9 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
                 "A/A run: a second raw-Gloo instance takes dtrain's place, to show how much the ratios drift "
                 "between two identical implementations on this machine");
   sub->add_flag("--no-check", o.no_check, "skip the correctness check of each size");
+  sub->add_flag("--async", o.async,
+                "time dtrain's ops as submit, then Work::wait() (c10d's async_op=True) instead of the blocking call "
+                "(CallOptions::blocking, as MPI_Allreduce blocks)");
   sub->add_option("--mpi-transport", o.mpi_transport, "Open MPI transport: tcp or sm (default: Open MPI's choice)")
       ->check(CLI::IsMember({"", "tcp", "sm"}));
   sub->add_option("--time-limit", o.time_limit_s, "seconds before the ranks are killed")->capture_default_str();

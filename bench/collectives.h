@@ -31,6 +31,7 @@ struct CollectivesOptions {
   bool no_check = false;
   bool no_dtrain = false;
   bool aa = false;            // a second raw-Gloo instance in dtrain's place (the noise floor)
+  bool async = false;         // time submit + Work::wait() instead of the blocking call
   std::string mpi_transport;  // "" (Open MPI's default), tcp, sm
   int time_limit_s = 600;
   bool verbose = false;

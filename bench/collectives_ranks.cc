@@ -149,11 +149,14 @@ class Rank {
     int n = p_.world;
 
     Runner dt{"dtrain", nullptr, nullptr};
+    // Blocking calls return a finished work: its wait() only reads its state.
+    CallOptions call;
+    call.blocking = !o_.async;
     dt.op = [&](const Case& c) {
       switch (p_.op) {
-        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t), ReduceOp::Sum)->wait(); break;
-        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t), 0)->wait(); break;
-        case Op::Allgather: comm->allgather(Buffer(b_, c.count, t), Buffer(a_, c.count * n, t))->wait(); break;
+        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t), ReduceOp::Sum, call)->wait(); break;
+        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t), 0, call)->wait(); break;
+        case Op::Allgather: comm->allgather(Buffer(b_, c.count, t), Buffer(a_, c.count * n, t), call)->wait(); break;
       }
     };
     bool has_barrier = backend->supports(DT_CAP_BARRIER);

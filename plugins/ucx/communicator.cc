@@ -42,9 +42,13 @@ std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
   uint64_t seq = coll_seq_++;
   // The queue is interruptible: shutdown() (in the destructor, before the
   // members go) waits until no body runs, so a body may hold a plain pointer.
-  return queue_->submit([a = algorithms_.get(), seq,
-                         body = std::forward<F>(body)](Clock::time_point deadline) mutable { body(*a, seq, deadline); },
-                        sdk::deadline_after(o.timeout_ms, timeout_ms_));
+  auto run = [a = algorithms_.get(), seq, body = std::forward<F>(body)](Clock::time_point deadline) mutable {
+    body(*a, seq, deadline);
+  };
+  auto deadline = sdk::deadline_after(o.timeout_ms, timeout_ms_);
+  // A caller that blocks on the op at once: run it here when the queue is idle.
+  if (o.flags & DT_CALL_WAIT) return queue_->run_or_submit(std::move(run), deadline);
+  return queue_->submit(std::move(run), deadline);
 }
 
 std::shared_ptr<sdk::Work> UcxCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {

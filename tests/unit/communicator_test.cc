@@ -185,5 +185,67 @@ TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
   });
 }
 
+// CallOptions::blocking (the UCX backend runs such an op inside the call,
+// with no plugin work): the result is there when the call returns, after a
+// dropped (unwaited) op too, and a withheld rank still times out naming it.
+TEST_P(CommunicatorTest, BlockingOpsCompleteAndTimeOutNamingTheWithheldRank) {
+  std::atomic<int> done{0};
+  static auto* buffers = new std::vector<std::vector<float>>(3, std::vector<float>(2, 1.0f));
+  CallOptions blocking;
+  blocking.blocking = true;
+  run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
+    std::vector<float>& v = (*buffers)[r];
+    auto w = comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, blocking);
+    EXPECT_TRUE(w->is_completed());
+    EXPECT_TRUE(w->is_success());
+    EXPECT_EQ(v[0], 3.0f);
+    std::vector<float> big(1 << 14, 1.0f);
+    comm.allreduce(Buffer::of(big.data(), big.size()));  // dropped: the next op queues behind it
+    comm.barrier(blocking);
+    comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Max, blocking)->wait();
+    EXPECT_EQ(big[77], 3.0f);
+    if (r == 2) {
+      while (done.load() < 2) std::this_thread::sleep_for(milliseconds(10));
+      return;
+    }
+    CallOptions o = blocking;
+    o.timeout = milliseconds(1500);
+    auto t0 = steady_clock::now();
+    try {
+      comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, o);
+      ADD_FAILURE() << "rank " << r << ": allreduce completed without rank 2";
+    } catch (const TimeoutError& e) {
+      auto took = duration_cast<milliseconds>(steady_clock::now() - t0);
+      EXPECT_GE(took.count(), o.timeout.count() - 50);
+      EXPECT_LE(took.count(), o.timeout.count() + 8000) << e.what();
+      EXPECT_THAT(e.what(), AllOf(HasSubstr("allreduce #5"), HasSubstr("waiting for rank 2"),
+                                  HasSubstr("has not reached collective #5")));
+    }
+    EXPECT_TRUE(comm.is_poisoned());
+    done++;
+  });
+}
+
+TEST_P(CommunicatorTest, ApplicationAbortEndsABlockingOp) {
+  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(milliseconds(800));
+      return;
+    }
+    std::vector<float> v(2);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(milliseconds(100));
+      comm.abort("test says stop");
+    });
+    CallOptions blocking;
+    blocking.blocking = true;
+    auto t0 = steady_clock::now();
+    EXPECT_THROW(comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, blocking), AbortedError);
+    EXPECT_LT(duration_cast<milliseconds>(steady_clock::now() - t0).count(), 5000);
+    aborter.join();
+    EXPECT_THAT(comm.poison_reason(), HasSubstr("test says stop"));
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTest, ::testing::Values("gloo", "ucx"),
                          [](const auto& info) { return info.param; });

@@ -43,6 +43,13 @@ TEST(PsAbi, AVersion10PluginLoadsAndAllReduces) {
         auto comm = b->create_communicator(o);
         out[r] = {1.0f * r, 10.0f, -2.0f * r, 0.5f};
         comm->allreduce(Buffer(out[r].data(), out[r].size(), DType::F32))->wait();
+        // A blocking call (ABI 1.2's DT_CALL_WAIT, never shown to a 1.0
+        // plugin) waits for the plugin's work as usual.
+        CallOptions blocking;
+        blocking.blocking = true;
+        std::vector<float> one{1.0f};
+        auto w = comm->allreduce(Buffer(one.data(), 1, DType::F32), ReduceOp::Sum, blocking);
+        if (!w->is_success() || one[0] != 3.0f) errors[r] = "blocking allreduce gave " + std::to_string(one[0]);
       } catch (const std::exception& e) {
         errors[r] = e.what();
       }

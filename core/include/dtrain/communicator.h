@@ -24,6 +24,14 @@ const char* to_string(ReduceOp op);
 struct CallOptions {
   // The op's deadline relative to submission; zero uses the communicator's default.
   std::chrono::milliseconds timeout{0};
+  // The call returns only once the op has finished, as submitting it and
+  // calling wait() on its Work at once would (c10d's async_op=False): it
+  // throws the op's error, and the Work it returns is complete. A backend may
+  // then run a collective inside the call itself, with no queued work and no
+  // handle (the UCX backend does when nothing else is queued): the short path
+  // for small ops whose result is needed at once (a metric sum, a loss-scale
+  // check, a barrier). Deadline, watchdog and abort hold as for any op.
+  bool blocking = false;
 };
 
 struct CommOptions {

@@ -46,7 +46,11 @@ class SpinLock {
 // wins: the waiter, the watchdog, or an abort).
 struct WorkState : std::enable_shared_from_this<WorkState> {
   std::shared_ptr<CommState> comm;
-  dt_work_h handle = nullptr;
+  // Null while a blocking op runs inside its submitting call (DT_CALL_WAIT),
+  // and for good when it succeeded there; set before the work is shared
+  // otherwise (or, for a blocking op, read by the watchdog only past the
+  // deadline, as the op's tracking keeps it in view).
+  std::atomic<dt_work_h> handle{nullptr};
   // What the op is, kept as parts: the text is built only for messages.
   const char* op_name = "";         // "allreduce"
   const char* op_detail = nullptr;  // "sum", or null
@@ -91,7 +95,8 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::shared_ptr<Backend> backend;
   const dt_backend_v1_t* table = nullptr;  // the plugin's function table
   dt_comm_h handle = nullptr;
-  uint64_t caps = 0;  // the backend's capability bits (read per op)
+  uint64_t caps = 0;       // the backend's capability bits (read per op)
+  bool call_wait = false;  // the plugin reads DT_CALL_WAIT (ABI minor >= 2)
   bool supports(uint64_t cap) const { return (caps & cap) == cap; }
   int rank = 0;
   int size = 1;

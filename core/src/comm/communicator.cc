@@ -155,6 +155,7 @@ std::shared_ptr<CommState> detail::create_comm_state(const std::shared_ptr<Backe
   state->backend = backend;
   state->table = backend->impl().table;
   state->caps = info.caps;
+  state->call_wait = info.abi_minor >= 2;
   state->rank = o.rank;
   state->size = o.world_size;
   state->ps = ps;

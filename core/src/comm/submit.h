@@ -85,16 +85,31 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
     w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count(), std::memory_order_relaxed);
     opts.timeout_ms = timeout.count();
   }
+  // A blocking collective may run inside the call: tracked first, so the
+  // watchdog sees it (and can expire it) while it runs.
+  bool inline_ok = o.blocking && d.collective && s->call_wait;
+  if (inline_ok) {
+    opts.flags |= DT_CALL_WAIT;
+    s->track(w);
+  }
   dt_work_h h = nullptr;
   dt_status_t st = call(opts, &h);
-  if (st != DT_OK || !h) {
+  if (st != DT_OK || (!h && !inline_ok)) {
     const char* e = s->table->comm_last_error(s->handle);
     std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
     std::rethrow_exception(make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
   }
-  w->handle = h;
-  s->track(w);
-  return std::make_shared<Work>(std::move(w));
+  if (!h) {
+    // It ran and succeeded in the call, unless the watchdog failed it first.
+    w->finish(nullptr);
+    if (w->error) std::rethrow_exception(w->error);
+    return std::make_shared<Work>(std::move(w));
+  }
+  w->handle.store(h, std::memory_order_release);
+  if (!inline_ok) s->track(w);
+  auto work = std::make_shared<Work>(std::move(w));
+  if (o.blocking) work->wait();
+  return work;
 }
 
 }  // namespace dtrain::detail

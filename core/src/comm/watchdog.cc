@@ -78,7 +78,13 @@ void Watchdog::run() {
       }
       for (auto& w : live) {
         if (w->deadline() > now) continue;
-        dt_status_t st = c->table->work_test(w->handle);
+        // A blocking op running inside its submitting call has no handle yet.
+        dt_work_h h = w->handle.load(std::memory_order_acquire);
+        if (!h) {
+          c->expire(w);
+          continue;
+        }
+        dt_status_t st = c->table->work_test(h);
         if (st == DT_IN_PROGRESS)
           c->expire(w);
         else

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 #define DT_BACKEND_V1_MAJOR 1
-#define DT_BACKEND_V1_MINOR 1
+#define DT_BACKEND_V1_MINOR 2
 #define DT_BACKEND_V1_ENTRY "dtrain_backend_v1"
 
 /* ---- status codes: every call returns one ---- */
@@ -121,13 +121,24 @@ typedef struct dt_buffer_v1 {
 /* Per-call options. */
 typedef struct dt_call_opts_v1 {
   uint32_t struct_size;
-  int32_t root; /* broadcast / reduce root rank */
-  int32_t tag;  /* send / recv matching tag (>= 0) */
-  int32_t reserved0;
+  int32_t root;       /* broadcast / reduce root rank */
+  int32_t tag;        /* send / recv matching tag (>= 0) */
+  uint32_t flags;     /* DT_CALL_* (minor 2; `int32_t reserved0`, always 0, before) */
   int64_t timeout_ms; /* the op's deadline; the transport may use it for its own
                          timeouts, but the core's watchdog enforces it anyway */
   uint64_t reserved[4];
 } dt_call_opts_v1_t;
+
+/* Minor 2. The caller blocks until this collective has finished (it waits for
+ * the work at once, with the op's whole deadline). The plugin MAY then run the
+ * op to completion on the calling thread inside the submitting call itself,
+ * bounded by opts->timeout_ms and returning promptly on comm_abort, and
+ * return DT_OK with *out = NULL: the op succeeded and no work exists. A failed
+ * op still comes back as a (finished) work, and a non-OK status with no work
+ * still means the call was refused and nothing ran. A plugin may ignore the
+ * flag and return a work as usual. The core sets it only for plugins whose
+ * abi_minor is >= 2, on collectives (not on send/recv or the PS calls). */
+#define DT_CALL_WAIT (1u << 0)
 
 /* The rendezvous store, served by the core. All functions are thread-safe and
  * may be called from any plugin thread. Keys are NUL-terminated and already

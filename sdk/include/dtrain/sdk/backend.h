@@ -8,6 +8,8 @@
 //     explicit MyComm(const dtrain::sdk::CommInit& init);
 //     std::shared_ptr<dtrain::sdk::Work> allreduce(const dt_buffer_v1_t& send, const dt_buffer_v1_t& recv,
 //                                                  int32_t op, const dt_call_opts_v1_t& o) override;
+//     // A collective may return null when DT_CALL_WAIT is in o.flags and it
+//     // already ran to success (OpQueue::run_or_submit does that).
 //     ...
 //   };
 //   static const dt_config_key_v1_t kKeys[] = {{"algorithm", "string", "\"ring\"", "..."}};
@@ -244,13 +246,22 @@ dt_status_t guarded(std::string* err, F&& f) {
 
 inline CommHandle* comm_handle(dt_comm_h c) { return reinterpret_cast<CommHandle*>(c); }
 
+// opts: a collective's options; with DT_CALL_WAIT in them the plugin's
+// method may return null for an op it has already run to success (the
+// caller gets DT_OK and no work, see backend_v1.h).
 template <typename F>
-dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
+dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f, const dt_call_opts_v1_t* opts = nullptr) {
   auto* h = comm_handle(c);
   std::string err;
   dt_status_t st = guarded(&err, [&] {
     std::shared_ptr<Work> w = f(*h->comm);
-    if (!w) fail(DT_ERR_INTERNAL, "backend returned no work");
+    if (!w) {
+      if (opts && (opts->flags & DT_CALL_WAIT)) {
+        *out = nullptr;
+        return DT_OK;
+      }
+      fail(DT_ERR_INTERNAL, "backend returned no work");
+    }
     *out = WorkHandle::make(std::move(w));
     return DT_OK;
   });
@@ -313,29 +324,71 @@ struct Trampolines {
   }
   static dt_status_t allreduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.allreduce(*s, *r, o, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.allreduce(*s, *r, o, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t broadcast(dt_comm_h c, const dt_buffer_v1_t* b, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.broadcast(*b, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.broadcast(*b, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t allgather(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.allgather(*s, *r, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.allgather(*s, *r, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t reduce_scatter(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                     const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.reduce_scatter(*s, *r, o, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.reduce_scatter(*s, *r, o, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t reduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                             const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.reduce(*s, *r, o, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.reduce(*s, *r, o, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t alltoall(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                               const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.alltoall(*s, *r, opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.alltoall(*s, *r, opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t barrier(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(c, out, [&](Communicator& m) { return m.barrier(opts_or_default(opts)); });
+    return op(
+        c, out,
+        [&](Communicator& m) {
+          return m.barrier(opts_or_default(opts));
+          ;
+        },
+        opts);
   }
   static dt_status_t send(dt_comm_h c, const dt_buffer_v1_t* b, int32_t peer, const dt_call_opts_v1_t* opts,
                           dt_work_h* out) {

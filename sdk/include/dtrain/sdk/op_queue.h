@@ -169,6 +169,46 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     return w;
   }
 
+  // An op whose caller blocks until it finishes (DT_CALL_WAIT): on an
+  // interruptible queue with nothing queued or running, runs body(deadline)
+  // on this thread now, with no queued work, and returns null when it
+  // succeeded or a finished work holding its error. Otherwise (a busy or
+  // non-interruptible queue) it is submit(body, deadline). The drainer and
+  // the idle hook stay off while the body runs, as for any running op.
+  template <typename F>
+  std::shared_ptr<Work> run_or_submit(F&& body, Clock::time_point deadline) {
+    if (settings_.interruptible) {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (!aborted_ && !stop_ && !running_ && !inline_running_ && queue_.empty()) {
+        inline_running_ = true;
+        ++submits_;
+        lk.unlock();
+        struct Release {
+          OpQueue* q;
+          ~Release() { q->release_inline(); }
+        } release{this};
+        dt_status_t st = DT_OK;
+        std::string msg;
+        try {
+          body(deadline);
+          return nullptr;
+        } catch (const Error& e) {
+          st = e.status(), msg = e.what();
+        } catch (const std::bad_alloc&) {
+          st = DT_ERR_SYSTEM, msg = "out of memory";
+        } catch (const std::exception& e) {
+          st = DT_ERR_INTERNAL, msg = e.what();
+        } catch (...) {
+          st = DT_ERR_INTERNAL, msg = "unknown exception";
+        }
+        auto w = std::make_shared<Work>();
+        w->complete(st, msg);
+        return w;
+      }
+    }
+    return submit(std::forward<F>(body), deadline);
+  }
+
   // Runs queued ops in order on this thread until target completes or cap
   // passes; bodies get min(deadline, cap) as their deadline when
   // cap_bodies, else their own deadline.
@@ -213,7 +253,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   }
 
   // Stops the drainer and fails what is still queued. Interruptible queues
-  // then wait until no body runs anywhere (the caller has aborted the
+  // then wait until no body runs anywhere (run_or_submit's inline ones too) (the caller has aborted the
   // transport first); others detach a drainer still blocked in a body.
   void shutdown(const std::string& reason) {
     bool detach = false;
@@ -240,7 +280,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     for (auto& w : q) w->finish(DT_ERR_ABORTED, reason);
     if (settings_.interruptible) {
       std::unique_lock<std::mutex> lk(mu_);
-      idle_cv_.wait(lk, [&] { return !running_; });
+      idle_cv_.wait(lk, [&] { return !running_ && !inline_running_; });
     }
   }
 
@@ -256,7 +296,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   explicit OpQueue(Settings settings) : settings_(std::move(settings)) {}
 
   bool claim_head(std::shared_ptr<QueuedWork>* out) {
-    if (running_ || queue_.empty()) return false;
+    if (running_ || inline_running_ || queue_.empty()) return false;
     *out = std::move(queue_.front());
     queue_.pop_front();
     running_ = out->get();
@@ -269,8 +309,14 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
     idle_cv_.notify_all();
     if (kicked_) cv_.notify_all();
   }
+  void release_inline() {
+    std::lock_guard<std::mutex> lk(mu_);
+    inline_running_ = false;
+    idle_cv_.notify_all();
+    if (kicked_) cv_.notify_all();
+  }
   void idle(std::unique_lock<std::mutex>& lk) {
-    if (running_ || stop_ || !settings_.idle_hook) return;
+    if (running_ || inline_running_ || stop_ || !settings_.idle_hook) return;
     lk.unlock();
     settings_.idle_hook();
     lk.lock();
@@ -329,7 +375,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       }
       idle(lk);
       if (stop_) break;
-      if (kicked_ && !running_) continue;
+      if (kicked_ && !running_ && !inline_running_) continue;
       // A head seen for the first time is due after the grace period, not a whole poll later.
       auto wake = now + settings_.poll;
       if (!queue_.empty() && !running_) wake = std::min(wake, head_since + settings_.grace);
@@ -343,6 +389,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   std::condition_variable idle_cv_;  // running_ became null
   std::deque<std::shared_ptr<QueuedWork>> queue_;
   QueuedWork* running_ = nullptr;  // held by the thread running it
+  bool inline_running_ = false;    // run_or_submit runs a body with no queued work
   bool running_on_drainer_ = false;
   bool stop_ = false;
   bool aborted_ = false;
