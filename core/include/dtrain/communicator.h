@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,7 +16,14 @@ class Backend;
 
 namespace detail {
 struct CommState;
-}
+// The Work of the last blocking collective that finished inside its call,
+// reused by the next one once nobody else holds it (no allocation per op);
+// taken under the flag, so even concurrent submitters never share it.
+struct SpareWork {
+  std::shared_ptr<Work> work;
+  std::atomic<bool> taken{false};
+};
+}  // namespace detail
 
 // Values match DT_OP_* of the plugin ABI.
 enum class ReduceOp : int32_t { Sum = 0, Avg = 1, Max = 2, Min = 3, Prod = 4 };
@@ -108,6 +116,7 @@ class Communicator {
 
  private:
   std::shared_ptr<detail::CommState> state_;
+  detail::SpareWork spare_;
 };
 
 }  // namespace dtrain

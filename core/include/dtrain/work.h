@@ -8,7 +8,8 @@ namespace dtrain {
 
 namespace detail {
 struct WorkState;
-}
+struct WorkAccess;
+}  // namespace detail
 
 // One submitted operation (as c10d's Work). Returned by every Communicator op.
 // Thread-safe: any thread may test, wait or abort it.
@@ -51,6 +52,7 @@ class Work {
   void abort();
 
  private:
+  friend struct detail::WorkAccess;
   std::shared_ptr<detail::WorkState> state_;
 };
 

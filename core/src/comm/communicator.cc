@@ -273,9 +273,12 @@ std::shared_ptr<Work> Communicator::allreduce(const Buffer& send, const Buffer& 
     throw InvalidUsage("allreduce: send has " + std::to_string(send.count) + " elements but recv has " +
                        std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(state_, kAllreduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
-    return s.table->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-  });
+  return submit(
+      state_, kAllreduce, &send, to_string(op), -1, o,
+      [&](auto& opts, dt_work_h* h) {
+        return s.table->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+      },
+      detail::NoPrepare{}, &spare_);
 }
 
 std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallOptions o) {
@@ -283,10 +286,13 @@ std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallO
   check_buffer(s, buf, "", "broadcast");
   check_rank(s, root, "root", "broadcast");
   auto a = to_abi(buf);
-  return submit(state_, kBroadcast, &buf, nullptr, -1, o, [&](auto& opts, dt_work_h* h) {
-    opts.root = root;
-    return s.table->broadcast(s.handle, &a, &opts, h);
-  });
+  return submit(
+      state_, kBroadcast, &buf, nullptr, -1, o,
+      [&](auto& opts, dt_work_h* h) {
+        opts.root = root;
+        return s.table->broadcast(s.handle, &a, &opts, h);
+      },
+      detail::NoPrepare{}, &spare_);
 }
 
 std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& recv, CallOptions o) {
@@ -298,8 +304,10 @@ std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& 
     throw InvalidUsage("allgather: recv must hold send.count x world size = " + std::to_string(send.count * s.size) +
                        " elements, it has " + std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(state_, kAllgather, &send, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); });
+  return submit(
+      state_, kAllgather, &send, nullptr, -1, o,
+      [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); }, detail::NoPrepare{},
+      &spare_);
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op, CallOptions o) {
@@ -311,9 +319,12 @@ std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buf
     throw InvalidUsage("reduce_scatter: send must hold recv.count x world size = " +
                        std::to_string(recv.count * s.size) + " elements, it has " + std::to_string(send.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(state_, kReduceScatter, &recv, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
-    return s.table->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-  });
+  return submit(
+      state_, kReduceScatter, &recv, to_string(op), -1, o,
+      [&](auto& opts, dt_work_h* h) {
+        return s.table->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+      },
+      detail::NoPrepare{}, &spare_);
 }
 
 std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& recv, ReduceOp op, int root,
@@ -329,10 +340,13 @@ std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& rec
                          std::to_string(recv.count));
   }
   auto a = to_abi(send), b = to_abi(s.rank == root ? recv : Buffer(nullptr, 0, send.dtype, send.device));
-  return submit(state_, kReduce, &send, to_string(op), -1, o, [&](auto& opts, dt_work_h* h) {
-    opts.root = root;
-    return s.table->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-  });
+  return submit(
+      state_, kReduce, &send, to_string(op), -1, o,
+      [&](auto& opts, dt_work_h* h) {
+        opts.root = root;
+        return s.table->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+      },
+      detail::NoPrepare{}, &spare_);
 }
 
 std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& recv, CallOptions o) {
@@ -345,14 +359,17 @@ std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& r
                        std::to_string(s.size) + " (send " + std::to_string(send.count) + ", recv " +
                        std::to_string(recv.count) + ")");
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(state_, kAlltoall, &send, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); });
+  return submit(
+      state_, kAlltoall, &send, nullptr, -1, o,
+      [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); }, detail::NoPrepare{},
+      &spare_);
 }
 
 std::shared_ptr<Work> Communicator::barrier(CallOptions o) {
   auto& s = *state_;
-  return submit(state_, kBarrier, nullptr, nullptr, -1, o,
-                [&](auto& opts, dt_work_h* h) { return s.table->barrier(s.handle, &opts, h); });
+  return submit(
+      state_, kBarrier, nullptr, nullptr, -1, o,
+      [&](auto& opts, dt_work_h* h) { return s.table->barrier(s.handle, &opts, h); }, detail::NoPrepare{}, &spare_);
 }
 
 std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, CallOptions o) {

@@ -50,20 +50,60 @@ struct NoPrepare {
   void operator()(WorkState&) const {}
 };
 
+struct WorkAccess {
+  static const std::shared_ptr<WorkState>& state(const Work& w) { return w.state_; }
+};
+
+// A blocking collective's work for reuse, when the spare one is free: only
+// the spare holds the Work and only the Work its state (the watchdog and
+// every waiter let go). Null otherwise. The state is reset for a new op.
+inline std::shared_ptr<Work> take_spare(SpareWork* spare) {
+  if (!spare || spare->taken.exchange(true, std::memory_order_acquire)) return nullptr;
+  std::shared_ptr<Work> w = std::move(spare->work);
+  spare->taken.store(false, std::memory_order_release);
+  if (!w || w.use_count() != 1 || WorkAccess::state(*w).use_count() != 1) return nullptr;
+  // Pairs with the release of the last other reference: its reads are done.
+  std::atomic_thread_fence(std::memory_order_acquire);
+  WorkState& st = *WorkAccess::state(*w);
+  st.dtype = -1;
+  st.count = 0;
+  st.claimed.store(false, std::memory_order_relaxed);
+  st.done.store(false, std::memory_order_relaxed);
+  return w;
+}
+
+inline void keep_spare(SpareWork* spare, const std::shared_ptr<Work>& w) {
+  if (!spare || spare->taken.exchange(true, std::memory_order_acquire)) return;
+  spare->work = w;
+  spare->taken.store(false, std::memory_order_release);
+}
+
 // o.timeout: the op's deadline from now; zero (or negative) uses the
 // communicator's default; negative means none for an unbounded op.
+// spare: the communicator's reusable work for blocking collectives.
 template <typename Submit, typename Prepare = NoPrepare>
 std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& d, const Buffer* b, const char* op,
-                             int peer, CallOptions o, Submit&& call, Prepare&& prepare = {}) {
+                             int peer, CallOptions o, Submit&& call, Prepare&& prepare = {},
+                             SpareWork* spare = nullptr) {
   if (s->poisoned.load())
     throw InvalidUsage("communicator '" + s->name + "' (backend '" + s->backend->name() +
                        "') is aborted and refuses new work: " + s->reason());
   if (!s->supports(d.cap))
     throw NotSupported("backend '" + s->backend->name() + "' does not support " + d.name +
                        " (it supports: " + s->backend->info().caps_string() + ")");
-  auto w = std::make_shared<WorkState>();
-  w->comm = s;
-  w->seq = d.collective ? s->coll_seq.fetch_add(1) + 1 : 0;
+  // A blocking collective may run inside the call (DT_CALL_WAIT).
+  bool inline_ok = o.blocking && d.collective && s->call_wait;
+  std::shared_ptr<Work> reused = inline_ok ? take_spare(spare) : nullptr;
+  std::shared_ptr<WorkState> w = reused ? WorkAccess::state(*reused) : std::make_shared<WorkState>();
+  if (!reused) w->comm = s;
+  // One submitting thread at a time: no read-modify-write needed.
+  if (d.collective) {
+    uint64_t seq = s->coll_seq.load(std::memory_order_relaxed) + 1;
+    s->coll_seq.store(seq, std::memory_order_relaxed);
+    w->seq = seq;
+  } else {
+    w->seq = 0;
+  }
   w->peer = peer;
   w->op_name = d.name;
   w->op_detail = op;
@@ -85,9 +125,8 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
     w->deadline_ns.store((w->submitted + timeout).time_since_epoch().count(), std::memory_order_relaxed);
     opts.timeout_ms = timeout.count();
   }
-  // A blocking collective may run inside the call: tracked first, so the
-  // watchdog sees it (and can expire it) while it runs.
-  bool inline_ok = o.blocking && d.collective && s->call_wait;
+  // Tracked first when it may run inside the call, so the watchdog sees (and
+  // can expire) it while it runs.
   if (inline_ok) {
     opts.flags |= DT_CALL_WAIT;
     s->track(w);
@@ -95,6 +134,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   dt_work_h h = nullptr;
   dt_status_t st = call(opts, &h);
   if (st != DT_OK || (!h && !inline_ok)) {
+    if (inline_ok) s->untrack(w.get());
     const char* e = s->table->comm_last_error(s->handle);
     std::string msg = w->what() + " was refused: " + (e && *e ? e : "no reason given");
     std::rethrow_exception(make_backend_error(s->backend->name(), st == DT_OK ? DT_ERR_INTERNAL : st, msg));
@@ -103,11 +143,13 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
     // It ran and succeeded in the call, unless the watchdog failed it first.
     w->finish(nullptr);
     if (w->error) std::rethrow_exception(w->error);
-    return std::make_shared<Work>(std::move(w));
+    if (!reused) reused = std::make_shared<Work>(std::move(w));
+    keep_spare(spare, reused);
+    return reused;
   }
   w->handle.store(h, std::memory_order_release);
   if (!inline_ok) s->track(w);
-  auto work = std::make_shared<Work>(std::move(w));
+  auto work = reused ? std::move(reused) : std::make_shared<Work>(std::move(w));
   if (o.blocking) work->wait();
   return work;
 }
