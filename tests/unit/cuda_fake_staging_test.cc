@@ -103,6 +103,13 @@ TEST_P(FakeCudaTest, WorkCompletesOnlyAfterTheCopyBack) {
         w->wait();
       EXPECT_EQ(fake_counter("fake_cuda_pending"), 0) << (polled ? "polled" : "waited");
     }
+    // A blocking call returns after the copy back too (a staged op never runs
+    // inside its call: the copy back completes with the host op's work).
+    CallOptions blocking;
+    blocking.blocking = true;
+    auto w = c->allreduce(Buffer(d, 1000, DType::F32, Device::cuda(0)), ReduceOp::Sum, blocking);
+    EXPECT_TRUE(w->is_success());
+    EXPECT_EQ(fake_counter("fake_cuda_pending"), 0) << "blocking";
     rt.Free(d);
   });
 }

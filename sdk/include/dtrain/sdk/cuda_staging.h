@@ -320,47 +320,54 @@ class CudaStaged : public Comm {
   using Opts = dt_call_opts_v1_t;
   explicit CudaStaged(const CommInit& init) : Comm(init), rank_(init.rank) {}
 
+  // The copy back to the device completes with the host op's work, so a
+  // staged op never runs inside its call (DT_CALL_WAIT is dropped for it).
+  static Opts queued(Opts o) {
+    o.flags &= ~DT_CALL_WAIT;
+    return o;
+  }
+
   std::shared_ptr<Work> allreduce(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
     if (!Staging::any_cuda({&s, &r})) return Comm::allreduce(s, r, op, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
     auto hr = st.stage(r, false, true);
-    return st.finish(Comm::allreduce(hs, hr, op, o));
+    return st.finish(Comm::allreduce(hs, hr, op, queued(o)));
   }
   std::shared_ptr<Work> broadcast(const Buf& b, const Opts& o) override {
     if (!Staging::any_cuda({&b})) return Comm::broadcast(b, o);
     Staging st(pool());
     bool root = o.root == rank_;
     auto hb = st.stage(b, root, !root);
-    return st.finish(Comm::broadcast(hb, o));
+    return st.finish(Comm::broadcast(hb, queued(o)));
   }
   std::shared_ptr<Work> allgather(const Buf& s, const Buf& r, const Opts& o) override {
     if (!Staging::any_cuda({&s, &r})) return Comm::allgather(s, r, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
     auto hr = st.stage(r, false, true);
-    return st.finish(Comm::allgather(hs, hr, o));
+    return st.finish(Comm::allgather(hs, hr, queued(o)));
   }
   std::shared_ptr<Work> reduce_scatter(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
     if (!Staging::any_cuda({&s, &r})) return Comm::reduce_scatter(s, r, op, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
     auto hr = st.stage(r, false, true);
-    return st.finish(Comm::reduce_scatter(hs, hr, op, o));
+    return st.finish(Comm::reduce_scatter(hs, hr, op, queued(o)));
   }
   std::shared_ptr<Work> reduce(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
     if (!Staging::any_cuda({&s, &r})) return Comm::reduce(s, r, op, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
     auto hr = st.stage(r, false, o.root == rank_);
-    return st.finish(Comm::reduce(hs, hr, op, o));
+    return st.finish(Comm::reduce(hs, hr, op, queued(o)));
   }
   std::shared_ptr<Work> alltoall(const Buf& s, const Buf& r, const Opts& o) override {
     if (!Staging::any_cuda({&s, &r})) return Comm::alltoall(s, r, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
     auto hr = st.stage(r, false, true);
-    return st.finish(Comm::alltoall(hs, hr, o));
+    return st.finish(Comm::alltoall(hs, hr, queued(o)));
   }
   std::shared_ptr<Work> send(const Buf& b, int32_t peer, const Opts& o) override {
     if (!Staging::any_cuda({&b})) return Comm::send(b, peer, o);
