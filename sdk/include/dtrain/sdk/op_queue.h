@@ -253,8 +253,9 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   }
 
   // Stops the drainer and fails what is still queued. Interruptible queues
-  // then wait until no body runs anywhere (run_or_submit's inline ones too) (the caller has aborted the
-  // transport first); others detach a drainer still blocked in a body.
+  // then wait until no body runs anywhere, run_or_submit's inline ones too
+  // (the caller has aborted the transport first); others detach a drainer
+  // still blocked in a body.
   void shutdown(const std::string& reason) {
     bool detach = false;
     {
