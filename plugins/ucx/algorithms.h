@@ -17,6 +17,11 @@
 namespace dtrain::ucx_backend {
 
 inline char* at(void* p, size_t off) { return static_cast<char*>(p) + off; }
+
+// memcpy with non-temporal stores (the lines go to memory, not into this
+// core's cache); ends with a store fence, so a release store after it
+// publishes the data.
+void copy_streaming(char* dst, const char* src, size_t len);
 inline const char* at(const void* p, size_t off) { return static_cast<const char*>(p) + off; }
 
 class Algorithms {
@@ -42,6 +47,7 @@ class Algorithms {
 
  private:
   bool shm_ok(size_t bytes) const { return settings.shm && fabric_->mailbox_prev() && bytes > settings.small_bytes; }
+  bool stream_ok(size_t bytes) const { return settings.stream_bytes > 0 && bytes >= settings.stream_bytes; }
 
   static std::atomic<uint64_t>& counter(char* box, size_t off) {
     return *reinterpret_cast<std::atomic<uint64_t>*>(box + off);
@@ -50,9 +56,11 @@ class Algorithms {
   // One ring step over the mailboxes: streams [sptr, sptr + sbytes) to the
   // next rank in chunks while handing each chunk of the previous rank's
   // stream (rbytes in all) to take(k, data, bytes) as soon as it is there.
+  // stream: write the mailbox with non-temporal stores (see
+  // Settings::stream_bytes).
   template <typename Take>
   void shm_step(const char* sptr, size_t sbytes, size_t rbytes, size_t chunk_bytes, Take&& take,
-                Clock::time_point deadline, const char* what) {
+                Clock::time_point deadline, const char* what, bool stream) {
     char* mine = fabric_->mailbox_mine();
     char* prev = fabric_->mailbox_prev();
     size_t depth = static_cast<size_t>(settings.depth);
@@ -69,7 +77,11 @@ class Algorithms {
       bool moved = false;
       if (i < nsend && produced_ - my_tail.load(std::memory_order_acquire) < depth) {
         size_t len = std::min(chunk_bytes, sbytes - i * chunk_bytes);
-        std::memcpy(mine + MailboxLayout::kRing + (produced_ % depth) * slot, sptr + i * chunk_bytes, len);
+        char* to = mine + MailboxLayout::kRing + (produced_ % depth) * slot;
+        if (stream)
+          copy_streaming(to, sptr + i * chunk_bytes, len);
+        else
+          std::memcpy(to, sptr + i * chunk_bytes, len);
         my_head.store(++produced_, std::memory_order_release);
         ++i;
         moved = true;

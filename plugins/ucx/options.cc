@@ -38,6 +38,7 @@ UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
   s.depth = static_cast<int>(at_least("pipeline_depth", s.depth, 1));
   s.spin = std::chrono::microseconds(at_least("spin_us", s.spin.count(), 0));
   s.shm = o.get_bool("shared_memory", true);
+  s.stream_bytes = static_cast<size_t>(at_least("stream_bytes", static_cast<int64_t>(s.stream_bytes), 0));
   u.tls = o.get_string("tls", "");
   u.net_devices = o.get_string("net_devices", "");
   if (u.net_devices.empty()) u.net_devices = default_net_devices(init);

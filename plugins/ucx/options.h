@@ -21,6 +21,9 @@ struct Settings {
   int depth = 8;                    // chunks in flight per ring step
   std::chrono::microseconds spin{2000};
   bool shm = true;  // shared-memory mailboxes for large messages on one host
+  // Ops of at least this many bytes write the mailboxes with non-temporal
+  // stores (0: never). A rank's own choice: the reader is the same either way.
+  size_t stream_bytes = 8u << 20;
 };
 
 // Everything the [ucx] table says, checked: an unknown name or a value out of

@@ -21,6 +21,8 @@ const dt_config_key_v1_t kKeys[] = {
     {"small_message_bytes", "int", "8192", "auto: messages up to this size use recursive doubling"},
     {"chunk_bytes", "int", "131072", "ring pipeline chunk: each chunk is reduced as soon as it lands"},
     {"pipeline_depth", "int", "8", "ring chunks in flight per step"},
+    {"stream_bytes", "int", "8388608",
+     "ops of at least this many bytes write the shared-memory mailboxes with non-temporal stores (0: never)"},
     {"spin_us", "int", "2000",
      "busy-poll this long before sleeping on the worker's event fd (or in 20 us steps on shared memory)"},
     {"grace_us", "int", "1000",

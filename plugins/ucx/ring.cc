@@ -2,7 +2,31 @@
 // the shared-memory mailboxes.
 #include "algorithms.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace dtrain::ucx_backend {
+
+void copy_streaming(char* dst, const char* src, size_t len) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    for (; i + 64 <= len; i += 64) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+      __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+    }
+    _mm_sfence();
+  }
+#endif
+  if (i < len) std::memcpy(dst + i, src + i, len - i);
+}
 
 void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst, size_t count, int32_t dtype,
                                      int32_t op, uint64_t seq, Clock::time_point deadline) {
@@ -25,7 +49,7 @@ void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst
           [&](size_t k, const char* data, size_t bytes) {
             fn(out + k * chunk * esz, mine + k * chunk * esz, data, bytes / esz);
           },
-          deadline, "ring reduce-scatter");
+          deadline, "ring reduce-scatter", stream_ok(count * esz));
       continue;
     }
     Batch sends(fabric());
@@ -60,7 +84,7 @@ void Algorithms::ring_allgather(void* buf, size_t count, size_t esz, uint64_t se
       shm_step(
           at(buf, block_off(count, sb) * esz), block_len(count, sb) * esz, block_len(count, rb) * esz, chunk,
           [&](size_t k, const char* data, size_t bytes) { std::memcpy(dst + k * chunk, data, bytes); }, deadline,
-          "ring all-gather");
+          "ring all-gather", stream_ok(count * esz));
       continue;
     }
     Batch b(fabric());
