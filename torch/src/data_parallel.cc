@@ -365,7 +365,7 @@ void DataParallel::average_buffers() {
 
 void DataParallel::allreduce_sum(std::vector<double>& values) {
   if (world_size() <= 1 || values.empty()) return;
-  comm_->allreduce(Buffer::of(values.data(), values.size()), ReduceOp::Sum)->wait();
+  comm_->allreduce(Buffer::of(values.data(), values.size()), ReduceOp::Sum, CallOptions::wait_now());
 }
 
 SyncStats DataParallel::stats() const {

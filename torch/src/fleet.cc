@@ -114,7 +114,7 @@ int local_rank() { return detail::state("local_rank").job.role.local_rank; }
 
 void barrier_worker() {
   auto& s = detail::state("barrier_worker");
-  if (s.job.comm && s.job.comm->size() > 1) s.job.comm->barrier()->wait();
+  if (s.job.comm && s.job.comm->size() > 1) s.job.comm->barrier(CallOptions::wait_now());
 }
 
 const RoleInfo& role() { return detail::state("role").job.role; }

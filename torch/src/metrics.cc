@@ -13,7 +13,7 @@ Communicator* comm_for(const char* what) {
 }
 
 double reduce_one(const char* what, double v, ReduceOp op) {
-  if (Communicator* c = comm_for(what)) c->allreduce(Buffer::of(&v, 1), op)->wait();
+  if (Communicator* c = comm_for(what)) c->allreduce(Buffer::of(&v, 1), op, CallOptions::wait_now());
   return v;
 }
 
@@ -25,7 +25,8 @@ double min(double local) { return reduce_one("metrics::min", local, ReduceOp::Mi
 
 void sum(std::vector<double>& values) {
   Communicator* c = comm_for("metrics::sum");
-  if (c && !values.empty()) c->allreduce(Buffer::of(values.data(), values.size()), ReduceOp::Sum)->wait();
+  if (c && !values.empty())
+    c->allreduce(Buffer::of(values.data(), values.size()), ReduceOp::Sum, CallOptions::wait_now());
 }
 
 double acc(double correct, double total) {
@@ -112,7 +113,7 @@ void all_reduce(::torch::Tensor& tensor, ReduceOp op) {
       throw NotSupported(std::string("dtrain::torch::metrics::all_reduce: dtype ") +
                          c10::toString(tensor.scalar_type()) + " is not supported (float32/64, int32/64)");
   }
-  c->allreduce(b, op)->wait();
+  c->allreduce(b, op, CallOptions::wait_now());
 }
 
 }  // namespace dtrain::torch::metrics

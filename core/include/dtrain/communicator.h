@@ -40,6 +40,13 @@ struct CallOptions {
   // for small ops whose result is needed at once (a metric sum, a loss-scale
   // check, a barrier). Deadline, watchdog and abort hold as for any op.
   bool blocking = false;
+
+  // Options for a blocking call with the communicator's default deadline.
+  static CallOptions wait_now() {
+    CallOptions o;
+    o.blocking = true;
+    return o;
+  }
 };
 
 struct CommOptions {

@@ -96,14 +96,7 @@ std::shared_ptr<Work> submit(const std::shared_ptr<CommState>& s, const OpDesc& 
   std::shared_ptr<Work> reused = inline_ok ? take_spare(spare) : nullptr;
   std::shared_ptr<WorkState> w = reused ? WorkAccess::state(*reused) : std::make_shared<WorkState>();
   if (!reused) w->comm = s;
-  // One submitting thread at a time: no read-modify-write needed.
-  if (d.collective) {
-    uint64_t seq = s->coll_seq.load(std::memory_order_relaxed) + 1;
-    s->coll_seq.store(seq, std::memory_order_relaxed);
-    w->seq = seq;
-  } else {
-    w->seq = 0;
-  }
+  w->seq = d.collective ? s->coll_seq.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
   w->peer = peer;
   w->op_name = d.name;
   w->op_detail = op;

@@ -187,7 +187,7 @@ void average_buffers(Communicator& comm, const std::vector<Buffer>& buffers, siz
       off += buffers[k].count;
     }
     auto t0 = Clock::now();
-    comm.allreduce(Buffer::of(flat.data(), total), ReduceOp::Avg)->wait();
+    comm.allreduce(Buffer::of(flat.data(), total), ReduceOp::Avg, CallOptions::wait_now());
     if (stats) {
       stats->wait_seconds += seconds_since(t0);
       stats->allreduces++;
@@ -278,7 +278,7 @@ void check_same_layout(Communicator& comm, const std::vector<std::string>& names
     if (ref[i].first != names[i] || ref[i].second != shape_str(shapes[i])) first = static_cast<int64_t>(i);
   if (first == none && ref.size() != names.size()) first = static_cast<int64_t>(common);
   int64_t global = first;
-  comm.allreduce(Buffer::of(&global, 1), ReduceOp::Min)->wait();
+  comm.allreduce(Buffer::of(&global, 1), ReduceOp::Min, CallOptions::wait_now());
   if (global == none) return;
   size_t g = static_cast<size_t>(global);
   auto here = g < names.size() ? "'" + names[g] + "' " + shape_str(shapes[g])
