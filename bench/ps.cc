@@ -142,9 +142,10 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
       "SGD tables\n",
       o.backend, o.servers, o.workers);
   fmt::print(
-      "# {} trial(s) per row, dtrain / raw gRPC / Redis back to back in each trial; iterations per trial from "
-      "one warm call (~{:g} ms per trial)\n",
-      o.trials, o.target_ms);
+      "# {} trial(s) per row; a trial runs dtrain / raw gRPC / Redis interleaved in {} rounds (the order "
+      "reversed every round, one untimed call first in each); calls per trial from one warm call (~{:g} ms per "
+      "implementation and trial)\n",
+      o.trials, kTrialRounds, o.target_ms);
   fmt::print("# raw gRPC: {}\n",
              o.no_grpc ? "left out (--no-grpc)"
                        : fmt::format("an echo service on gRPC's synchronous server (the plugin's threading), one per "
