@@ -36,6 +36,38 @@ const T* view(const std::string& s, std::vector<T>* scratch) {
 
 }  // namespace
 
+PsService::Staging::Lease PsService::Staging::get(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // The smallest kept buffer that fits.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
+    if (best != free_.end()) {
+      Lease l(this, std::move(best->second), best->first);
+      kept_ -= best->first;
+      free_.erase(best);
+      return l;
+    }
+  }
+  const size_t cap = std::max<size_t>(bytes, 64);
+  return Lease(this, std::unique_ptr<char[]>(new char[cap]), cap);
+}
+
+void PsService::Staging::put(std::unique_ptr<char[]> mem, size_t cap) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (cap > kKeepBytes) return;
+  // Make room by dropping the smallest kept buffers.
+  while (!free_.empty() && (free_.size() >= kKeepBuffers || kept_ + cap > kKeepBytes)) {
+    auto smallest =
+        std::min_element(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    kept_ -= smallest->first;
+    free_.erase(smallest);
+  }
+  kept_ += cap;
+  free_.emplace_back(cap, std::move(mem));
+}
+
 PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
     : server_(init.rank),
       num_servers_(init.num_servers),
@@ -195,12 +227,13 @@ grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req
       w->Write(msg);
       return;
     }
-    std::vector<float> buf(n);
-    interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf.data(), n, until); });
+    Staging::Lease lease = staging_.get(n * sizeof(float));
+    float* buf = lease.as<float>();
+    interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf, n, until); });
     for (uint64_t off = 0; off < n; off += per) {
       uint64_t len = std::min(per, n - off);
       msg.set_offset(off);
-      msg.set_values(buf.data() + off, len * sizeof(float));
+      msg.set_values(buf + off, len * sizeof(float));
       if (!w->Write(msg)) sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
     }
   });
@@ -227,7 +260,10 @@ grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<D
       t.push_dense(wk, g, n);
       return;
     }
-    std::vector<float> buf(n);
+    // The chunks arrive in order and back to back (as the client sends
+    // them), so they cover the staging buffer exactly.
+    Staging::Lease lease = staging_.get(n * sizeof(float));
+    float* buf = lease.as<float>();
     uint64_t got = 0;
     do {
       uint64_t len = msg.values().size() / sizeof(float);
@@ -235,13 +271,17 @@ grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<D
         sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk [" +
                                             std::to_string(msg.offset()) + ", +" + std::to_string(msg.values().size()) +
                                             " bytes) is outside the server's " + std::to_string(n) + " values");
-      std::memcpy(buf.data() + msg.offset(), msg.values().data(), len * sizeof(float));
+      if (msg.offset() != got)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk at offset " +
+                                            std::to_string(msg.offset()) + " after " + std::to_string(got) +
+                                            " values (chunks must come in order)");
+      std::memcpy(buf + got, msg.values().data(), len * sizeof(float));
       got += len;
     } while (r->Read(&msg));
     if (got != n)
       sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent " + std::to_string(got) +
                                           " of " + std::to_string(n) + " values");
-    t.push_dense(wk, buf.data(), n);
+    t.push_dense(wk, buf, n);
   });
 }
 
@@ -308,16 +348,20 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
                     sc ? view<float>(msg.show_click(), &ss) : nullptr);
       return;
     }
-    std::vector<uint64_t> keys(total);
-    std::vector<float> grads(total * dim), show_click(sc ? 2 * total : 0);
+    // Keys, gradients and show/click of all chunks, back to back; every byte
+    // is written before use (got == total below).
+    Staging::Lease lease = staging_.get(total * row_bytes);
+    uint64_t* keys = lease.as<uint64_t>();
+    float* grads = reinterpret_cast<float*>(keys + total);
+    float* show_click = grads + total * dim;
     uint64_t got = 0;
     for (;;) {
       if (got + k > total)
         sdk::fail(DT_ERR_INVALID_USAGE,
                   "table '" + name + "': a sparse push announced " + std::to_string(total) + " keys and sent more");
-      std::memcpy(keys.data() + got, msg.keys().data(), k * sizeof(uint64_t));
-      std::memcpy(grads.data() + got * dim, msg.grads().data(), k * dim * sizeof(float));
-      if (sc) std::memcpy(show_click.data() + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));
+      std::memcpy(keys + got, msg.keys().data(), k * sizeof(uint64_t));
+      std::memcpy(grads + got * dim, msg.grads().data(), k * dim * sizeof(float));
+      if (sc) std::memcpy(show_click + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));
       got += k;
       if (!r->Read(&msg)) break;
       k = check_chunk(msg);
@@ -325,7 +369,7 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
     if (got != total)
       sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push sent " + std::to_string(got) + " of " +
                                           std::to_string(total) + " keys");
-    t.push_sparse(wk, keys.data(), total, grads.data(), sc ? show_click.data() : nullptr);
+    t.push_sparse(wk, keys, total, grads, sc ? show_click : nullptr);
   });
 }
 
