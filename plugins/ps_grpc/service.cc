@@ -44,14 +44,14 @@ PsService::Staging::Lease PsService::Staging::get(size_t bytes) {
     for (auto it = free_.begin(); it != free_.end(); ++it)
       if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
     if (best != free_.end()) {
-      Lease l(this, std::move(best->second), best->first);
+      Lease l(shared_from_this(), std::move(best->second), best->first);
       kept_ -= best->first;
       free_.erase(best);
       return l;
     }
   }
   const size_t cap = std::max<size_t>(bytes, 64);
-  return Lease(this, std::unique_ptr<char[]>(new char[cap]), cap);
+  return Lease(shared_from_this(), std::unique_ptr<char[]>(new char[cap]), cap);
 }
 
 void PsService::Staging::put(std::unique_ptr<char[]> mem, size_t cap) {
@@ -81,6 +81,9 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
   MarkMethodStreamed(kPullSparseIndex,
                      new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
                          [this](grpc::ServerContext* ctx, auto* stream) { return PullSparseRaw(ctx, stream); }));
+  MarkMethodStreamed(kPullDenseIndex,
+                     new grpc::internal::SplitServerStreamingHandler<DensePull, RawMessage>(
+                         [this](grpc::ServerContext* ctx, auto* stream) { return PullDenseRaw(ctx, stream); }));
 }
 
 std::string PsService::who() const {
@@ -209,7 +212,11 @@ grpc::Status PsService::DeclareTable(grpc::ServerContext* ctx, const DeclareRequ
   });
 }
 
-grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req, grpc::ServerWriter<DenseChunk>* w) {
+grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
+                                     grpc::ServerSplitStreamer<DensePull, RawMessage>* stream) {
+  DensePull msg;
+  const DensePull* req = &msg;
+  if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::INTERNAL, "a dense pull without its request");
   return guarded(ctx, [&] {
     int wk = worker(req->worker());
     Table& t = table(req->table(), DT_PS_TABLE_DENSE);
@@ -217,24 +224,22 @@ grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req
     uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
     check_size(t, n * sizeof(float), "a dense pull");
     uint64_t per = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
-    DenseChunk msg;
-    msg.set_total(n);
-    if (n <= per) {
-      std::string* s = msg.mutable_values();
-      s->resize(n * sizeof(float));
-      interruptible(ctx,
-                    [&](Clock::time_point until) { t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, until); });
-      w->Write(msg);
-      return;
-    }
-    Staging::Lease lease = staging_.get(n * sizeof(float));
-    float* buf = lease.as<float>();
+    // The range in one staging buffer, each chunk a slice of it: the buffer
+    // goes back to the pool when gRPC lets go of the last chunk.
+    auto* lease = new Staging::Lease(staging_->get(n * sizeof(float)));
+    float* buf = lease->as<float>();
+    grpc::Slice all(
+        buf, n * sizeof(float), [](void* l) { delete static_cast<Staging::Lease*>(l); }, lease);
     interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf, n, until); });
-    for (uint64_t off = 0; off < n; off += per) {
+    for (uint64_t off = 0; off < n || off == 0; off += per) {
       uint64_t len = std::min(per, n - off);
-      msg.set_offset(off);
-      msg.set_values(buf + off, len * sizeof(float));
-      if (!w->Write(msg)) sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
+      RawMessage chunk;
+      chunk.add_varint(DenseChunk::kTotalFieldNumber, n);
+      chunk.add_varint(DenseChunk::kOffsetFieldNumber, off);
+      chunk.add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+      if (!stream->Write(chunk))
+        sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
+      if (n == 0) break;
     }
   });
 }
@@ -262,7 +267,7 @@ grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<D
     }
     // The chunks arrive in order and back to back (as the client sends
     // them), so they cover the staging buffer exactly.
-    Staging::Lease lease = staging_.get(n * sizeof(float));
+    Staging::Lease lease = staging_->get(n * sizeof(float));
     float* buf = lease.as<float>();
     uint64_t got = 0;
     do {
@@ -350,7 +355,7 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
     }
     // Keys, gradients and show/click of all chunks, back to back; every byte
     // is written before use (got == total below).
-    Staging::Lease lease = staging_.get(total * row_bytes);
+    Staging::Lease lease = staging_->get(total * row_bytes);
     uint64_t* keys = lease.as<uint64_t>();
     float* grads = reinterpret_cast<float*>(keys + total);
     float* show_click = grads + total * dim;

@@ -33,7 +33,9 @@ class PsService final : public ParameterServer::Service {
 
   grpc::Status Hello(grpc::ServerContext*, const HelloRequest*, HelloReply*) override;
   grpc::Status DeclareTable(grpc::ServerContext*, const DeclareRequest*, Empty*) override;
-  grpc::Status PullDense(grpc::ServerContext*, const DensePull*, grpc::ServerWriter<DenseChunk>*) override;
+  // PullDense, registered as a split server-streamed method (one request,
+  // the chunks as RawMessages pointing into one staging buffer, no copy).
+  grpc::Status PullDenseRaw(grpc::ServerContext*, grpc::ServerSplitStreamer<DensePull, RawMessage>*);
   grpc::Status PushDense(grpc::ServerContext*, grpc::ServerReader<DenseChunk>*, Empty*) override;
   // PullSparse, registered as a streamed unary method (one request, one
   // reply) so the reply is a RawMessage the table fills in place.
@@ -66,12 +68,14 @@ class PsService final : public ParameterServer::Service {
   // Uninitialized staging memory for a call's payload (a dense range, a
   // push sent in several chunks), reused across calls: a fresh 16 MB vector
   // costs a zero fill and 4,096 page faults per call. Keeps at most
-  // kKeepBuffers buffers and kKeepBytes in all; thread-safe.
-  class Staging {
+  // kKeepBuffers buffers and kKeepBytes in all; thread-safe. A lease keeps
+  // the pool alive (gRPC may release a slice of it after the service is gone).
+  class Staging : public std::enable_shared_from_this<Staging> {
    public:
     class Lease {
      public:
-      Lease(Staging* pool, std::unique_ptr<char[]> mem, size_t cap) : pool_(pool), mem_(std::move(mem)), cap_(cap) {}
+      Lease(std::shared_ptr<Staging> pool, std::unique_ptr<char[]> mem, size_t cap)
+          : pool_(std::move(pool)), mem_(std::move(mem)), cap_(cap) {}
       Lease(Lease&&) = default;
       ~Lease() {
         if (mem_) pool_->put(std::move(mem_), cap_);
@@ -82,7 +86,7 @@ class PsService final : public ParameterServer::Service {
       }
 
      private:
-      Staging* pool_;
+      std::shared_ptr<Staging> pool_;
       std::unique_ptr<char[]> mem_;
       size_t cap_;
     };
@@ -115,7 +119,7 @@ class PsService final : public ParameterServer::Service {
   std::set<int> finished_;
   bool stopping_ = false;
   std::shared_ptr<sdk::Work> serve_;
-  Staging staging_;
+  std::shared_ptr<Staging> staging_ = std::make_shared<Staging>();
 };
 
 }  // namespace dtrain::ps_grpc

@@ -91,26 +91,52 @@ void check_desc(const sdk::TableDesc& d) {
     bad("GEO mode takes only the sgd rule (the workers apply the optimizer)");
 }
 
+namespace {
+// Appends the varint of v at p; returns the bytes written (at most 10).
+size_t put_varint(uint8_t* p, uint64_t v) {
+  size_t h = 0;
+  for (;; v >>= 7) {
+    p[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
+    if (v < 0x80) return h;
+  }
+}
+}  // namespace
+
 char* RawMessage::make_bytes(uint32_t field, size_t n) {
+  slices.clear();
   if (n == 0) {
-    slice = grpc::Slice();
+    slices.emplace_back();
     return nullptr;
   }
   uint8_t head[16];
   size_t h = 0;
   head[h++] = static_cast<uint8_t>(field << 3 | 2);
-  for (uint64_t v = n;; v >>= 7) {
-    head[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
-    if (v < 0x80) break;
-  }
+  h += put_varint(head + h, n);
   // The payload 16-byte aligned (the table writes floats into it), the header just before it.
   char* mem = static_cast<char*>(std::malloc(16 + n));
   if (!mem) throw std::bad_alloc();
   char* payload = mem + 16;
   std::memcpy(payload - h, head, h);
-  slice = grpc::Slice(
+  slices.emplace_back(
       payload - h, h + n, [](void* m) { std::free(m); }, mem);
   return payload;
+}
+
+void RawMessage::add_varint(uint32_t field, uint64_t v) {
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = static_cast<uint8_t>(field << 3 | 0);
+  h += put_varint(head + h, v);
+  slices.emplace_back(head, h);
+}
+
+void RawMessage::add_bytes(uint32_t field, grpc::Slice data) {
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = static_cast<uint8_t>(field << 3 | 2);
+  h += put_varint(head + h, data.size());
+  slices.emplace_back(head, h);
+  if (data.size() > 0) slices.push_back(std::move(data));
 }
 
 bool BytesField::open(const grpc::ByteBuffer& bb, uint32_t field) {

@@ -22,6 +22,8 @@ constexpr char kStatusKey[] = "dtrain-status";  // trailing metadata of a failed
 // bytes (below). Its position in ps.proto's service is kPullSparseIndex.
 constexpr char kPullSparseMethod[] = "/dtrain.ps_grpc.ParameterServer/PullSparse";
 constexpr int kPullSparseIndex = 4;
+// ParameterServer.PullDense's position: the server sends its chunks as raw bytes.
+constexpr int kPullDenseIndex = 2;
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
@@ -33,15 +35,22 @@ sdk::TableDesc from_proto(const TableDesc& p);
 // f32, an unknown kind, mode, rule or initializer, GEO with a rule other than SGD.
 void check_desc(const sdk::TableDesc& d);
 
-// A serialized message built in place, for replies whose only field is one
-// large `bytes` field (SparseValues): the server's table writes the payload
-// straight into the slice gRPC sends, with no protobuf string between (no
-// zero fill, no serialization copy). grpc::SerializationTraits below.
+// A serialized message built in place, for replies whose payload is one
+// large `bytes` field: the server writes the payload straight into the slice
+// gRPC sends (SparseValues: the table's rows), or points a slice at memory it
+// already holds (DenseChunk: a part of the dense range), with no protobuf
+// string between (no zero fill, no serialization copy).
+// grpc::SerializationTraits below.
 struct RawMessage {
-  grpc::Slice slice;
+  std::vector<grpc::Slice> slices;  // the message's bytes, in order
   // Makes the message hold bytes field `field` (< 16) of n bytes; returns
   // where the n bytes go (uninitialized, 16-byte aligned; null if n is 0).
   char* make_bytes(uint32_t field, size_t n);
+  // Appends varint field `field` (< 16) with value v.
+  void add_varint(uint32_t field, uint64_t v);
+  // Appends bytes field `field` (< 16) whose n bytes are `data`, sent
+  // without a copy: gRPC holds `data` (it takes a reference).
+  void add_bytes(uint32_t field, grpc::Slice data);
 };
 
 // The reading side: a received message whose only field is bytes field
@@ -98,12 +107,13 @@ template <>
 class grpc::SerializationTraits<dtrain::ps_grpc::RawMessage> {
  public:
   static grpc::Status Serialize(const dtrain::ps_grpc::RawMessage& m, grpc::ByteBuffer* bb, bool* own_buffer) {
-    *bb = grpc::ByteBuffer(&m.slice, 1);
+    *bb = grpc::ByteBuffer(m.slices.data(), m.slices.size());
     *own_buffer = true;
     return grpc::Status::OK;
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* bb, dtrain::ps_grpc::RawMessage* m) {
-    grpc::Status st = bb->DumpToSingleSlice(&m->slice);
+    m->slices.resize(1);
+    grpc::Status st = bb->DumpToSingleSlice(&m->slices[0]);
     bb->Clear();
     return st;
   }
