@@ -308,7 +308,11 @@ grpc::Status PsService::PullSparseRaw(grpc::ServerContext* ctx,
     uint64_t n = req->keys().size() / sizeof(uint64_t);
     std::vector<uint64_t> scratch;
     const uint64_t* keys = view<uint64_t>(req->keys(), &scratch);
-    float* out = reinterpret_cast<float*>(reply.make_bytes(SparseValues::kValuesFieldNumber, n * dim * sizeof(float)));
+    // The reply in a reused staging buffer (no page faults on a fresh one).
+    auto* lease = new Staging::Lease(staging_->get(16 + n * dim * sizeof(float)));
+    float* out = reinterpret_cast<float*>(reply.make_bytes(
+        SparseValues::kValuesFieldNumber, n * dim * sizeof(float), lease->as<char>(),
+        [](void* l) { delete static_cast<Staging::Lease*>(l); }, lease));
     interruptible(ctx, [&](Clock::time_point until) { t.pull_sparse(wk, keys, n, out, until); });
   });
   if (st.ok()) stream->Write(reply);

@@ -65,7 +65,7 @@ class PsService final : public ParameterServer::Service {
   void check_size(const Table& t, uint64_t bytes, const std::string& what) const;
   std::string who() const;
 
-  // Uninitialized staging memory for a call's payload (a dense range, a
+  // Uninitialized staging memory for a call's payload (a dense range, a sparse pull's reply, a
   // push sent in several chunks), reused across calls: a fresh 16 MB vector
   // costs a zero fill and 4,096 page faults per call. Keeps at most
   // kKeepBuffers buffers and kKeepBytes in all; thread-safe. A lease keeps
@@ -93,7 +93,7 @@ class PsService final : public ParameterServer::Service {
     Lease get(size_t bytes);
 
    private:
-    static constexpr size_t kKeepBuffers = 4, kKeepBytes = size_t{128} << 20;
+    static constexpr size_t kKeepBuffers = 8, kKeepBytes = size_t{128} << 20;
     void put(std::unique_ptr<char[]> mem, size_t cap);
     std::mutex mu_;
     std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free_;  // capacity, memory

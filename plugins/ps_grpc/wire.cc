@@ -103,8 +103,17 @@ size_t put_varint(uint8_t* p, uint64_t v) {
 }  // namespace
 
 char* RawMessage::make_bytes(uint32_t field, size_t n) {
+  if (n == 0) return make_bytes(field, 0, nullptr, nullptr, nullptr);
+  char* mem = static_cast<char*>(std::malloc(16 + n));
+  if (!mem) throw std::bad_alloc();
+  return make_bytes(
+      field, n, mem, [](void* m) { std::free(m); }, mem);
+}
+
+char* RawMessage::make_bytes(uint32_t field, size_t n, char* mem, void (*release)(void*), void* user) {
   slices.clear();
   if (n == 0) {
+    if (release) release(user);
     slices.emplace_back();
     return nullptr;
   }
@@ -113,12 +122,9 @@ char* RawMessage::make_bytes(uint32_t field, size_t n) {
   head[h++] = static_cast<uint8_t>(field << 3 | 2);
   h += put_varint(head + h, n);
   // The payload 16-byte aligned (the table writes floats into it), the header just before it.
-  char* mem = static_cast<char*>(std::malloc(16 + n));
-  if (!mem) throw std::bad_alloc();
   char* payload = mem + 16;
   std::memcpy(payload - h, head, h);
-  slices.emplace_back(
-      payload - h, h + n, [](void* m) { std::free(m); }, mem);
+  slices.emplace_back(payload - h, h + n, release, user);
   return payload;
 }
 

@@ -46,6 +46,9 @@ struct RawMessage {
   // Makes the message hold bytes field `field` (< 16) of n bytes; returns
   // where the n bytes go (uninitialized, 16-byte aligned; null if n is 0).
   char* make_bytes(uint32_t field, size_t n);
+  // As make_bytes, in memory the caller provides: mem (16-byte aligned, at
+  // least 16 + n bytes) until gRPC calls release(user).
+  char* make_bytes(uint32_t field, size_t n, char* mem, void (*release)(void*), void* user);
   // Appends varint field `field` (< 16) with value v.
   void add_varint(uint32_t field, uint64_t v);
   // Appends bytes field `field` (< 16) whose n bytes are `data`, sent
