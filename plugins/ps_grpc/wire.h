@@ -24,6 +24,8 @@ constexpr char kPullSparseMethod[] = "/dtrain.ps_grpc.ParameterServer/PullSparse
 constexpr int kPullSparseIndex = 4;
 // ParameterServer.PullDense's position: the server sends its chunks as raw bytes.
 constexpr int kPullDenseIndex = 2;
+// ParameterServer.PushDense: the client sends its chunks as raw bytes.
+constexpr char kPushDenseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushDense";
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
