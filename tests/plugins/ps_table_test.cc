@@ -369,6 +369,25 @@ TEST_P(Rules, DenseValuesFollowTheFormulas) {
   EXPECT_EQ(c.pull_dense(0), ref.w);
 }
 
+// A range of more than 2^20 values is applied in two halves on two threads:
+// the same values, and Adam's step counted once per push.
+TEST_P(Rules, ALargeDenseRangeFollowsTheFormulas) {
+  const TableDesc d = dense_desc(GetParam(), DT_PS_MODE_ASYNC, (uint64_t{1} << 20) + 3);
+  Cluster c(d, 1, 1);
+  std::mt19937_64 rng(3);
+  RefRow ref = ref_new_row(d, 0, d.dim, true);
+  for (int step = 0; step < 3; ++step) {
+    const auto g = random_grads(rng, d.dim);
+    c.push_dense(0, g);
+    ref_step(d, ref, g, true);
+  }
+  const std::vector<float> got = c.pull_dense(0);
+  ASSERT_EQ(got.size(), ref.w.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != ref.w[i];
+  EXPECT_EQ(differ, 0u) << "values differ from the reference (first half and second half alike)";
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, Rules, testing::Values(DT_PS_OPT_SGD, DT_PS_OPT_ADAGRAD, DT_PS_OPT_ADAM),
                          [](const testing::TestParamInfo<int>& i) {
                            return std::string(i.param == 0 ? "sgd" : i.param == 1 ? "adagrad" : "adam");
