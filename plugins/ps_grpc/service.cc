@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "wire.h"
@@ -81,6 +82,11 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
   MarkMethodStreamed(kPullSparseIndex,
                      new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
                          [this](grpc::ServerContext* ctx, auto* stream) { return PullSparseRaw(ctx, stream); }));
+  MarkMethodStreamed(kPushDenseIndex, new grpc::internal::BidiStreamingHandler<PsService, RawRequest, Empty>(
+                                          [](PsService* self, grpc::ServerContext* ctx, auto* stream) {
+                                            return self->PushDenseRaw(ctx, stream);
+                                          },
+                                          this));
   MarkMethodStreamed(kPullDenseIndex,
                      new grpc::internal::SplitServerStreamingHandler<DensePull, RawMessage>(
                          [this](grpc::ServerContext* ctx, auto* stream) { return PullDenseRaw(ctx, stream); }));
@@ -244,50 +250,75 @@ grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
   });
 }
 
-grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<DenseChunk>* r, Empty*) {
-  return guarded(ctx, [&] {
-    DenseChunk msg;
-    if (!r->Read(&msg)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
-    int wk = worker(msg.worker());
-    Table& t = table(msg.table(), DT_PS_TABLE_DENSE);
-    uint64_t dim = t.desc().dim;
-    uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
-    if (msg.total() != n)
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push of " + std::to_string(msg.total()) +
-                                          " values to " + who() + ", which holds " + std::to_string(n) + " (dim " +
-                                          std::to_string(dim) + " over " + std::to_string(num_servers_) + " servers)");
-    check_size(t, n * sizeof(float), "a dense push");
-    std::vector<float> scratch;
-    if (msg.offset() == 0 && msg.values().size() == n * sizeof(float)) {
-      const float* g = view<float>(msg.values(), &scratch);
-      DenseChunk extra;
-      if (r->Read(&extra)) sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent too much");
-      t.push_dense(wk, g, n);
-      return;
-    }
-    // The chunks arrive in order and back to back (as the client sends
-    // them), so they cover the staging buffer exactly.
-    Staging::Lease lease = staging_->get(n * sizeof(float));
-    float* buf = lease.as<float>();
-    uint64_t got = 0;
+grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReaderWriter<Empty, RawRequest>* stream) {
+  grpc::Status st = guarded(ctx, [&] {
+    RawRequest raw;
+    if (!stream->Read(&raw)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
+    // The first chunk names the worker, the table and the total; every
+    // chunk's values are copied from gRPC's slices straight into the staging
+    // buffer. The chunks arrive in order and back to back (as the client
+    // sends them), so they cover it exactly.
+    int32_t worker_field = 0;
+    std::string table_name;
+    uint64_t total = 0, n = 0, got = 0;
+    int wk = -1;
+    Table* t = nullptr;
+    std::optional<Staging::Lease> lease;
+    float* buf = nullptr;
+    auto start = [&] {
+      wk = worker(worker_field);
+      t = &table(table_name, DT_PS_TABLE_DENSE);
+      uint64_t dim = t->desc().dim;
+      n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
+      if (total != n)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push of " + std::to_string(total) +
+                                            " values to " + who() + ", which holds " + std::to_string(n) + " (dim " +
+                                            std::to_string(dim) + " over " + std::to_string(num_servers_) +
+                                            " servers)");
+      check_size(*t, n * sizeof(float), "a dense push");
+      lease.emplace(staging_->get(n * sizeof(float)));
+      buf = lease->as<float>();
+    };
     do {
-      uint64_t len = msg.values().size() / sizeof(float);
-      if (msg.values().size() % sizeof(float) != 0 || msg.offset() + len > n)
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk [" +
-                                            std::to_string(msg.offset()) + ", +" + std::to_string(msg.values().size()) +
-                                            " bytes) is outside the server's " + std::to_string(n) + " values");
-      if (msg.offset() != got)
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk at offset " +
-                                            std::to_string(msg.offset()) + " after " + std::to_string(got) +
-                                            " values (chunks must come in order)");
-      std::memcpy(buf + got, msg.values().data(), len * sizeof(float));
-      got += len;
-    } while (r->Read(&msg));
+      FieldReader r;
+      if (!r.open(raw.bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable dense push chunk");
+      uint64_t offset = 0, v = 0;
+      uint32_t f = 0, type = 0;
+      while (r.next(&f, &type, &v)) {
+        if (!t && type == 0 && f == DenseChunk::kWorkerFieldNumber) {
+          worker_field = static_cast<int32_t>(v);
+        } else if (!t && type == 2 && f == DenseChunk::kTableFieldNumber) {
+          table_name = r.text(v);
+        } else if (!t && type == 0 && f == DenseChunk::kTotalFieldNumber) {
+          total = v;
+        } else if (type == 0 && f == DenseChunk::kOffsetFieldNumber) {
+          offset = v;
+        } else if (type == 2 && f == DenseChunk::kValuesFieldNumber) {
+          if (!t) start();
+          const uint64_t len = v / sizeof(float);
+          if (v % sizeof(float) != 0 || offset + len > n)
+            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk [" +
+                                                std::to_string(offset) + ", +" + std::to_string(v) +
+                                                " bytes) is outside the server's " + std::to_string(n) + " values");
+          if (offset != got)
+            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk at offset " +
+                                                std::to_string(offset) + " after " + std::to_string(got) +
+                                                " values (chunks must come in order)");
+          r.copy_to(reinterpret_cast<char*>(buf + got), v);
+          got += len;
+        } else if (type == 2) {
+          r.skip(v);
+        }
+      }
+      if (!t) start();
+    } while (stream->Read(&raw));
     if (got != n)
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent " + std::to_string(got) +
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push sent " + std::to_string(got) +
                                           " of " + std::to_string(n) + " values");
-    t.push_dense(wk, buf, n);
+    t->push_dense(wk, buf, n);
   });
+  if (st.ok()) stream->Write(Empty());
+  return st;
 }
 
 grpc::Status PsService::PullSparseRaw(grpc::ServerContext* ctx,

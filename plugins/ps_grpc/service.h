@@ -36,7 +36,9 @@ class PsService final : public ParameterServer::Service {
   // PullDense, registered as a split server-streamed method (one request,
   // the chunks as RawMessages pointing into one staging buffer, no copy).
   grpc::Status PullDenseRaw(grpc::ServerContext*, grpc::ServerSplitStreamer<DensePull, RawMessage>*);
-  grpc::Status PushDense(grpc::ServerContext*, grpc::ServerReader<DenseChunk>*, Empty*) override;
+  // PushDense, registered as a streamed method reading raw chunks (their
+  // values copied from gRPC's slices straight into the staging buffer).
+  grpc::Status PushDenseRaw(grpc::ServerContext*, grpc::ServerReaderWriter<Empty, RawRequest>*);
   // PullSparse, registered as a streamed unary method (one request, one
   // reply) so the reply is a RawMessage the table fills in place.
   grpc::Status PullSparseRaw(grpc::ServerContext*, grpc::ServerUnaryStreamer<SparsePull, RawMessage>*);

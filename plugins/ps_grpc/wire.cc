@@ -175,6 +175,73 @@ bool BytesField::open(const grpc::ByteBuffer& bb, uint32_t field) {
   return true;
 }
 
+bool FieldReader::open(const grpc::ByteBuffer& bb) {
+  slices_.clear();
+  slice_ = at_ = 0;
+  return bb.Length() == 0 || bb.Dump(&slices_).ok();
+}
+
+uint8_t FieldReader::byte() {
+  while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+  if (slice_ == slices_.size()) sdk::fail(DT_ERR_INVALID_USAGE, "a truncated message");
+  return slices_[slice_].begin()[at_++];
+}
+
+uint64_t FieldReader::varint() {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    const uint8_t b = byte();
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return v;
+  }
+  sdk::fail(DT_ERR_INVALID_USAGE, "a malformed message (a varint of more than 10 bytes)");
+}
+
+bool FieldReader::next(uint32_t* field, uint32_t* type, uint64_t* value) {
+  for (;;) {
+    while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+    if (slice_ == slices_.size()) return false;
+    const uint64_t tag = varint();
+    *field = static_cast<uint32_t>(tag >> 3);
+    *type = static_cast<uint32_t>(tag & 7);
+    switch (*type) {
+      case 0:
+      case 2: *value = varint(); return true;
+      case 1: skip(8); break;
+      case 5: skip(4); break;
+      default: sdk::fail(DT_ERR_INVALID_USAGE, "a malformed message (wire type " + std::to_string(*type) + ")");
+    }
+  }
+}
+
+template <typename F>
+void FieldReader::take(size_t n, F&& f) {
+  while (n > 0) {
+    while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+    if (slice_ == slices_.size()) sdk::fail(DT_ERR_INVALID_USAGE, "a truncated message");
+    const size_t k = std::min(n, slices_[slice_].size() - at_);
+    f(reinterpret_cast<const char*>(slices_[slice_].begin()) + at_, k);
+    at_ += k, n -= k;
+  }
+}
+
+void FieldReader::copy_to(char* dst, size_t n) {
+  take(n, [&](const char* p, size_t k) {
+    std::memcpy(dst, p, k);
+    dst += k;
+  });
+}
+
+std::string FieldReader::text(size_t n) {
+  std::string s;
+  take(n, [&](const char* p, size_t k) { s.append(p, k); });
+  return s;
+}
+
+void FieldReader::skip(size_t n) {
+  take(n, [](const char*, size_t) {});
+}
+
 void BytesField::copy_to(char* dst) const {
   for_each_span([&](const char* p, size_t n) {
     std::memcpy(dst, p, n);

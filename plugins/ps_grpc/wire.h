@@ -26,6 +26,7 @@ constexpr int kPullSparseIndex = 4;
 constexpr int kPullDenseIndex = 2;
 // ParameterServer.PushDense: the client sends its chunks as raw bytes.
 constexpr char kPushDenseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushDense";
+constexpr int kPushDenseIndex = 3;
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
@@ -103,10 +104,56 @@ class BytesField {
   size_t skip_ = 0, size_ = 0;  // header bytes, field bytes
 };
 
+// A received message kept as gRPC's slices (no parse, no copy): the server's
+// side of a dense push reads its fields with FieldReader.
+struct RawRequest {
+  grpc::ByteBuffer bb;
+};
+
+// Reads a protobuf message's fields straight from gRPC's slices: varints and
+// length-delimited fields; a bytes field's payload is copied once, to where
+// the caller wants it. Fixed-width fields are skipped.
+class FieldReader {
+ public:
+  // false if bb's slices could not be read.
+  bool open(const grpc::ByteBuffer& bb);
+  // The next field: its number, wire type (0 varint, 2 length-delimited) and
+  // its varint value or its length. A length-delimited field's bytes must be
+  // taken next (copy_to, text or skip). false at the end; throws sdk::Error
+  // (DT_ERR_INVALID_USAGE) on a malformed message.
+  bool next(uint32_t* field, uint32_t* type, uint64_t* value);
+  void copy_to(char* dst, size_t n);
+  std::string text(size_t n);
+  void skip(size_t n);
+
+ private:
+  uint8_t byte();
+  uint64_t varint();
+  template <typename F>
+  void take(size_t n, F&& f);
+  std::vector<grpc::Slice> slices_;
+  size_t slice_ = 0, at_ = 0;  // cursor: slice, byte in it
+};
+
 // A protobuf message as a ByteBuffer (for a call through grpc::GenericStub).
 grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m);
 
 }  // namespace dtrain::ps_grpc
+
+template <>
+class grpc::SerializationTraits<dtrain::ps_grpc::RawRequest> {
+ public:
+  static grpc::Status Serialize(const dtrain::ps_grpc::RawRequest& m, grpc::ByteBuffer* bb, bool* own_buffer) {
+    *bb = m.bb;
+    *own_buffer = true;
+    return grpc::Status::OK;
+  }
+  static grpc::Status Deserialize(grpc::ByteBuffer* bb, dtrain::ps_grpc::RawRequest* m) {
+    m->bb.Swap(bb);
+    bb->Clear();
+    return grpc::Status::OK;
+  }
+};
 
 template <>
 class grpc::SerializationTraits<dtrain::ps_grpc::RawMessage> {

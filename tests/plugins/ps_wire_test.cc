@@ -1,7 +1,7 @@
-// The ps_grpc plugin's raw replies (plugins/ps_grpc/wire.h): a RawMessage
-// built in place must parse as the protobuf message the client expects, and
+// The ps_grpc plugin's raw messages (plugins/ps_grpc/wire.h): a RawMessage
+// built in place must parse as the protobuf message the client expects,
 // memory it sends without a copy must be released exactly once, after gRPC
-// has let go of it.
+// has let go of it, and FieldReader must read what protobuf serializes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -100,6 +100,66 @@ TEST(BytesField, ReadsARawReplyAcrossSlices) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<char>(i % 251)) << "byte " << i;
   BytesField wrong;
   EXPECT_FALSE(wrong.open(split, 2));
+}
+
+// The server's side of a dense push: the fields of a DenseChunk as protobuf
+// serializes it, read from slices split anywhere, unknown fields skipped.
+TEST(FieldReader, ReadsADenseChunkAcrossSlices) {
+  DenseChunk c;
+  c.set_worker(3);
+  c.set_table("dense_w");
+  c.set_total(5'000'000'000ull);
+  c.set_offset(77);
+  std::vector<float> v(3000);
+  std::iota(v.begin(), v.end(), -1.25f);
+  c.set_values(v.data(), v.size() * sizeof(float));
+  std::string wire = c.SerializeAsString();
+  wire += std::string("\x35\x01\x02\x03\x04", 5);  // field 6, fixed32: unknown, skipped
+  for (size_t cut : {size_t{1}, size_t{5}, size_t{13}, wire.size() / 2}) {
+    std::vector<grpc::Slice> parts{grpc::Slice(wire.data(), cut), grpc::Slice(wire.data() + cut, wire.size() - cut)};
+    grpc::ByteBuffer bb(parts.data(), parts.size());
+    FieldReader r;
+    ASSERT_TRUE(r.open(bb));
+    uint32_t f = 0, type = 0;
+    uint64_t val = 0;
+    std::vector<float> got;
+    std::string table;
+    uint64_t worker = 99, total = 0, offset = 0;
+    while (r.next(&f, &type, &val)) {
+      if (f == 1) worker = val;
+      if (f == 2) table = r.text(val);
+      if (f == 3) total = val;
+      if (f == 4) offset = val;
+      if (f == 5) {
+        got.resize(val / sizeof(float));
+        r.copy_to(reinterpret_cast<char*>(got.data()), val);
+      }
+    }
+    EXPECT_EQ(worker, 3u) << "cut " << cut;
+    EXPECT_EQ(table, "dense_w");
+    EXPECT_EQ(total, 5'000'000'000ull);
+    EXPECT_EQ(offset, 77u);
+    EXPECT_EQ(got, v);
+  }
+}
+
+TEST(FieldReader, ATruncatedMessageIsAnError) {
+  DenseChunk c;
+  c.set_table("t");
+  c.set_values(std::string(100, 'x'));
+  const std::string wire = c.SerializeAsString().substr(0, 50);
+  grpc::Slice one(wire.data(), wire.size());
+  grpc::ByteBuffer bb(&one, 1);
+  FieldReader r;
+  ASSERT_TRUE(r.open(bb));
+  uint32_t f = 0, type = 0;
+  uint64_t val = 0;
+  ASSERT_TRUE(r.next(&f, &type, &val));
+  EXPECT_EQ(r.text(val), "t");
+  ASSERT_TRUE(r.next(&f, &type, &val));
+  EXPECT_EQ(val, 100u);
+  std::vector<char> out(100);
+  EXPECT_THROW(r.copy_to(out.data(), val), sdk::Error);
 }
 
 }  // namespace
