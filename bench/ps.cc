@@ -125,6 +125,17 @@ void print_table(const PsBenchOptions& o, const std::vector<Row>& rows, Store& s
     }
     fmt::print("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", r.label(), human(r.bytes(), true), items[0], gbs[0],
                gbs[1], items[2], gbs[2], ratio_text(t[1], t[0]), ratio_text(t[2], t[0]));
+    if (o.verbose && !t[0].empty()) {
+      // Each trial's time per call and the paired ratios (stderr, beside the table).
+      std::string line = fmt::format("dtrain-bench: {}: ms per call (dtrain / gRPC / Redis):", r.label());
+      for (size_t k = 0; k < t[0].size(); ++k) {
+        line += fmt::format(" {:.2f}", t[0][k] * 1e3);
+        for (int j = 1; j < 3; ++j)
+          if (t[j].size() == t[0].size()) line += fmt::format(" / {:.2f}", t[j][k] * 1e3);
+        line += ";";
+      }
+      fmt::print(stderr, "{}\n", line);
+    }
   }
   (void)have;
 }
@@ -142,9 +153,10 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
       "SGD tables\n",
       o.backend, o.servers, o.workers);
   fmt::print(
-      "# {} trial(s) per row, dtrain / raw gRPC / Redis back to back in each trial; iterations per trial from "
-      "one warm call (~{:g} ms per trial)\n",
-      o.trials, o.target_ms);
+      "# {} trial(s) per row; a trial runs dtrain / raw gRPC / Redis interleaved in {} rounds (the order "
+      "reversed every round, one untimed call first in each); calls per trial from one warm call (~{:g} ms per "
+      "implementation and trial)\n",
+      o.trials, kTrialRounds, o.target_ms);
   fmt::print("# raw gRPC: {}\n",
              o.no_grpc ? "left out (--no-grpc)"
                        : fmt::format("an echo service on gRPC's synchronous server (the plugin's threading), one per "

@@ -21,6 +21,8 @@ inline double seconds_since(Clock::time_point t0) { return std::chrono::duration
 
 inline constexpr const char* kRoleEnv = "DTRAIN_BENCH_PS";  // "role:index:host:port", role server|worker|echo
 inline constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";
+// A throughput trial runs the implementations interleaved in this many rounds (ps_worker.cc).
+inline constexpr int kTrialRounds = 4;
 
 enum class Op { SparsePull, SparsePush, DensePull, DensePush };
 const char* op_name(Op op);

@@ -155,11 +155,17 @@ int worker_main(const PsBenchOptions& o, const std::shared_ptr<Store>& store, in
       iters[j] = r.latency ? size_t(o.latency_calls) : std::clamp<size_t>(size_t(o.target_ms * 1e-3 / one), 1, 100000);
     }
     std::vector<std::string> out(impls.size());
+    // A throughput trial runs each implementation's calls in kTrialRounds rounds,
+    // interleaved (dtrain, gRPC, Redis, then the reverse order, ...), so a
+    // pair of trials sees the same stretch of the machine's load. Each round
+    // starts with one untimed call (the other implementations ran between).
+    const size_t m = impls.size();
     for (int t = 0; t < o.trials; ++t) {
-      for (size_t j = 0; j < impls.size(); ++j) {
-        Impl& im = *impls[j].second;
-        sync(fmt::format("b/{}/{}/{}", i, t, j));
-        if (r.latency) {
+      if (r.latency) {
+        for (size_t jj = 0; jj < m; ++jj) {
+          const size_t j = t % 2 ? m - 1 - jj : jj;
+          Impl& im = *impls[j].second;
+          sync(fmt::format("b/{}/{}/{}", i, t, j));
           std::vector<double> each(iters[j]);
           for (auto& e : each) {
             auto t0 = Clock::now();
@@ -167,12 +173,24 @@ int worker_main(const PsBenchOptions& o, const std::shared_ptr<Store>& store, in
             e = seconds_since(t0);
           }
           out[j] += fmt::format("{:.9g} {:.9g} ", percentile(each, 0.5), percentile(each, 0.99));
-        } else {
+        }
+        continue;
+      }
+      std::vector<double> spent(m, 0);
+      for (int round = 0; round < kTrialRounds; ++round) {
+        for (size_t jj = 0; jj < m; ++jj) {
+          const size_t j = round % 2 ? m - 1 - jj : jj;
+          const size_t calls = iters[j] * (round + 1) / kTrialRounds - iters[j] * round / kTrialRounds;
+          if (calls == 0) continue;
+          Impl& im = *impls[j].second;
+          sync(fmt::format("b/{}/{}/{}/{}", i, t, round, j));
+          call(im, r, k.data(), vals.data(), grads.data());
           auto t0 = Clock::now();
-          for (size_t n = 0; n < iters[j]; ++n) call(im, r, k.data(), vals.data(), grads.data());
-          out[j] += fmt::format("{:.9g} ", seconds_since(t0) / double(iters[j]));
+          for (size_t n = 0; n < calls; ++n) call(im, r, k.data(), vals.data(), grads.data());
+          spent[j] += seconds_since(t0);
         }
       }
+      for (size_t j = 0; j < m; ++j) out[j] += fmt::format("{:.9g} ", spent[j] / double(iters[j]));
     }
     for (size_t j = 0; j < impls.size(); ++j) {
       store->set(fmt::format("res/{}/{}/{}", i, impls[j].first, index), out[j]);

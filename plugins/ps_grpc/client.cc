@@ -69,6 +69,7 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
       auto ch = grpc::CreateCustomChannel(srv->endpoint, grpc::InsecureChannelCredentials(), args);
       srv->stubs.push_back(ParameterServer::NewStub(ch));
       srv->generic.push_back(std::make_unique<grpc::GenericStub>(ch));
+      srv->channels.push_back(ch);
     }
     hello(*srv, left);
     servers_.push_back(std::move(srv));
@@ -92,6 +93,19 @@ grpc::Status PsClient::Server::unary(grpc::ClientContext& ctx, const char* metho
   while (cq.Next(&tag, &ok)) {
   }
   return st;
+}
+
+grpc::Status PsClient::Server::client_stream(grpc::ClientContext& ctx, const char* method,
+                                             const std::vector<RawMessage>& msgs) {
+  const auto& ch = channels[next.fetch_add(1, std::memory_order_relaxed) % channels.size()];
+  grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+  Empty reply;
+  std::unique_ptr<grpc::ClientWriter<RawMessage>> writer(
+      grpc::internal::ClientWriterFactory<RawMessage>::Create(ch.get(), rpc, &ctx, &reply));
+  for (const RawMessage& m : msgs)
+    if (!writer->Write(m)) break;
+  writer->WritesDone();
+  return writer->Finish();
 }
 
 void PsClient::hello(Server& s, int64_t timeout_ms) {
@@ -329,26 +343,25 @@ std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads,
   uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / sizeof(float));
   for (int s = 0; s < num_servers_; ++s) {
     uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
-    auto msgs = std::make_shared<std::vector<DenseChunk>>();
+    // DenseChunk messages built in place: the values copied once, into the
+    // slice gRPC sends (the caller may reuse grads once the op is done, and
+    // an aborted op is done before its calls end, so they are copied now).
+    auto msgs = std::make_shared<std::vector<RawMessage>>();
     for (uint64_t off = 0; off < n || msgs->empty(); off += per) {
       uint64_t len = std::min(per, n - off);
-      DenseChunk& m = msgs->emplace_back();
+      RawMessage& m = msgs->emplace_back();
       if (off == 0) {
-        m.set_worker(rank_);
-        m.set_table(t.desc.name);
-        m.set_total(n);
+        m.add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
+        m.add_bytes(DenseChunk::kTableFieldNumber, grpc::Slice(t.desc.name));
+        m.add_varint(DenseChunk::kTotalFieldNumber, n);
       }
-      m.set_offset(off);
-      m.set_values(grads + begin + off, len * sizeof(float));
+      m.add_varint(DenseChunk::kOffsetFieldNumber, off);
+      grpc::Slice values(len * sizeof(float));
+      std::memcpy(const_cast<uint8_t*>(values.begin()), grads + begin + off, len * sizeof(float));
+      m.add_bytes(DenseChunk::kValuesFieldNumber, std::move(values));
     }
-    run(op, s, [msgs](grpc::ClientContext& ctx, Server& srv) {
-      Empty reply;
-      auto writer = srv.stub().PushDense(&ctx, &reply);
-      for (auto& m : *msgs)
-        if (!writer->Write(m)) break;
-      writer->WritesDone();
-      return writer->Finish();
-    });
+    run(op, s,
+        [msgs](grpc::ClientContext& ctx, Server& srv) { return srv.client_stream(ctx, kPushDenseMethod, *msgs); });
   }
   t.last_push = op;
   return submit(op);

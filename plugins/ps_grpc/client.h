@@ -16,6 +16,7 @@
 #include "dtrain/sdk/backend.h"
 #include "options.h"
 #include "plugins/ps_grpc/ps.grpc.pb.h"
+#include "wire.h"
 #include "table.h"
 #include "work.h"
 
@@ -49,12 +50,16 @@ class PsClient {
     int index = 0;
     std::string endpoint;
     std::vector<std::unique_ptr<ParameterServer::Stub>> stubs;
+    std::vector<std::shared_ptr<grpc::Channel>> channels;     // stubs[i]'s
     std::vector<std::unique_ptr<grpc::GenericStub>> generic;  // per channel, for calls in raw bytes
     std::atomic<uint32_t> next{0};
     ParameterServer::Stub& stub() { return *stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()]; }
     // A blocking unary call of `method` in raw bytes (ctx's deadline holds).
     grpc::Status unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* reply);
+    // A blocking client-streamed call of `method` sending raw messages (a
+    // dense push's chunks, built in place: no serialization copy).
+    grpc::Status client_stream(grpc::ClientContext& ctx, const char* method, const std::vector<RawMessage>& msgs);
   };
   struct ClientTable {
     sdk::TableDesc desc;

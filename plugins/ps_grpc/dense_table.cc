@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <shared_mutex>
+#include <thread>
 
 #include "files.h"
 #include "init.h"
@@ -90,13 +91,26 @@ class DenseTable final : public Table {
   }
   void apply(const float* g) {
     std::unique_lock<std::shared_mutex> lk(mu_);
-    if (desc_.mode == DT_PS_MODE_GEO) {
-      for (uint64_t i = 0; i < n_; ++i) w_[i] += g[i];
-    } else {
-      rule_.apply_dense(w_.data(), s0_.data(), s1_.data(), t_, g, n_);
-    }
+    // The rules are element-wise: a large range is applied in two halves on
+    // two threads (the same values as one pass; the step counter once).
+    const uint64_t half = n_ >= kSplitApply ? n_ / 2 : n_;
+    uint64_t t_second = t_;
+    std::thread second;
+    if (half < n_) second = std::thread([&] { apply_range(half, n_, g, t_second); });
+    apply_range(0, half, g, t_);
+    if (second.joinable()) second.join();
     applied_.fetch_add(1);
   }
+  void apply_range(uint64_t b, uint64_t e, const float* g, uint64_t& t) {
+    if (desc_.mode == DT_PS_MODE_GEO) {
+      for (uint64_t i = b; i < e; ++i) w_[i] += g[i];
+      return;
+    }
+    float* s0 = s0_.empty() ? nullptr : s0_.data() + b;
+    float* s1 = s1_.empty() ? nullptr : s1_.data() + b;
+    rule_.apply_dense(w_.data() + b, s0, s1, t, g + b, e - b);
+  }
+  static constexpr uint64_t kSplitApply = uint64_t{1} << 20;  // values (4 MiB)
   void reset_state() {
     const int arrays = rule_.dense_state_arrays();
     s0_.assign(arrays >= 1 ? n_ : 0, rule_.kind() == DT_PS_OPT_ADAGRAD ? rule_.g2_init() : 0.0f);

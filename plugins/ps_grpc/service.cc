@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "wire.h"
@@ -36,6 +37,38 @@ const T* view(const std::string& s, std::vector<T>* scratch) {
 
 }  // namespace
 
+PsService::Staging::Lease PsService::Staging::get(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // The smallest kept buffer that fits.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
+    if (best != free_.end()) {
+      Lease l(shared_from_this(), std::move(best->second), best->first);
+      kept_ -= best->first;
+      free_.erase(best);
+      return l;
+    }
+  }
+  const size_t cap = std::max<size_t>(bytes, 64);
+  return Lease(shared_from_this(), std::unique_ptr<char[]>(new char[cap]), cap);
+}
+
+void PsService::Staging::put(std::unique_ptr<char[]> mem, size_t cap) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (cap > kKeepBytes) return;
+  // Make room by dropping the smallest kept buffers.
+  while (!free_.empty() && (free_.size() >= kKeepBuffers || kept_ + cap > kKeepBytes)) {
+    auto smallest =
+        std::min_element(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    kept_ -= smallest->first;
+    free_.erase(smallest);
+  }
+  kept_ += cap;
+  free_.emplace_back(cap, std::move(mem));
+}
+
 PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
     : server_(init.rank),
       num_servers_(init.num_servers),
@@ -49,6 +82,14 @@ PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
   MarkMethodStreamed(kPullSparseIndex,
                      new grpc::internal::StreamedUnaryHandler<SparsePull, RawMessage>(
                          [this](grpc::ServerContext* ctx, auto* stream) { return PullSparseRaw(ctx, stream); }));
+  MarkMethodStreamed(kPushDenseIndex, new grpc::internal::BidiStreamingHandler<PsService, RawRequest, Empty>(
+                                          [](PsService* self, grpc::ServerContext* ctx, auto* stream) {
+                                            return self->PushDenseRaw(ctx, stream);
+                                          },
+                                          this));
+  MarkMethodStreamed(kPullDenseIndex,
+                     new grpc::internal::SplitServerStreamingHandler<DensePull, RawMessage>(
+                         [this](grpc::ServerContext* ctx, auto* stream) { return PullDenseRaw(ctx, stream); }));
 }
 
 std::string PsService::who() const {
@@ -177,7 +218,11 @@ grpc::Status PsService::DeclareTable(grpc::ServerContext* ctx, const DeclareRequ
   });
 }
 
-grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req, grpc::ServerWriter<DenseChunk>* w) {
+grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
+                                     grpc::ServerSplitStreamer<DensePull, RawMessage>* stream) {
+  DensePull msg;
+  const DensePull* req = &msg;
+  if (!stream->Read(&msg)) return grpc::Status(grpc::StatusCode::INTERNAL, "a dense pull without its request");
   return guarded(ctx, [&] {
     int wk = worker(req->worker());
     Table& t = table(req->table(), DT_PS_TABLE_DENSE);
@@ -185,64 +230,95 @@ grpc::Status PsService::PullDense(grpc::ServerContext* ctx, const DensePull* req
     uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
     check_size(t, n * sizeof(float), "a dense pull");
     uint64_t per = std::max<uint64_t>(1, options_.chunk_bytes / sizeof(float));
-    DenseChunk msg;
-    msg.set_total(n);
-    if (n <= per) {
-      std::string* s = msg.mutable_values();
-      s->resize(n * sizeof(float));
-      interruptible(ctx,
-                    [&](Clock::time_point until) { t.pull_dense(wk, reinterpret_cast<float*>(s->data()), n, until); });
-      w->Write(msg);
-      return;
-    }
-    std::vector<float> buf(n);
-    interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf.data(), n, until); });
-    for (uint64_t off = 0; off < n; off += per) {
+    // The range in one staging buffer, each chunk a slice of it: the buffer
+    // goes back to the pool when gRPC lets go of the last chunk.
+    auto* lease = new Staging::Lease(staging_->get(n * sizeof(float)));
+    float* buf = lease->as<float>();
+    grpc::Slice all(
+        buf, n * sizeof(float), [](void* l) { delete static_cast<Staging::Lease*>(l); }, lease);
+    interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf, n, until); });
+    for (uint64_t off = 0; off < n || off == 0; off += per) {
       uint64_t len = std::min(per, n - off);
-      msg.set_offset(off);
-      msg.set_values(buf.data() + off, len * sizeof(float));
-      if (!w->Write(msg)) sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
+      RawMessage chunk;
+      chunk.add_varint(DenseChunk::kTotalFieldNumber, n);
+      chunk.add_varint(DenseChunk::kOffsetFieldNumber, off);
+      chunk.add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+      if (!stream->Write(chunk))
+        sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
+      if (n == 0) break;
     }
   });
 }
 
-grpc::Status PsService::PushDense(grpc::ServerContext* ctx, grpc::ServerReader<DenseChunk>* r, Empty*) {
-  return guarded(ctx, [&] {
-    DenseChunk msg;
-    if (!r->Read(&msg)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
-    int wk = worker(msg.worker());
-    Table& t = table(msg.table(), DT_PS_TABLE_DENSE);
-    uint64_t dim = t.desc().dim;
-    uint64_t n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
-    if (msg.total() != n)
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push of " + std::to_string(msg.total()) +
-                                          " values to " + who() + ", which holds " + std::to_string(n) + " (dim " +
-                                          std::to_string(dim) + " over " + std::to_string(num_servers_) + " servers)");
-    check_size(t, n * sizeof(float), "a dense push");
-    std::vector<float> scratch;
-    if (msg.offset() == 0 && msg.values().size() == n * sizeof(float)) {
-      const float* g = view<float>(msg.values(), &scratch);
-      DenseChunk extra;
-      if (r->Read(&extra)) sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent too much");
-      t.push_dense(wk, g, n);
-      return;
-    }
-    std::vector<float> buf(n);
-    uint64_t got = 0;
+grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReaderWriter<Empty, RawRequest>* stream) {
+  grpc::Status st = guarded(ctx, [&] {
+    RawRequest raw;
+    if (!stream->Read(&raw)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
+    // The first chunk names the worker, the table and the total; every
+    // chunk's values are copied from gRPC's slices straight into the staging
+    // buffer. The chunks arrive in order and back to back (as the client
+    // sends them), so they cover it exactly.
+    int32_t worker_field = 0;
+    std::string table_name;
+    uint64_t total = 0, n = 0, got = 0;
+    int wk = -1;
+    Table* t = nullptr;
+    std::optional<Staging::Lease> lease;
+    float* buf = nullptr;
+    auto start = [&] {
+      wk = worker(worker_field);
+      t = &table(table_name, DT_PS_TABLE_DENSE);
+      uint64_t dim = t->desc().dim;
+      n = sharding_.dense_end(dim, server_) - sharding_.dense_begin(dim, server_);
+      if (total != n)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push of " + std::to_string(total) +
+                                            " values to " + who() + ", which holds " + std::to_string(n) + " (dim " +
+                                            std::to_string(dim) + " over " + std::to_string(num_servers_) +
+                                            " servers)");
+      check_size(*t, n * sizeof(float), "a dense push");
+      lease.emplace(staging_->get(n * sizeof(float)));
+      buf = lease->as<float>();
+    };
     do {
-      uint64_t len = msg.values().size() / sizeof(float);
-      if (msg.values().size() % sizeof(float) != 0 || msg.offset() + len > n)
-        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push chunk [" +
-                                            std::to_string(msg.offset()) + ", +" + std::to_string(msg.values().size()) +
-                                            " bytes) is outside the server's " + std::to_string(n) + " values");
-      std::memcpy(buf.data() + msg.offset(), msg.values().data(), len * sizeof(float));
-      got += len;
-    } while (r->Read(&msg));
+      FieldReader r;
+      if (!r.open(raw.bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable dense push chunk");
+      uint64_t offset = 0, v = 0;
+      uint32_t f = 0, type = 0;
+      while (r.next(&f, &type, &v)) {
+        if (!t && type == 0 && f == DenseChunk::kWorkerFieldNumber) {
+          worker_field = static_cast<int32_t>(v);
+        } else if (!t && type == 2 && f == DenseChunk::kTableFieldNumber) {
+          table_name = r.text(v);
+        } else if (!t && type == 0 && f == DenseChunk::kTotalFieldNumber) {
+          total = v;
+        } else if (type == 0 && f == DenseChunk::kOffsetFieldNumber) {
+          offset = v;
+        } else if (type == 2 && f == DenseChunk::kValuesFieldNumber) {
+          if (!t) start();
+          const uint64_t len = v / sizeof(float);
+          if (v % sizeof(float) != 0 || offset + len > n)
+            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk [" +
+                                                std::to_string(offset) + ", +" + std::to_string(v) +
+                                                " bytes) is outside the server's " + std::to_string(n) + " values");
+          if (offset != got)
+            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk at offset " +
+                                                std::to_string(offset) + " after " + std::to_string(got) +
+                                                " values (chunks must come in order)");
+          r.copy_to(reinterpret_cast<char*>(buf + got), v);
+          got += len;
+        } else if (type == 2) {
+          r.skip(v);
+        }
+      }
+      if (!t) start();
+    } while (stream->Read(&raw));
     if (got != n)
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t.desc().name + "': a dense push sent " + std::to_string(got) +
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push sent " + std::to_string(got) +
                                           " of " + std::to_string(n) + " values");
-    t.push_dense(wk, buf.data(), n);
+    t->push_dense(wk, buf, n);
   });
+  if (st.ok()) stream->Write(Empty());
+  return st;
 }
 
 grpc::Status PsService::PullSparseRaw(grpc::ServerContext* ctx,
@@ -263,7 +339,11 @@ grpc::Status PsService::PullSparseRaw(grpc::ServerContext* ctx,
     uint64_t n = req->keys().size() / sizeof(uint64_t);
     std::vector<uint64_t> scratch;
     const uint64_t* keys = view<uint64_t>(req->keys(), &scratch);
-    float* out = reinterpret_cast<float*>(reply.make_bytes(SparseValues::kValuesFieldNumber, n * dim * sizeof(float)));
+    // The reply in a reused staging buffer (no page faults on a fresh one).
+    auto* lease = new Staging::Lease(staging_->get(16 + n * dim * sizeof(float)));
+    float* out = reinterpret_cast<float*>(reply.make_bytes(
+        SparseValues::kValuesFieldNumber, n * dim * sizeof(float), lease->as<char>(),
+        [](void* l) { delete static_cast<Staging::Lease*>(l); }, lease));
     interruptible(ctx, [&](Clock::time_point until) { t.pull_sparse(wk, keys, n, out, until); });
   });
   if (st.ok()) stream->Write(reply);
@@ -308,16 +388,20 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
                     sc ? view<float>(msg.show_click(), &ss) : nullptr);
       return;
     }
-    std::vector<uint64_t> keys(total);
-    std::vector<float> grads(total * dim), show_click(sc ? 2 * total : 0);
+    // Keys, gradients and show/click of all chunks, back to back; every byte
+    // is written before use (got == total below).
+    Staging::Lease lease = staging_->get(total * row_bytes);
+    uint64_t* keys = lease.as<uint64_t>();
+    float* grads = reinterpret_cast<float*>(keys + total);
+    float* show_click = grads + total * dim;
     uint64_t got = 0;
     for (;;) {
       if (got + k > total)
         sdk::fail(DT_ERR_INVALID_USAGE,
                   "table '" + name + "': a sparse push announced " + std::to_string(total) + " keys and sent more");
-      std::memcpy(keys.data() + got, msg.keys().data(), k * sizeof(uint64_t));
-      std::memcpy(grads.data() + got * dim, msg.grads().data(), k * dim * sizeof(float));
-      if (sc) std::memcpy(show_click.data() + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));
+      std::memcpy(keys + got, msg.keys().data(), k * sizeof(uint64_t));
+      std::memcpy(grads + got * dim, msg.grads().data(), k * dim * sizeof(float));
+      if (sc) std::memcpy(show_click + 2 * got, msg.show_click().data(), k * 2 * sizeof(float));
       got += k;
       if (!r->Read(&msg)) break;
       k = check_chunk(msg);
@@ -325,7 +409,7 @@ grpc::Status PsService::PushSparse(grpc::ServerContext* ctx, grpc::ServerReader<
     if (got != total)
       sdk::fail(DT_ERR_INVALID_USAGE, "table '" + name + "': a sparse push sent " + std::to_string(got) + " of " +
                                           std::to_string(total) + " keys");
-    t.push_sparse(wk, keys.data(), total, grads.data(), sc ? show_click.data() : nullptr);
+    t.push_sparse(wk, keys, total, grads, sc ? show_click : nullptr);
   });
 }
 

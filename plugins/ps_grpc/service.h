@@ -33,8 +33,12 @@ class PsService final : public ParameterServer::Service {
 
   grpc::Status Hello(grpc::ServerContext*, const HelloRequest*, HelloReply*) override;
   grpc::Status DeclareTable(grpc::ServerContext*, const DeclareRequest*, Empty*) override;
-  grpc::Status PullDense(grpc::ServerContext*, const DensePull*, grpc::ServerWriter<DenseChunk>*) override;
-  grpc::Status PushDense(grpc::ServerContext*, grpc::ServerReader<DenseChunk>*, Empty*) override;
+  // PullDense, registered as a split server-streamed method (one request,
+  // the chunks as RawMessages pointing into one staging buffer, no copy).
+  grpc::Status PullDenseRaw(grpc::ServerContext*, grpc::ServerSplitStreamer<DensePull, RawMessage>*);
+  // PushDense, registered as a streamed method reading raw chunks (their
+  // values copied from gRPC's slices straight into the staging buffer).
+  grpc::Status PushDenseRaw(grpc::ServerContext*, grpc::ServerReaderWriter<Empty, RawRequest>*);
   // PullSparse, registered as a streamed unary method (one request, one
   // reply) so the reply is a RawMessage the table fills in place.
   grpc::Status PullSparseRaw(grpc::ServerContext*, grpc::ServerUnaryStreamer<SparsePull, RawMessage>*);
@@ -63,6 +67,41 @@ class PsService final : public ParameterServer::Service {
   void check_size(const Table& t, uint64_t bytes, const std::string& what) const;
   std::string who() const;
 
+  // Uninitialized staging memory for a call's payload (a dense range, a sparse pull's reply, a
+  // push sent in several chunks), reused across calls: a fresh 16 MB vector
+  // costs a zero fill and 4,096 page faults per call. Keeps at most
+  // kKeepBuffers buffers and kKeepBytes in all; thread-safe. A lease keeps
+  // the pool alive (gRPC may release a slice of it after the service is gone).
+  class Staging : public std::enable_shared_from_this<Staging> {
+   public:
+    class Lease {
+     public:
+      Lease(std::shared_ptr<Staging> pool, std::unique_ptr<char[]> mem, size_t cap)
+          : pool_(std::move(pool)), mem_(std::move(mem)), cap_(cap) {}
+      Lease(Lease&&) = default;
+      ~Lease() {
+        if (mem_) pool_->put(std::move(mem_), cap_);
+      }
+      template <typename T>
+      T* as() const {
+        return reinterpret_cast<T*>(mem_.get());
+      }
+
+     private:
+      std::shared_ptr<Staging> pool_;
+      std::unique_ptr<char[]> mem_;
+      size_t cap_;
+    };
+    Lease get(size_t bytes);
+
+   private:
+    static constexpr size_t kKeepBuffers = 8, kKeepBytes = size_t{128} << 20;
+    void put(std::unique_ptr<char[]> mem, size_t cap);
+    std::mutex mu_;
+    std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free_;  // capacity, memory
+    size_t kept_ = 0;
+  };
+
   int server_;
   int num_servers_;
   int num_workers_;
@@ -82,6 +121,7 @@ class PsService final : public ParameterServer::Service {
   std::set<int> finished_;
   bool stopping_ = false;
   std::shared_ptr<sdk::Work> serve_;
+  std::shared_ptr<Staging> staging_ = std::make_shared<Staging>();
 };
 
 }  // namespace dtrain::ps_grpc

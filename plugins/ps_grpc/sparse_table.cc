@@ -17,6 +17,15 @@ inline void copy_row(float* dst, const float* src, uint64_t n) {
   for (; c < n; ++c) dst[c] = src[c];
 }
 
+// Prefetches every cache line of n floats at p (a row can span several, and
+// a row of a stride that is not a divisor of 16 floats can straddle two).
+template <int RW>
+inline void prefetch_row(const float* p, uint64_t n) {
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p + n);
+  for (uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63}; a < end; a += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(a), RW);
+}
+
 // A request thread's scratch keeps its capacity between calls (no
 // allocation on the hot path) unless a call was huge: then it is let go.
 struct ScratchGuard {
@@ -75,7 +84,7 @@ void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, floa
     for (uint32_t k = b; k < e; ++k) {
       if (k + kAhead < e) {
         const uint32_t ra = s.rows[k + kAhead];
-        if (ra != FlatMap::kNone) __builtin_prefetch(&d.data[ra * stride_]);
+        if (ra != FlatMap::kNone) prefetch_row<0>(&d.data[static_cast<size_t>(ra) * stride_], dim_);
         __builtin_prefetch(out + s.order[k + kAhead] * dim_, 1);
       }
       const uint32_t i = s.order[k], r = s.rows[k];
@@ -126,7 +135,7 @@ void SparseTable::pull_in_order(const uint64_t* keys, uint64_t n, float* out) co
       const ShardData& d = shards_[local[j % kRing]].d;
       const uint32_t r = d.index.find(keys[j], hash[j % kRing]);
       row[j % kRing] = r;
-      if (r != FlatMap::kNone) __builtin_prefetch(&d.data[static_cast<size_t>(r) * stride_]);
+      if (r != FlatMap::kNone) prefetch_row<0>(&d.data[static_cast<size_t>(r) * stride_], dim_);
     }
     if (i >= 2 * kAhead) {
       const uint64_t j = i - 2 * kAhead;
@@ -405,10 +414,10 @@ void SparseTable::apply(const Pushed& p, Scratch& s) {
       if (k + kAhead < e) {
         const uint32_t ra = s.rows[k + kAhead];
         if (ra != FlatMap::kNone) {
-          __builtin_prefetch(&d.data[static_cast<size_t>(ra) * stride_], 1);
+          prefetch_row<1>(&d.data[static_cast<size_t>(ra) * stride_], stride_);
           __builtin_prefetch(&d.meta[ra], 1);
         }
-        __builtin_prefetch(p.g + s.order[k + kAhead] * dim_);
+        prefetch_row<0>(p.g + s.order[k + kAhead] * dim_, dim_);
       }
       const uint32_t i = s.order[k], r = s.rows[k];
       if (r == FlatMap::kNone) continue;

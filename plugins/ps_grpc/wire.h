@@ -22,6 +22,11 @@ constexpr char kStatusKey[] = "dtrain-status";  // trailing metadata of a failed
 // bytes (below). Its position in ps.proto's service is kPullSparseIndex.
 constexpr char kPullSparseMethod[] = "/dtrain.ps_grpc.ParameterServer/PullSparse";
 constexpr int kPullSparseIndex = 4;
+// ParameterServer.PullDense's position: the server sends its chunks as raw bytes.
+constexpr int kPullDenseIndex = 2;
+// ParameterServer.PushDense: the client sends its chunks as raw bytes.
+constexpr char kPushDenseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushDense";
+constexpr int kPushDenseIndex = 3;
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
@@ -33,15 +38,25 @@ sdk::TableDesc from_proto(const TableDesc& p);
 // f32, an unknown kind, mode, rule or initializer, GEO with a rule other than SGD.
 void check_desc(const sdk::TableDesc& d);
 
-// A serialized message built in place, for replies whose only field is one
-// large `bytes` field (SparseValues): the server's table writes the payload
-// straight into the slice gRPC sends, with no protobuf string between (no
-// zero fill, no serialization copy). grpc::SerializationTraits below.
+// A serialized message built in place, for replies whose payload is one
+// large `bytes` field: the server writes the payload straight into the slice
+// gRPC sends (SparseValues: the table's rows), or points a slice at memory it
+// already holds (DenseChunk: a part of the dense range), with no protobuf
+// string between (no zero fill, no serialization copy).
+// grpc::SerializationTraits below.
 struct RawMessage {
-  grpc::Slice slice;
+  std::vector<grpc::Slice> slices;  // the message's bytes, in order
   // Makes the message hold bytes field `field` (< 16) of n bytes; returns
   // where the n bytes go (uninitialized, 16-byte aligned; null if n is 0).
   char* make_bytes(uint32_t field, size_t n);
+  // As make_bytes, in memory the caller provides: mem (16-byte aligned, at
+  // least 16 + n bytes) until gRPC calls release(user).
+  char* make_bytes(uint32_t field, size_t n, char* mem, void (*release)(void*), void* user);
+  // Appends varint field `field` (< 16) with value v.
+  void add_varint(uint32_t field, uint64_t v);
+  // Appends bytes field `field` (< 16) whose n bytes are `data`, sent
+  // without a copy: gRPC holds `data` (it takes a reference).
+  void add_bytes(uint32_t field, grpc::Slice data);
 };
 
 // The reading side: a received message whose only field is bytes field
@@ -89,21 +104,68 @@ class BytesField {
   size_t skip_ = 0, size_ = 0;  // header bytes, field bytes
 };
 
+// A received message kept as gRPC's slices (no parse, no copy): the server's
+// side of a dense push reads its fields with FieldReader.
+struct RawRequest {
+  grpc::ByteBuffer bb;
+};
+
+// Reads a protobuf message's fields straight from gRPC's slices: varints and
+// length-delimited fields; a bytes field's payload is copied once, to where
+// the caller wants it. Fixed-width fields are skipped.
+class FieldReader {
+ public:
+  // false if bb's slices could not be read.
+  bool open(const grpc::ByteBuffer& bb);
+  // The next field: its number, wire type (0 varint, 2 length-delimited) and
+  // its varint value or its length. A length-delimited field's bytes must be
+  // taken next (copy_to, text or skip). false at the end; throws sdk::Error
+  // (DT_ERR_INVALID_USAGE) on a malformed message.
+  bool next(uint32_t* field, uint32_t* type, uint64_t* value);
+  void copy_to(char* dst, size_t n);
+  std::string text(size_t n);
+  void skip(size_t n);
+
+ private:
+  uint8_t byte();
+  uint64_t varint();
+  template <typename F>
+  void take(size_t n, F&& f);
+  std::vector<grpc::Slice> slices_;
+  size_t slice_ = 0, at_ = 0;  // cursor: slice, byte in it
+};
+
 // A protobuf message as a ByteBuffer (for a call through grpc::GenericStub).
 grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m);
 
 }  // namespace dtrain::ps_grpc
 
 template <>
+class grpc::SerializationTraits<dtrain::ps_grpc::RawRequest> {
+ public:
+  static grpc::Status Serialize(const dtrain::ps_grpc::RawRequest& m, grpc::ByteBuffer* bb, bool* own_buffer) {
+    *bb = m.bb;
+    *own_buffer = true;
+    return grpc::Status::OK;
+  }
+  static grpc::Status Deserialize(grpc::ByteBuffer* bb, dtrain::ps_grpc::RawRequest* m) {
+    m->bb.Swap(bb);
+    bb->Clear();
+    return grpc::Status::OK;
+  }
+};
+
+template <>
 class grpc::SerializationTraits<dtrain::ps_grpc::RawMessage> {
  public:
   static grpc::Status Serialize(const dtrain::ps_grpc::RawMessage& m, grpc::ByteBuffer* bb, bool* own_buffer) {
-    *bb = grpc::ByteBuffer(&m.slice, 1);
+    *bb = grpc::ByteBuffer(m.slices.data(), m.slices.size());
     *own_buffer = true;
     return grpc::Status::OK;
   }
   static grpc::Status Deserialize(grpc::ByteBuffer* bb, dtrain::ps_grpc::RawMessage* m) {
-    grpc::Status st = bb->DumpToSingleSlice(&m->slice);
+    m->slices.resize(1);
+    grpc::Status st = bb->DumpToSingleSlice(&m->slices[0]);
     bb->Clear();
     return st;
   }
