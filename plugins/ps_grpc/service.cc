@@ -237,7 +237,8 @@ grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
     grpc::Slice all(
         buf, n * sizeof(float), [](void* l) { delete static_cast<Staging::Lease*>(l); }, lease);
     interruptible(ctx, [&](Clock::time_point until) { t.pull_dense(wk, buf, n, until); });
-    for (uint64_t off = 0; off < n || off == 0; off += per) {
+    uint64_t off = 0;
+    do {  // one chunk even for an empty range: it carries the total
       uint64_t len = std::min(per, n - off);
       RawMessage chunk;
       chunk.add_varint(DenseChunk::kTotalFieldNumber, n);
@@ -245,8 +246,8 @@ grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
       chunk.add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
       if (!stream->Write(chunk))
         sdk::fail(DT_ERR_REMOTE, "worker " + std::to_string(wk) + " went away during a dense pull");
-      if (n == 0) break;
-    }
+      off += len;
+    } while (off < n);
   });
 }
 

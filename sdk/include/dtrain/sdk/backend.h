@@ -225,32 +225,13 @@ inline std::string& tls_error() {
   return s;
 }
 
-template <typename F>
-dt_status_t guarded(std::string* err, F&& f) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    if (err) *err = e.what();
-    return e.status();
-  } catch (const std::bad_alloc&) {
-    if (err) *err = "out of memory";
-    return DT_ERR_SYSTEM;
-  } catch (const std::exception& e) {
-    if (err) *err = e.what();
-    return DT_ERR_INTERNAL;
-  } catch (...) {
-    if (err) *err = "unknown exception";
-    return DT_ERR_INTERNAL;
-  }
-}
-
 inline CommHandle* comm_handle(dt_comm_h c) { return reinterpret_cast<CommHandle*>(c); }
 
 // opts: a collective's options; with DT_CALL_WAIT in them the plugin's
 // method may return null for an op it has already run to success (the
 // caller gets DT_OK and no work, see backend_v1.h).
 template <typename F>
-dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f, const dt_call_opts_v1_t* opts = nullptr) {
+dt_status_t op(dt_comm_h c, dt_work_h* out, const dt_call_opts_v1_t* opts, F&& f) {
   auto* h = comm_handle(c);
   std::string err;
   dt_status_t st = guarded(&err, [&] {
@@ -270,6 +251,11 @@ dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f, const dt_call_opts_v1_t* opts
     h->last_error = err;
   }
   return st;
+}
+
+template <typename F>
+dt_status_t op(dt_comm_h c, dt_work_h* out, F&& f) {
+  return op(c, out, nullptr, std::forward<F>(f));
 }
 
 inline const dt_call_opts_v1_t& opts_or_default(const dt_call_opts_v1_t* o) {
@@ -324,71 +310,29 @@ struct Trampolines {
   }
   static dt_status_t allreduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.allreduce(*s, *r, o, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.allreduce(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t broadcast(dt_comm_h c, const dt_buffer_v1_t* b, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.broadcast(*b, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.broadcast(*b, opts_or_default(opts)); });
   }
   static dt_status_t allgather(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                                const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.allgather(*s, *r, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.allgather(*s, *r, opts_or_default(opts)); });
   }
   static dt_status_t reduce_scatter(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                                     const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.reduce_scatter(*s, *r, o, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.reduce_scatter(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t reduce(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r, int32_t o,
                             const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.reduce(*s, *r, o, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.reduce(*s, *r, o, opts_or_default(opts)); });
   }
   static dt_status_t alltoall(dt_comm_h c, const dt_buffer_v1_t* s, const dt_buffer_v1_t* r,
                               const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.alltoall(*s, *r, opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.alltoall(*s, *r, opts_or_default(opts)); });
   }
   static dt_status_t barrier(dt_comm_h c, const dt_call_opts_v1_t* opts, dt_work_h* out) {
-    return op(
-        c, out,
-        [&](Communicator& m) {
-          return m.barrier(opts_or_default(opts));
-          ;
-        },
-        opts);
+    return op(c, out, opts, [&](Communicator& m) { return m.barrier(opts_or_default(opts)); });
   }
   static dt_status_t send(dt_comm_h c, const dt_buffer_v1_t* b, int32_t peer, const dt_call_opts_v1_t* opts,
                           dt_work_h* out) {

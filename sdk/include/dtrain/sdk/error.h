@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -56,5 +57,29 @@ inline void require_cpu(const dt_buffer_v1_t& b, const char* backend) {
   if (b.device_type != DT_DEVICE_CPU)
     fail(DT_ERR_NOT_SUPPORTED, std::string(backend) + " backend works on CPU buffers only");
 }
+
+namespace detail {
+// Runs f (which returns a dt_status_t) and turns what it throws into a
+// status, with the message in *err (when err is not null): no exception
+// crosses the ABI or leaves a plugin thread.
+template <typename F>
+dt_status_t guarded(std::string* err, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (err) *err = e.what();
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    if (err) *err = "out of memory";
+    return DT_ERR_SYSTEM;
+  } catch (const std::exception& e) {
+    if (err) *err = e.what();
+    return DT_ERR_INTERNAL;
+  } catch (...) {
+    if (err) *err = "unknown exception";
+    return DT_ERR_INTERNAL;
+  }
+}
+}  // namespace detail
 
 }  // namespace dtrain::sdk

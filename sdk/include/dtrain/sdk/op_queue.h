@@ -45,18 +45,12 @@ class QueuedWork : public Work {
 
   // Runs the body once with a deadline capped at cap, then completes.
   void run(Clock::time_point cap) {
-    try {
+    std::string msg;
+    dt_status_t st = detail::guarded(&msg, [&]() -> dt_status_t {
       invoke(std::min(deadline, cap));
-      finish(DT_OK, std::string());
-    } catch (const Error& e) {
-      finish(e.status(), e.what());
-    } catch (const std::bad_alloc&) {
-      finish(DT_ERR_SYSTEM, "out of memory");
-    } catch (const std::exception& e) {
-      finish(DT_ERR_INTERNAL, e.what());
-    } catch (...) {
-      finish(DT_ERR_INTERNAL, "unknown exception");
-    }
+      return DT_OK;
+    });
+    finish(st, msg);
     drop_body();
   }
   // complete() plus the lock-free done flag; every completion goes here.
@@ -187,20 +181,12 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
           OpQueue* q;
           ~Release() { q->release_inline(); }
         } release{this};
-        dt_status_t st = DT_OK;
         std::string msg;
-        try {
+        dt_status_t st = detail::guarded(&msg, [&]() -> dt_status_t {
           body(deadline);
-          return nullptr;
-        } catch (const Error& e) {
-          st = e.status(), msg = e.what();
-        } catch (const std::bad_alloc&) {
-          st = DT_ERR_SYSTEM, msg = "out of memory";
-        } catch (const std::exception& e) {
-          st = DT_ERR_INTERNAL, msg = e.what();
-        } catch (...) {
-          st = DT_ERR_INTERNAL, msg = "unknown exception";
-        }
+          return DT_OK;
+        });
+        if (st == DT_OK) return nullptr;
         auto w = std::make_shared<Work>();
         w->complete(st, msg);
         return w;
