@@ -107,26 +107,54 @@ class UafmImpl : public nn::Module {
 };
 TORCH_MODULE(Uafm);
 
+// ResNet's basic block: two 3x3 conv-BN, the input added before the last ReLU.
+class BasicBlockImpl : public nn::Module {
+ public:
+  explicit BasicBlockImpl(int ch) {
+    a_ = register_module("a", conv_bn_relu(ch, ch));
+    conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(ch, ch, 3).padding(1).bias(false)));
+    bn_ = register_module("bn", nn::BatchNorm2d(ch));
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::relu(x + bn_->forward(conv_->forward(a_->forward(x)))); }
+
+ private:
+  ConvBnRelu a_{nullptr};
+  nn::Conv2d conv_{nullptr};
+  nn::BatchNorm2d bn_{nullptr};
+};
+TORCH_MODULE(BasicBlock);
+
+// A strided conv-BN-ReLU down to the stage's resolution, then `blocks` basic
+// blocks (none: one more conv-BN-ReLU).
+nn::Sequential stage(int in, int out, int blocks) {
+  nn::Sequential s(conv_bn_relu(in, out, 3, 2));
+  if (blocks == 0) s->push_back(conv_bn_relu(out, out));
+  for (int i = 0; i < blocks; ++i) s->push_back(BasicBlock(out));
+  return s;
+}
+
 class LiteSegImpl : public SegNetImpl {
  public:
-  LiteSegImpl(int base, int in, int classes) {
+  LiteSegImpl(int base, int blocks, int in, int classes) {
     const int c1 = base, c2 = base * 2, c3 = base * 4, c4 = base * 8;
-    // Backbone: 1/2, 1/4, 1/8, 1/16.
+    // Backbone: 1/2, 1/4, 1/8, 1/16; the deep stages carry the residual blocks.
     stem_ = register_module("stem", nn::Sequential(conv_bn_relu(in, c1, 3, 2), conv_bn_relu(c1, c1)));
-    s2_ = register_module("stage2", nn::Sequential(conv_bn_relu(c1, c2, 3, 2), conv_bn_relu(c2, c2)));
-    s3_ = register_module("stage3", nn::Sequential(conv_bn_relu(c2, c3, 3, 2), conv_bn_relu(c3, c3)));
-    s4_ = register_module("stage4", nn::Sequential(conv_bn_relu(c3, c4, 3, 2), conv_bn_relu(c4, c4)));
+    s2_ = register_module("stage2", stage(c1, c2, blocks > 0 ? 1 : 0));
+    s3_ = register_module("stage3", stage(c2, c3, blocks));
+    s4_ = register_module("stage4", stage(c3, c4, blocks));
     // Simple pyramid pooling: bins 1, 2, 4, summed, then a 3x3 conv.
     for (int b : {1, 2, 4}) {
       bins_.push_back(b);
       ppm_.push_back(register_module("ppm" + std::to_string(b), conv_bn_relu(c4, c3, 1)));
     }
     ppm_out_ = register_module("ppm_out", conv_bn_relu(c3, c3));
-    // Decoder channels shrink towards the high resolution (FLD).
+    // Decoder channels shrink towards the high resolution (FLD), down to the
+    // stem's 1/2, where the head sits: item boundaries at 64 px need it.
     fuse8_ = register_module("fuse8", Uafm(c3, c3, c2));
     fuse4_ = register_module("fuse4", Uafm(c2, c2, c2));
+    fuse2_ = register_module("fuse2", Uafm(c1, c2, c1));
     head_ =
-        register_module("head", nn::Sequential(conv_bn_relu(c2, c2), nn::Conv2d(nn::Conv2dOptions(c2, classes, 1))));
+        register_module("head", nn::Sequential(conv_bn_relu(c1, c1), nn::Conv2d(nn::Conv2dOptions(c1, classes, 1))));
   }
   torch::Tensor forward(torch::Tensor x) override {
     auto f2 = stem_->forward(x);
@@ -142,7 +170,8 @@ class LiteSegImpl : public SegNetImpl {
     ctx = ppm_out_->forward(ctx);
     auto d8 = fuse8_->forward(f8, ctx);
     auto d4 = fuse4_->forward(f4, d8);
-    return resize_to(head_->forward(d4), x);
+    auto d2 = fuse2_->forward(f2, d4);
+    return resize_to(head_->forward(d2), x);
   }
 
  private:
@@ -150,7 +179,7 @@ class LiteSegImpl : public SegNetImpl {
   ConvBnRelu ppm_out_{nullptr};
   std::vector<ConvBnRelu> ppm_;
   std::vector<int64_t> bins_;
-  Uafm fuse8_{nullptr}, fuse4_{nullptr};
+  Uafm fuse8_{nullptr}, fuse4_{nullptr}, fuse2_{nullptr};
 };
 
 }  // namespace
@@ -163,7 +192,12 @@ std::shared_ptr<SegNetImpl> make_seg_model(const std::string& name, int base, in
     if (depth < 1 || depth > 6) throw InvalidUsage("unet depth must be in [1, 6], got " + std::to_string(depth));
     return std::make_shared<UNetImpl>(base, depth, in, classes);
   }
-  if (name == "liteseg") return std::make_shared<LiteSegImpl>(base, in, classes);
+  if (name == "liteseg") {
+    if (depth < 0 || depth > 8)
+      throw InvalidUsage("liteseg depth (residual blocks per deep stage) must be in [0, 8], got " +
+                         std::to_string(depth));
+    return std::make_shared<LiteSegImpl>(base, depth, in, classes);
+  }
   throw InvalidUsage("unknown segmentation model '" + name + "'; known models: " + sdk::join(known_seg_models(), ", "));
 }
 

@@ -51,7 +51,7 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("augment.std", ConfigType::Float, "0.25", "normalisation std (all channels)");
   s.add("model.name", ConfigType::String, "\"unet\"", "unet | liteseg");
   s.add("model.width", ConfigType::Int, "16", "base channels");
-  s.add("model.depth", ConfigType::Int, "3", "unet: down-sampling stages");
+  s.add("model.depth", ConfigType::Int, "3", "unet: down-sampling stages; liteseg: residual blocks per deep stage");
   s.add("loss.dice_weight", ConfigType::Float, "0", "weight of a Dice term added to cross-entropy");
   s.add("eval.pictures", ConfigType::Int, "4", "image | truth | prediction strips per evaluation (rank 0)");
   s.add("eval.picture_dir", ConfigType::String, "\"\"", "where the strips go (\"\": <checkpoint.dir>/pictures)");
@@ -125,8 +125,7 @@ std::shared_ptr<SegNetImpl> model_from(const Config& cfg, int channels, int clas
   int width = static_cast<int>(cfg.get_int("model.width", 16)), depth = static_cast<int>(cfg.get_int("model.depth", 3));
   try {
     auto m = make_seg_model(name, width, depth, channels, classes);
-    *described = name == "unet" ? fmt::format("model unet width {} depth {}", width, depth)
-                                : fmt::format("model {} width {}", name, width);
+    *described = fmt::format("model {} width {} depth {}", name, width, depth);
     return m;
   } catch (const InvalidUsage& e) {
     config_error(cfg, "model.name", e.what());
