@@ -11,7 +11,7 @@ source "$(dirname "$0")/app_lib.sh"
 
 # A few dozen small scenes, the job's model (LiteSeg, Adam) made small: 4 steps of 8 per worker per epoch.
 small=(-o data.train_scenes=64 -o data.eval_scenes=24 -o data.scene_size=48 -o model.width=8 -o model.depth=2
-       -o train.batch_size=8 -o train.eval_batch_size=12 -o train.warmup_epochs=0 -o train.lr=0.005
+       -o train.batch_size=8 -o train.eval_batch_size=12 -o train.warmup_epochs=0 -o train.lr=0.02
        -o log.every_steps=2 -o eval.every_epochs=0 -o checkpoint.resume=false -o train.threads=1)
 
 
