@@ -22,10 +22,12 @@ class SegNetImpl : public torch::nn::Module {
 //             3x3 conv-BN-ReLU and a 2x2 max-pool, channels base * 2^stage,
 //             a decoder that upsamples (bilinear) and concatenates the skip.
 //   liteseg   PP-LiteSeg in small (Peng et al. 2022): a strided conv backbone
-//             (outputs at 1/4, 1/8, 1/16; channels base * 2, 4, 8), a simple
+//             (1/2, 1/4, 1/8, 1/16; channels base * 1, 2, 4, 8) with `depth`
+//             ResNet basic blocks in each of the two deepest stages, a simple
 //             pyramid pooling module (bins 1, 2, 4), a flexible lightweight
-//             decoder with spatial-attention fusion (UAFM), the head at 1/4
-//             and a bilinear upsampling to the input size.
+//             decoder with spatial-attention fusion (UAFM) of the 1/8, 1/4 and
+//             1/2 features, the head at 1/2 and a bilinear upsampling to the
+//             input size.
 // An unknown name throws InvalidUsage listing the known ones.
 std::shared_ptr<SegNetImpl> make_seg_model(const std::string& name, int base, int depth, int in_channels,
                                            int num_classes);
