@@ -3,7 +3,8 @@
 // (ProcessGroupGloo + Reducer, both from Debian's libtorch), against this
 // machine's own data-parallel ceiling, in one invocation.
 //
-//   dtrain-bench training apps/cls.toml [--steps N] [--warmup N] [--trials N] [-o key=value ...]
+//   dtrain-bench training apps/cls.toml [--steps N] [--warmup N] [--trials N] [--backend NAME]
+//                                       [-o key=value ...] [--compare key=value ...]
 //     (dtrain-bench execs this program from its own folder)
 //
 // The parent runs each configuration as child processes of itself
@@ -58,6 +59,9 @@ namespace torch = ::torch;
 struct WorkerArgs {
   std::string job, impl = "dtrain";
   std::vector<std::string> overrides;  // -o key=value, applied to the job file
+  // --compare key=value: applied on top of `overrides` to the second dtrain
+  // row only, turning the A/A pair into an A/B pair (for screening a change).
+  std::vector<std::string> compare;
   int rank = 0, world = 1, threads = 1, port = 0, steps = 30, warmup = 5, trials = 5;
 };
 
@@ -75,12 +79,13 @@ struct Result {
   // thread's involuntary context switches per step. Averaged over ranks.
   double main_cpu_ms = 0, other_cpu_ms = 0, preempt = 0;
   int threads = 0;
+  std::string rank0_threads;  // rank 0's THREADDETAIL line
 };
 
 // CPU time (ns) and involuntary context switches of every thread of this process.
 struct ThreadSample {
   long tid = 0;
-  double cpu_ns = 0, nvcsw = 0;
+  double cpu_ns = 0, nvcsw = 0, vcsw = 0;
   std::string name;
 };
 
@@ -95,7 +100,10 @@ std::vector<ThreadSample> sample_threads() {
     std::ifstream st(e.path() / "status");
     std::string line;
     while (std::getline(st, line))
-      if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0) t.nvcsw = std::stod(line.substr(27));
+      if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+        t.nvcsw = std::stod(line.substr(27));
+      else if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
+        t.vcsw = std::stod(line.substr(24));
     out.push_back(t);
   }
   return out;
@@ -222,12 +230,14 @@ int run_worker(const WorkerArgs& a) {
   }
   std::printf("THREADS %.4f %.4f %.4f %d %d\n", main_cpu, other_cpu, preempt, static_cast<int>(threads1.size()),
               torch::get_num_threads());
-  std::printf("THREADDETAIL");  // for a person reading a worker's output: CPU ms/step by thread
+  // By thread: CPU ms per step and sleeps (voluntary context switches) per step.
+  std::printf("THREADDETAIL");
   for (auto& e : threads1) {
-    double cpu0 = 0;
+    double cpu0 = 0, vcs0 = 0;
     for (auto& b : threads0)
-      if (b.tid == e.tid) cpu0 = b.cpu_ns;
-    std::printf(" %s/%ld:%.3f", e.name.c_str(), e.tid, (e.cpu_ns - cpu0) / 1e6 / a.steps);
+      if (b.tid == e.tid) cpu0 = b.cpu_ns, vcs0 = b.vcsw;
+    std::printf(" %s%s:%.2fms/%.0f", e.name.c_str(), e.tid == main_tid ? "(main)" : "",
+                (e.cpu_ns - cpu0) / 1e6 / a.steps, (e.vcsw - vcs0) / a.steps);
   }
   std::printf("\n");
   std::printf("BWDEND");
@@ -239,7 +249,8 @@ int run_worker(const WorkerArgs& a) {
 
 int free_port() { return 20000 + static_cast<int>(getpid() % 20000); }
 
-Result run_config(const WorkerArgs& a, const std::string& impl, int world, int threads, int port) {
+Result run_config(const WorkerArgs& a, const std::string& impl, int world, int threads, int port,
+                  const std::vector<std::string>& extra = {}) {
   std::vector<bench::Child> kids;
   std::vector<std::string> outs;
   std::string exe = bench::self_exe();
@@ -264,6 +275,7 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
                                   std::to_string(a.warmup),
                                   a.job};
     for (const auto& o : a.overrides) argv.insert(argv.end(), {"-o", o});
+    for (const auto& o : extra) argv.insert(argv.end(), {"-o", o});
     kids.push_back({bench::spawn(exe, argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(r)});
     std::fclose(f);
     outs.push_back(out);
@@ -306,6 +318,8 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
       while (is >> v) ends.back().push_back(v);
     }
   }
+  if (size_t q = texts[0].find("THREADDETAIL "); q != std::string::npos)
+    r.rank0_threads = texts[0].substr(q + 13, texts[0].find('\n', q) - q - 13);
   // Meaningless where the ranks run free (the ceiling) or wait inside backward (c10d).
   if ((impl == "dtrain" || impl == "lockstep") && world == 2 && ends[0].size() == ends[1].size() && !ends[0].empty()) {
     std::vector<double> gaps;
@@ -384,12 +398,21 @@ int main(int argc, char** argv) {
                  "key=value applied to the job file (e.g. strategy.fuse_grad_size_in_MB=1)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::string backend;
+  app.add_option("--backend", backend,
+                 "transport plugin of every row that joins a dtrain job (dtrain, the ceiling's barriers, the lock-step "
+                 "all-reduce); the same as -o job.backend=NAME; default: the job file's");
+  app.add_option("--compare", a.compare,
+                 "key=value applied only to the second dtrain row: it becomes an A/B row instead of the A/A one")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep");
   app.add_option("--rank", a.rank, "(internal)");
   app.add_option("--world", a.world, "(internal)");
   app.add_option("--threads", a.threads, "(internal)");
   app.add_option("--port", a.port, "(internal)");
   CLI11_PARSE(app, argc, argv);
+  if (!backend.empty()) a.overrides.push_back("job.backend=" + backend);
   try {
     if (!worker.empty()) {
       a.impl = worker;
@@ -399,11 +422,12 @@ int main(int argc, char** argv) {
     Config cfg = apps::load_cls_config(a.job, a.overrides);
     fmt::print(
         "# dtrain-bench training {}{}: model {} width {:g}, batch {} per worker, {} timed steps (+{} warm-up), "
-        "bucket {:g} MB, {} paired trials\n",
+        "bucket {:g} MB, {} paired trials, dtrain over {}{}\n",
         a.job, a.overrides.empty() ? "" : " -o " + fmt::format("{}", fmt::join(a.overrides, " -o ")),
         cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
         cfg.get_int("train.batch_size", 128), a.steps, a.warmup, cfg.get_float("strategy.fuse_grad_size_in_MB", 32),
-        a.trials);
+        a.trials, cfg.get_string("job.backend", "gloo"),
+        a.compare.empty() ? "" : fmt::format("; A/B: the second dtrain row adds -o {}", fmt::join(a.compare, " -o ")));
     fmt::print(
         "# images/s: median over trials (range); 2-worker rows count both workers' images; comm wait: "
         "dtrain's time blocked on all-reduces after backward, per step\n");
@@ -413,7 +437,11 @@ int main(int argc, char** argv) {
     Config2 dt{"dtrain 2 workers x 1 thread", "dtrain", 2, 1, {}};
     Config2 c10{"c10d Reducer+Gloo 2 workers x 1 thread", "c10d", 2, 1, {}};
     Config2 ceil{"ceiling: 2 x 1 independent, no comm", "local", 2, 1, {}};
-    Config2 dt2{"dtrain 2 workers x 1 thread (A/A #2)", "dtrain", 2, 1, {}};
+    Config2 dt2{a.compare.empty() ? "dtrain 2 workers x 1 thread (A/A #2)" : "dtrain 2 workers x 1 thread (B)",
+                "dtrain",
+                2,
+                1,
+                {}};
     Config2 lock{"lock-step: ceiling + 4 B all-reduce/step", "lockstep", 2, 1, {}};
     // Single runs for reference: what one worker gets from one and two threads.
     for (Config2* c : {&one, &two_thr}) c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
@@ -422,7 +450,8 @@ int main(int argc, char** argv) {
       std::string line = fmt::format("# trial {}:", t + 1);
       for (size_t k = 0; k < paired.size(); ++k) {
         Config2* c = paired[(k + size_t(t)) % paired.size()];
-        c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
+        c->runs.push_back(
+            run_config(a, c->impl, c->world, c->threads, port++, c == &dt2 ? a.compare : std::vector<std::string>{}));
         line += fmt::format(" {} {:.0f}",
                             c == &dt     ? "dtrain"
                             : c == &c10  ? "c10d"
@@ -443,11 +472,15 @@ int main(int argc, char** argv) {
     fmt::print("{:<38} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}\n", "configuration", "fwd", "bwd", "sync",
                "opt", "skew", "CPU main", "CPU rest", "preempt", "threads");
     for (Config2* c : {&one, &ceil, &lock, &dt, &c10, &dt2}) print_phases(*c);
+    fmt::print("# rank 0's threads in the last trial: CPU ms per step / sleeps (voluntary switches) per step\n");
+    for (Config2* c : {&ceil, &lock, &dt, &c10, &dt2})
+      if (!c->runs.empty()) fmt::print("#   {:<38} {}\n", c->name, c->runs.back().rank0_threads);
     fmt::print("# paired ratios of images/s over {} trials (geometric mean)\n", a.trials);
     print_ratio("dtrain 2x1 / ceiling", dt, ceil, 0.95);
     print_ratio("dtrain 2x1 / c10d 2x1", dt, c10, 1.0);
     print_ratio("c10d 2x1 / ceiling", c10, ceil, 0);
-    print_ratio("A/A: dtrain 2x1 / dtrain 2x1 #2", dt, dt2, 0);
+    print_ratio(a.compare.empty() ? "A/A: dtrain 2x1 / dtrain 2x1 #2" : "A/B: dtrain 2x1 / dtrain 2x1 (B)", dt, dt2, 0);
+    if (!a.compare.empty()) print_ratio("dtrain 2x1 (B) / ceiling", dt2, ceil, 0);
     print_ratio("lock-step / ceiling", lock, ceil, 0);
     print_ratio("dtrain 2x1 / lock-step", dt, lock, 0);
     fmt::print("{:<38} {:>7.3f}  (median ceiling / the single 1x1 run)\n", "machine's 2-worker gain",

@@ -118,7 +118,6 @@ struct CommState : std::enable_shared_from_this<CommState> {
   WorkState* inflight = nullptr;  // head of the in-flight list, newest first
 
   // Watchdog bookkeeping (watchdog thread only).
-  uint64_t published_seq = UINT64_MAX;
   Clock::time_point last_publish{};
 
   ~CommState();
