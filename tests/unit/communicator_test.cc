@@ -190,7 +190,9 @@ TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
 // dropped (unwaited) op too, and a withheld rank still times out naming it.
 TEST_P(CommunicatorTest, BlockingOpsCompleteAndTimeOutNamingTheWithheldRank) {
   std::atomic<int> done{0};
-  static auto* buffers = new std::vector<std::vector<float>>(3, std::vector<float>(2, 1.0f));
+  // Outlive the dropped ops; fresh for each backend's instance of the test.
+  static auto* buffers = new std::vector<std::vector<float>>(3);
+  for (auto& b : *buffers) b.assign(2, 1.0f);
   CallOptions blocking;
   blocking.blocking = true;
   run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {

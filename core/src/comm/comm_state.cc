@@ -8,6 +8,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 #include "common/log.h"
 #include "dtrain/plugin_registry.h"
 #include "plugin/backend_impl.h"
@@ -24,18 +26,25 @@ int64_t unix_ms() {
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(250);
 constexpr int64_t kStaleHeartbeatMs = 1500;
 
-// Line 1: "peer" or "local"; line 2: unix time in ms; then the reason.
+// Line 1: "peer" or "local"; line 2: unix time in ms; then the reason. The
+// first error wins: the file is linked into place only where none exists (the
+// launcher removes it before it starts a worker), so a consequence never
+// replaces the root cause, from another thread or another communicator.
 void write_error_file(const std::string& why, bool peer_lost) {
-  static std::atomic<bool> written{false};
+  static std::atomic<unsigned> attempt{0};
   const char* path = std::getenv("DTRAIN_ERROR_FILE");
-  if (!path || !*path || written.exchange(true)) return;
-  std::string tmp = std::string(path) + ".tmp";
+  if (!path || !*path) return;
+  std::string tmp = std::string(path) + ".tmp" + std::to_string(getpid()) + "." + std::to_string(attempt++);
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << (peer_lost ? "peer" : "local") << "\n" << unix_ms() << "\n" << why << "\n";
-    if (!f) return;
+    if (!f) {
+      std::remove(tmp.c_str());
+      return;
+    }
   }
-  std::rename(tmp.c_str(), path);
+  (void)::link(tmp.c_str(), path);
+  std::remove(tmp.c_str());
 }
 }  // namespace
 
