@@ -1,6 +1,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <list>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -39,6 +41,16 @@ class CommunicatorTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// Buffers of ones per rank that outlive the test and the process (see
+// WithheldRankTimesOutNamingItAndPoisons): a fresh set per call, so no
+// instance of a test shares memory with a transport still finishing a former one.
+std::vector<std::vector<float>>* lasting_buffers(int ranks, size_t count) {
+  static std::mutex mu;
+  static auto* sets = new std::list<std::vector<std::vector<float>>>();
+  std::lock_guard<std::mutex> lock(mu);
+  return &sets->emplace_back(ranks, std::vector<float>(count, 1.0f));
+}
+
 }  // namespace
 
 TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
@@ -48,8 +60,8 @@ TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
   // interrupted (Gloo) until its own timeout, even after the communicator is
   // gone (work.h): they outlive the test, and the process's exit too (a
   // static would be destroyed at exit while a Gloo pair thread may still
-  // write from it; TSan saw that once).
-  static auto* buffers = new std::vector<std::vector<float>>(3, std::vector<float>(1024, 1.0f));
+  // write from it; TSan saw that once), and each instance of the test has its own.
+  auto* buffers = lasting_buffers(3, 1024);
   run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
     std::vector<float>& v = (*buffers)[r];
     comm.allreduce(Buffer::of(v.data(), v.size()))->wait();  // everyone arrives once
@@ -190,9 +202,7 @@ TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
 // dropped (unwaited) op too, and a withheld rank still times out naming it.
 TEST_P(CommunicatorTest, BlockingOpsCompleteAndTimeOutNamingTheWithheldRank) {
   std::atomic<int> done{0};
-  // Outlive the dropped ops; fresh for each backend's instance of the test.
-  static auto* buffers = new std::vector<std::vector<float>>(3);
-  for (auto& b : *buffers) b.assign(2, 1.0f);
+  auto* buffers = lasting_buffers(3, 2);
   CallOptions blocking;
   blocking.blocking = true;
   run_ranks(GetParam(), 3, seconds(30), [&](int r, Communicator& comm) {
