@@ -13,6 +13,9 @@ namespace dtrain::ps_grpc {
 namespace {
 
 constexpr std::chrono::milliseconds kWaitSlice{200};
+// ASYNC and GEO dense pushes are applied in blocks of this many values, each
+// copied from gRPC's slices into a small buffer that stays in L1/L2.
+constexpr uint64_t kApplyBlock = 8192;
 
 std::string list_of(const std::vector<int>& v) {
   std::string s;
@@ -274,18 +277,18 @@ grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReade
     // SYNC: every chunk's values are copied from gRPC's slices straight into
     // the push's staging buffer, which the push's other parts (calls running
     // beside this one) fill too, and the part that completes it applies the
-    // push. ASYNC and GEO: each chunk is copied into a small scratch buffer
-    // (it stays in cache) and applied at once, so the rule's pass over the
-    // values overlaps the transfer. Every value must come exactly once.
+    // push. ASYNC and GEO: each chunk is copied, a block at a time, into a
+    // small buffer that stays in cache and applied at once, so the rule's
+    // pass over the values overlaps the transfer. Every value must come
+    // exactly once.
     int32_t worker_field = 0;
     std::string table_name;
     uint64_t total = 0, n = 0, push_id = 0, part_values = 0, sent = 0;
     int wk = -1;
     Table* t = nullptr;
     std::shared_ptr<DensePush> p;
-    float* buf = nullptr;  // SYNC: the staged values
-    std::optional<Staging::Lease> scratch;
-    uint64_t scratch_bytes = 0;
+    float* buf = nullptr;              // SYNC: the staged values
+    std::unique_ptr<float[]> scratch;  // ASYNC, GEO
     auto start = [&] {
       wk = worker(worker_field);
       t = &table(table_name, DT_PS_TABLE_DENSE);
@@ -330,9 +333,12 @@ grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReade
             if (buf) {
               r.copy_to(reinterpret_cast<char*>(buf + offset), v);
             } else {
-              if (v > scratch_bytes) scratch.emplace(staging_->get(scratch_bytes = v));
-              r.copy_to(scratch->as<char>(), v);
-              t->push_dense_range(p->step, offset, scratch->as<float>(), len);
+              if (!scratch) scratch.reset(new float[kApplyBlock]);
+              for (uint64_t at = 0; at < len; at += kApplyBlock) {
+                const uint64_t k = std::min<uint64_t>(kApplyBlock, len - at);
+                r.copy_to(reinterpret_cast<char*>(scratch.get()), k * sizeof(float));
+                t->push_dense_range(p->step, offset + at, scratch.get(), k);
+              }
             }
             p->arrived(len);
             sent += len;
