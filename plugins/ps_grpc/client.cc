@@ -399,7 +399,9 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   uint64_t dim = t.desc.dim;
   check_f32("ps_pull_sparse", t.desc.name, count, n * dim, "values");
   if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_pull_sparse: keys is null");
-  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / (sizeof(uint64_t) + dim * sizeof(float)));
+  // A call's request carries its keys and its reply their rows: each
+  // message within chunk_bytes. A server's keys split evenly over its calls.
+  const uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / std::max<uint64_t>(sizeof(uint64_t), dim * sizeof(float)));
   // Positions of each server's keys in the caller's order (none with one server).
   std::vector<std::shared_ptr<std::vector<uint64_t>>> pos(num_servers_);
   std::vector<uint64_t> per_server(num_servers_, 0);
@@ -416,8 +418,9 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   op->after = {t.declared, t.last_push};
   for (int s = 0; s < num_servers_; ++s) {
     uint64_t total = per_server[s];
-    for (uint64_t off = 0; off < total; off += per) {
-      uint64_t len = std::min(per, total - off);
+    const uint64_t calls = (total + per - 1) / per;
+    for (uint64_t c = 0; c < calls; ++c) {
+      const uint64_t off = total * c / calls, len = total * (c + 1) / calls - off;
       auto req = std::make_shared<SparsePull>();
       req->set_worker(rank_);
       req->set_table(t.desc.name);
