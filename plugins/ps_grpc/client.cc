@@ -337,31 +337,57 @@ std::shared_ptr<sdk::Work> PsClient::pull_dense(uint32_t id, float* values, uint
 std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads, uint64_t count, const Opts& o) {
   ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_push_dense");
   check_f32("ps_push_dense", t.desc.name, count, t.desc.dim, "grads");
-  auto op = new_op("a push to dense table '" + t.desc.name + "'", num_servers_, o);
-  op->after = {t.declared, t.last_push};
-  uint64_t dim = t.desc.dim;
-  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / sizeof(float));
+  const uint64_t dim = t.desc.dim, push = ++dense_pushes_;
+  const uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / sizeof(float));
+  // A server's range goes as several calls at once (parts of about
+  // kDensePushPartBytes, each a stream of chunks): one HTTP/2 stream's
+  // window and one server thread per part.
+  std::vector<uint64_t> parts(num_servers_);
+  int total_parts = 0;
   for (int s = 0; s < num_servers_; ++s) {
-    uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
-    // DenseChunk messages built in place: the values copied once, into the
-    // slice gRPC sends (the caller may reuse grads once the op is done, and
-    // an aborted op is done before its calls end, so they are copied now).
-    auto msgs = std::make_shared<std::vector<RawMessage>>();
-    for (uint64_t off = 0; off < n || msgs->empty(); off += per) {
-      uint64_t len = std::min(per, n - off);
-      RawMessage& m = msgs->emplace_back();
-      if (off == 0) {
-        m.add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
-        m.add_bytes(DenseChunk::kTableFieldNumber, grpc::Slice(t.desc.name));
-        m.add_varint(DenseChunk::kTotalFieldNumber, n);
-      }
-      m.add_varint(DenseChunk::kOffsetFieldNumber, off);
-      grpc::Slice values(len * sizeof(float));
-      std::memcpy(const_cast<uint8_t*>(values.begin()), grads + begin + off, len * sizeof(float));
-      m.add_bytes(DenseChunk::kValuesFieldNumber, std::move(values));
+    uint64_t n = sharding_.dense_end(dim, s) - sharding_.dense_begin(dim, s);
+    parts[s] = std::clamp<uint64_t>((n * sizeof(float) + kDensePushPartBytes - 1) / kDensePushPartBytes, 1,
+                                    kMaxDensePushParts);
+    parts[s] = std::min<uint64_t>(parts[s], std::max<uint64_t>(1, (n + per - 1) / per));
+    total_parts += static_cast<int>(parts[s]);
+  }
+  auto op = new_op("a push to dense table '" + t.desc.name + "'", total_parts, o);
+  op->after = {t.declared, t.last_push};
+  auto name = std::make_shared<grpc::Slice>(t.desc.name);
+  for (int s = 0; s < num_servers_; ++s) {
+    const uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    // The values staged in reused memory, each chunk a slice of it (no page
+    // faults on fresh memory); each part copies its values in just before it
+    // sends them, guarded like a write into the caller's memory (the caller
+    // may reuse grads once the op is done, aborted ops included).
+    grpc::Slice all = lease_slice(staging_->get(n * sizeof(float)), n * sizeof(float));
+    for (uint64_t p = 0; p < parts[s]; ++p) {
+      const uint64_t pb = n * p / parts[s], pe = n * (p + 1) / parts[s];
+      run(op, s,
+          [this, op, name, all, src = grads + begin, n, pb, pe, per, push](grpc::ClientContext& ctx, Server& srv) {
+            char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(all.begin()));
+            if (!op->write_out([&] { std::memcpy(dst + pb * sizeof(float), src + pb, (pe - pb) * sizeof(float)); }))
+              return grpc::Status(grpc::StatusCode::CANCELLED, "the push ended");
+            std::vector<RawMessage> msgs;
+            uint64_t off = pb;
+            do {  // one message even for an empty range: it carries the total
+              const uint64_t len = std::min(per, pe - off);
+              RawMessage& m = msgs.emplace_back();
+              if (off == pb) {
+                m.add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
+                m.add_bytes(DenseChunk::kTableFieldNumber, *name);
+                m.add_varint(DenseChunk::kTotalFieldNumber, n);
+                m.add_varint(DenseChunk::kPushFieldNumber, push);
+                m.add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
+              }
+              m.add_varint(DenseChunk::kOffsetFieldNumber, off);
+              if (len > 0)
+                m.add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+              off += len;
+            } while (off < pe);
+            return srv.client_stream(ctx, kPushDenseMethod, msgs);
+          });
     }
-    run(op, s,
-        [msgs](grpc::ClientContext& ctx, Server& srv) { return srv.client_stream(ctx, kPushDenseMethod, *msgs); });
   }
   t.last_push = op;
   return submit(op);
@@ -373,7 +399,9 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   uint64_t dim = t.desc.dim;
   check_f32("ps_pull_sparse", t.desc.name, count, n * dim, "values");
   if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_pull_sparse: keys is null");
-  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / (sizeof(uint64_t) + dim * sizeof(float)));
+  // A call's request carries its keys and its reply their rows: each
+  // message within chunk_bytes. A server's keys split evenly over its calls.
+  const uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / std::max<uint64_t>(sizeof(uint64_t), dim * sizeof(float)));
   // Positions of each server's keys in the caller's order (none with one server).
   std::vector<std::shared_ptr<std::vector<uint64_t>>> pos(num_servers_);
   std::vector<uint64_t> per_server(num_servers_, 0);
@@ -390,8 +418,9 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   op->after = {t.declared, t.last_push};
   for (int s = 0; s < num_servers_; ++s) {
     uint64_t total = per_server[s];
-    for (uint64_t off = 0; off < total; off += per) {
-      uint64_t len = std::min(per, total - off);
+    const uint64_t calls = (total + per - 1) / per;
+    for (uint64_t c = 0; c < calls; ++c) {
+      const uint64_t off = total * c / calls, len = total * (c + 1) / calls - off;
       auto req = std::make_shared<SparsePull>();
       req->set_worker(rank_);
       req->set_table(t.desc.name);

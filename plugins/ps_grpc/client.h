@@ -92,6 +92,8 @@ class PsClient {
   std::vector<std::unique_ptr<Server>> servers_;
   std::vector<ClientTable> tables_;
   uint64_t barriers_ = 0;
+  uint64_t dense_pushes_ = 0;
+  std::shared_ptr<Staging> staging_ = std::make_shared<Staging>();  // dense pushes' values
 
   std::mutex mu_;  // aborted_, reason_, calls_, ops_
   bool aborted_ = false;

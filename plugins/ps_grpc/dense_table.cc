@@ -62,6 +62,28 @@ class DenseTable final : public Table {
     apply(g);
   }
 
+  uint64_t begin_dense_push(int worker) override {
+    check_worker(desc_.name, worker, workers_);
+    if (desc_.mode == DT_PS_MODE_SYNC) return Table::begin_dense_push(worker);
+    std::unique_lock<std::shared_mutex> lk(mu_);
+    const uint64_t step = t_;
+    if (desc_.mode != DT_PS_MODE_GEO && rule_.kind() == DT_PS_OPT_ADAM) ++t_;  // as apply_dense counts it
+    return step;
+  }
+
+  void push_dense_range(uint64_t step, uint64_t offset, const float* g, uint64_t len) override {
+    if (desc_.mode == DT_PS_MODE_SYNC) Table::begin_dense_push(0);
+    if (offset > n_ || len > n_ - offset)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': a dense push range [" + std::to_string(offset) +
+                                          ", +" + std::to_string(len) + ") is outside server " +
+                                          std::to_string(server_) + "'s " + std::to_string(n_) + " values");
+    std::unique_lock<std::shared_mutex> lk(mu_);
+    uint64_t t = step;
+    apply_range(offset, offset + len, g, t);
+  }
+
+  void end_dense_push() override { applied_.fetch_add(1); }
+
   void pull_sparse(int, const uint64_t*, uint64_t, float*, Clock::time_point) override { sparse_op("pull"); }
   void push_sparse(int, const uint64_t*, uint64_t, const float*, const float*) override { sparse_op("push"); }
   uint64_t shrink(uint32_t) override {
@@ -96,19 +118,20 @@ class DenseTable final : public Table {
     const uint64_t half = n_ >= kSplitApply ? n_ / 2 : n_;
     uint64_t t_second = t_;
     std::thread second;
-    if (half < n_) second = std::thread([&] { apply_range(half, n_, g, t_second); });
+    if (half < n_) second = std::thread([&] { apply_range(half, n_, g + half, t_second); });
     apply_range(0, half, g, t_);
     if (second.joinable()) second.join();
     applied_.fetch_add(1);
   }
+  // Values [b, e) with gradients g[0, e - b).
   void apply_range(uint64_t b, uint64_t e, const float* g, uint64_t& t) {
     if (desc_.mode == DT_PS_MODE_GEO) {
-      for (uint64_t i = b; i < e; ++i) w_[i] += g[i];
+      for (uint64_t i = b; i < e; ++i) w_[i] += g[i - b];
       return;
     }
     float* s0 = s0_.empty() ? nullptr : s0_.data() + b;
     float* s1 = s1_.empty() ? nullptr : s1_.data() + b;
-    rule_.apply_dense(w_.data() + b, s0, s1, t, g + b, e - b);
+    rule_.apply_dense(w_.data() + b, s0, s1, t, g, e - b);
   }
   static constexpr uint64_t kSplitApply = uint64_t{1} << 20;  // values (4 MiB)
   void reset_state() {

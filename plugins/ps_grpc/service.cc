@@ -13,6 +13,9 @@ namespace dtrain::ps_grpc {
 namespace {
 
 constexpr std::chrono::milliseconds kWaitSlice{200};
+// ASYNC and GEO dense pushes are applied in blocks of this many values, each
+// copied from gRPC's slices into a small buffer that stays in L1/L2.
+constexpr uint64_t kApplyBlock = 8192;
 
 std::string list_of(const std::vector<int>& v) {
   std::string s;
@@ -36,38 +39,6 @@ const T* view(const std::string& s, std::vector<T>* scratch) {
 }
 
 }  // namespace
-
-PsService::Staging::Lease PsService::Staging::get(size_t bytes) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    // The smallest kept buffer that fits.
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->first >= bytes && (best == free_.end() || it->first < best->first)) best = it;
-    if (best != free_.end()) {
-      Lease l(shared_from_this(), std::move(best->second), best->first);
-      kept_ -= best->first;
-      free_.erase(best);
-      return l;
-    }
-  }
-  const size_t cap = std::max<size_t>(bytes, 64);
-  return Lease(shared_from_this(), std::unique_ptr<char[]>(new char[cap]), cap);
-}
-
-void PsService::Staging::put(std::unique_ptr<char[]> mem, size_t cap) {
-  std::lock_guard<std::mutex> lk(mu_);
-  if (cap > kKeepBytes) return;
-  // Make room by dropping the smallest kept buffers.
-  while (!free_.empty() && (free_.size() >= kKeepBuffers || kept_ + cap > kKeepBytes)) {
-    auto smallest =
-        std::min_element(free_.begin(), free_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    kept_ -= smallest->first;
-    free_.erase(smallest);
-  }
-  kept_ += cap;
-  free_.emplace_back(cap, std::move(mem));
-}
 
 PsService::PsService(const sdk::CommInit& init, const PsOptions& options)
     : server_(init.rank),
@@ -251,21 +222,73 @@ grpc::Status PsService::PullDenseRaw(grpc::ServerContext* ctx,
   });
 }
 
+void PsService::DensePush::claim(uint64_t offset, uint64_t len, const std::string& table) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (failed) sdk::fail(DT_ERR_ABORTED, "table '" + table + "': another part of this dense push failed");
+  for (auto [b, e] : spans)
+    if (offset < e && b < offset + len)
+      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + table + "': a dense push chunk [" + std::to_string(offset) + ", " +
+                                          std::to_string(offset + len) + ") overlaps values [" + std::to_string(b) +
+                                          ", " + std::to_string(e) + ") sent before in the same push");
+  spans.emplace_back(offset, offset + len);
+}
+
+void PsService::DensePush::arrived(uint64_t len) {
+  std::lock_guard<std::mutex> lk(mu);
+  got += len;
+}
+
+void PsService::DensePush::fail() {
+  std::lock_guard<std::mutex> lk(mu);
+  failed = true;
+}
+
+bool PsService::DensePush::complete(uint64_t n, const std::string& table) {
+  std::lock_guard<std::mutex> lk(mu);
+  if (failed) sdk::fail(DT_ERR_ABORTED, "table '" + table + "': another part of this dense push failed");
+  if (applied || got != n) return false;
+  applied = true;
+  return true;
+}
+
+std::shared_ptr<PsService::DensePush> PsService::join_push(Table& t, int worker, uint64_t id, uint64_t n) {
+  std::lock_guard<std::mutex> lk(pushes_mu_);
+  auto& slot = pushes_[{&t, worker}];
+  // Another id: that push failed part-way (its worker went on); drop it.
+  if (slot && slot->id == id) return slot;
+  if (t.desc().mode == DT_PS_MODE_SYNC)
+    slot = std::make_shared<DensePush>(id, staging_->get(n * sizeof(float)), 0);
+  else
+    slot = std::make_shared<DensePush>(id, std::nullopt, t.begin_dense_push(worker));
+  return slot;
+}
+
+void PsService::drop_push(const Table& t, int worker, const std::shared_ptr<DensePush>& p) {
+  std::lock_guard<std::mutex> lk(pushes_mu_);
+  auto it = pushes_.find({&t, worker});
+  if (it != pushes_.end() && it->second == p) pushes_.erase(it);
+}
+
 grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReaderWriter<Empty, RawRequest>* stream) {
   grpc::Status st = guarded(ctx, [&] {
     RawRequest raw;
     if (!stream->Read(&raw)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty dense push");
-    // The first chunk names the worker, the table and the total; every
-    // chunk's values are copied from gRPC's slices straight into the staging
-    // buffer. The chunks arrive in order and back to back (as the client
-    // sends them), so they cover it exactly.
+    // The first chunk names the worker, the table, the total and the push.
+    // SYNC: every chunk's values are copied from gRPC's slices straight into
+    // the push's staging buffer, which the push's other parts (calls running
+    // beside this one) fill too, and the part that completes it applies the
+    // push. ASYNC and GEO: each chunk is copied, a block at a time, into a
+    // small buffer that stays in cache and applied at once, so the rule's
+    // pass over the values overlaps the transfer. Every value must come
+    // exactly once.
     int32_t worker_field = 0;
     std::string table_name;
-    uint64_t total = 0, n = 0, got = 0;
+    uint64_t total = 0, n = 0, push_id = 0, part_values = 0, sent = 0;
     int wk = -1;
     Table* t = nullptr;
-    std::optional<Staging::Lease> lease;
-    float* buf = nullptr;
+    std::shared_ptr<DensePush> p;
+    float* buf = nullptr;              // SYNC: the staged values
+    std::unique_ptr<float[]> scratch;  // ASYNC, GEO
     auto start = [&] {
       wk = worker(worker_field);
       t = &table(table_name, DT_PS_TABLE_DENSE);
@@ -277,46 +300,70 @@ grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReade
                                             std::to_string(dim) + " over " + std::to_string(num_servers_) +
                                             " servers)");
       check_size(*t, n * sizeof(float), "a dense push");
-      lease.emplace(staging_->get(n * sizeof(float)));
-      buf = lease->as<float>();
+      p = join_push(*t, wk, push_id, n);
+      if (p->lease) buf = p->lease->as<float>();
     };
-    do {
-      FieldReader r;
-      if (!r.open(raw.bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable dense push chunk");
-      uint64_t offset = 0, v = 0;
-      uint32_t f = 0, type = 0;
-      while (r.next(&f, &type, &v)) {
-        if (!t && type == 0 && f == DenseChunk::kWorkerFieldNumber) {
-          worker_field = static_cast<int32_t>(v);
-        } else if (!t && type == 2 && f == DenseChunk::kTableFieldNumber) {
-          table_name = r.text(v);
-        } else if (!t && type == 0 && f == DenseChunk::kTotalFieldNumber) {
-          total = v;
-        } else if (type == 0 && f == DenseChunk::kOffsetFieldNumber) {
-          offset = v;
-        } else if (type == 2 && f == DenseChunk::kValuesFieldNumber) {
-          if (!t) start();
-          const uint64_t len = v / sizeof(float);
-          if (v % sizeof(float) != 0 || offset + len > n)
-            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk [" +
-                                                std::to_string(offset) + ", +" + std::to_string(v) +
-                                                " bytes) is outside the server's " + std::to_string(n) + " values");
-          if (offset != got)
-            sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk at offset " +
-                                                std::to_string(offset) + " after " + std::to_string(got) +
-                                                " values (chunks must come in order)");
-          r.copy_to(reinterpret_cast<char*>(buf + got), v);
-          got += len;
-        } else if (type == 2) {
-          r.skip(v);
+    try {
+      do {
+        FieldReader r;
+        if (!r.open(raw.bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable dense push chunk");
+        uint64_t offset = 0, v = 0;
+        uint32_t f = 0, type = 0;
+        while (r.next(&f, &type, &v)) {
+          if (!t && type == 0 && f == DenseChunk::kWorkerFieldNumber) {
+            worker_field = static_cast<int32_t>(v);
+          } else if (!t && type == 2 && f == DenseChunk::kTableFieldNumber) {
+            table_name = r.text(v);
+          } else if (!t && type == 0 && f == DenseChunk::kTotalFieldNumber) {
+            total = v;
+          } else if (!t && type == 0 && f == DenseChunk::kPushFieldNumber) {
+            push_id = v;
+          } else if (!t && type == 0 && f == DenseChunk::kPartValuesFieldNumber) {
+            part_values = v;
+          } else if (type == 0 && f == DenseChunk::kOffsetFieldNumber) {
+            offset = v;
+          } else if (type == 2 && f == DenseChunk::kValuesFieldNumber) {
+            if (!t) start();
+            const uint64_t len = v / sizeof(float);
+            if (v % sizeof(float) != 0 || offset > n || len > n - offset)
+              sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push chunk [" +
+                                                  std::to_string(offset) + ", +" + std::to_string(v) +
+                                                  " bytes) is outside the server's " + std::to_string(n) + " values");
+            p->claim(offset, len, t->desc().name);
+            if (buf) {
+              r.copy_to(reinterpret_cast<char*>(buf + offset), v);
+            } else {
+              if (!scratch) scratch.reset(new float[kApplyBlock]);
+              for (uint64_t at = 0; at < len; at += kApplyBlock) {
+                const uint64_t k = std::min<uint64_t>(kApplyBlock, len - at);
+                r.copy_to(reinterpret_cast<char*>(scratch.get()), k * sizeof(float));
+                t->push_dense_range(p->step, offset + at, scratch.get(), k);
+              }
+            }
+            p->arrived(len);
+            sent += len;
+          } else if (type == 2) {
+            r.skip(v);
+          }
         }
+        if (!t) start();
+      } while (stream->Read(&raw));
+      if (sent != part_values)
+        sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push part announced " +
+                                            std::to_string(part_values) + " values and sent " + std::to_string(sent));
+    } catch (...) {
+      if (p) {
+        p->fail();
+        drop_push(*t, wk, p);
       }
-      if (!t) start();
-    } while (stream->Read(&raw));
-    if (got != n)
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a dense push sent " + std::to_string(got) +
-                                          " of " + std::to_string(n) + " values");
-    t->push_dense(wk, buf, n);
+      throw;
+    }
+    if (!p->complete(n, t->desc().name)) return;  // another part completes it
+    drop_push(*t, wk, p);
+    if (buf)
+      t->push_dense(wk, buf, n);
+    else
+      t->end_dense_push();
   });
   if (st.ok()) stream->Write(Empty());
   return st;

@@ -8,12 +8,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
 
 #include "dtrain/sdk/backend.h"
 #include "options.h"
+#include "staging.h"
 #include "plugins/ps_grpc/ps.grpc.pb.h"
 #include "table.h"
 #include "wire.h"
@@ -67,40 +69,35 @@ class PsService final : public ParameterServer::Service {
   void check_size(const Table& t, uint64_t bytes, const std::string& what) const;
   std::string who() const;
 
-  // Uninitialized staging memory for a call's payload (a dense range, a sparse pull's reply, a
-  // push sent in several chunks), reused across calls: a fresh 16 MB vector
-  // costs a zero fill and 4,096 page faults per call. Keeps at most
-  // kKeepBuffers buffers and kKeepBytes in all; thread-safe. A lease keeps
-  // the pool alive (gRPC may release a slice of it after the service is gone).
-  class Staging : public std::enable_shared_from_this<Staging> {
-   public:
-    class Lease {
-     public:
-      Lease(std::shared_ptr<Staging> pool, std::unique_ptr<char[]> mem, size_t cap)
-          : pool_(std::move(pool)), mem_(std::move(mem)), cap_(cap) {}
-      Lease(Lease&&) = default;
-      ~Lease() {
-        if (mem_) pool_->put(std::move(mem_), cap_);
-      }
-      template <typename T>
-      T* as() const {
-        return reinterpret_cast<T*>(mem_.get());
-      }
+  // A dense push to this server, its parts arriving as calls at once, every
+  // value exactly once: SYNC mode stages the values until all have come
+  // (one sync step), ASYNC and GEO apply each chunk as it comes (the table's
+  // push_dense_range with the push's step). Thread-safe.
+  struct DensePush {
+    DensePush(uint64_t push_id, std::optional<Staging::Lease> l, uint64_t s)
+        : id(push_id), lease(std::move(l)), step(s) {}
+    // Reserves values [offset, offset + len); fails (DT_ERR_INVALID_USAGE) if
+    // any of them was reserved before or another part failed.
+    void claim(uint64_t offset, uint64_t len, const std::string& table);
+    // len reserved values were copied in.
+    void arrived(uint64_t len);
+    void fail();
+    // True once, for the caller that finds all n values in: it applies the
+    // push. Fails if another part failed.
+    bool complete(uint64_t n, const std::string& table);
 
-     private:
-      std::shared_ptr<Staging> pool_;
-      std::unique_ptr<char[]> mem_;
-      size_t cap_;
-    };
-    Lease get(size_t bytes);
-
-   private:
-    static constexpr size_t kKeepBuffers = 8, kKeepBytes = size_t{128} << 20;
-    void put(std::unique_ptr<char[]> mem, size_t cap);
-    std::mutex mu_;
-    std::vector<std::pair<size_t, std::unique_ptr<char[]>>> free_;  // capacity, memory
-    size_t kept_ = 0;
+    const uint64_t id;
+    const std::optional<Staging::Lease> lease;  // SYNC: the staged values
+    const uint64_t step;                        // ASYNC, GEO: begin_dense_push's
+    std::mutex mu;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // reserved [begin, end)
+    uint64_t got = 0;                                  // values copied in
+    bool failed = false, applied = false;
   };
+  // The push `id` of worker to t, joined or started (a pending push of
+  // another id is dropped: it failed part-way).
+  std::shared_ptr<DensePush> join_push(Table& t, int worker, uint64_t id, uint64_t n);
+  void drop_push(const Table& t, int worker, const std::shared_ptr<DensePush>& p);
 
   int server_;
   int num_servers_;
@@ -122,6 +119,8 @@ class PsService final : public ParameterServer::Service {
   bool stopping_ = false;
   std::shared_ptr<sdk::Work> serve_;
   std::shared_ptr<Staging> staging_ = std::make_shared<Staging>();
+  std::mutex pushes_mu_;
+  std::map<std::pair<const Table*, int>, std::shared_ptr<DensePush>> pushes_;  // by table and worker
 };
 
 }  // namespace dtrain::ps_grpc

@@ -41,6 +41,13 @@ std::string num(double v) {
 
 }  // namespace
 
+uint64_t Table::begin_dense_push(int) {
+  sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "' takes no dense push in ranges (" + kind_name(desc_.kind) +
+                                      ", mode " + std::to_string(desc_.mode) + ")");
+}
+
+void Table::push_dense_range(uint64_t, uint64_t, const float*, uint64_t) { begin_dense_push(0); }
+
 std::string Table::differs(const sdk::TableDesc& o) const {
   const sdk::TableDesc& d = desc_;
   auto diff = [](const char* field, const std::string& here, const std::string& there) {

@@ -59,6 +59,17 @@ class Table {
   // deadline passes.
   virtual void pull_dense(int worker, float* out, uint64_t count, Clock::time_point deadline) = 0;
   virtual void push_dense(int worker, const float* grads, uint64_t count) = 0;
+  // Dense, ASYNC and GEO modes: a push applied range by range as its parts
+  // arrive, each value of the range exactly once (the caller sees to that):
+  // begin_dense_push returns the push's step, which every range of it
+  // passes; end_dense_push counts the push applied. The values are those of
+  // push_dense with the whole gradient, bit for bit, in whatever order the
+  // ranges come. A pull running beside such a push may see some of its
+  // ranges applied and not others (a worker's own pulls wait for its pushes).
+  // The defaults refuse (a sparse table; SYNC mode takes whole pushes).
+  virtual uint64_t begin_dense_push(int worker);
+  virtual void push_dense_range(uint64_t step, uint64_t offset, const float* grads, uint64_t len);
+  virtual void end_dense_push() {}
   // Sparse: keys all belong to this server; out/grads are n * dim, row-major.
   virtual void pull_sparse(int worker, const uint64_t* keys, uint64_t n, float* out, Clock::time_point deadline) = 0;
   virtual void push_sparse(int worker, const uint64_t* keys, uint64_t n, const float* grads,

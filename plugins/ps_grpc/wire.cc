@@ -255,4 +255,11 @@ grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m) {
   return grpc::ByteBuffer(&s, 1);
 }
 
+grpc::Slice lease_slice(Staging::Lease lease, size_t bytes) {
+  if (bytes == 0) return grpc::Slice();
+  auto* held = new Staging::Lease(std::move(lease));
+  return grpc::Slice(
+      held->as<char>(), bytes, [](void* l) { delete static_cast<Staging::Lease*>(l); }, held);
+}
+
 }  // namespace dtrain::ps_grpc

@@ -12,6 +12,7 @@
 
 #include "dtrain/sdk/backend.h"
 #include "files.h"
+#include "staging.h"
 #include "plugins/ps_grpc/ps.pb.h"
 
 namespace dtrain::ps_grpc {
@@ -27,6 +28,10 @@ constexpr int kPullDenseIndex = 2;
 // ParameterServer.PushDense: the client sends its chunks as raw bytes.
 constexpr char kPushDenseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushDense";
 constexpr int kPushDenseIndex = 3;
+// A dense push to a server goes as parts of about this many bytes, each its
+// own call, all at once, at most kMaxDensePushParts (client.cc).
+constexpr uint64_t kDensePushPartBytes = uint64_t{4} << 20;
+constexpr uint64_t kMaxDensePushParts = 8;
 
 grpc::StatusCode grpc_code(dt_status_t status);
 
@@ -137,6 +142,11 @@ class FieldReader {
 
 // A protobuf message as a ByteBuffer (for a call through grpc::GenericStub).
 grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m);
+
+// A slice over the first `bytes` bytes of a staging lease (empty if bytes is
+// 0): the lease goes back to its pool when gRPC lets go of the slice and of
+// every sub-slice of it.
+grpc::Slice lease_slice(Staging::Lease lease, size_t bytes);
 
 }  // namespace dtrain::ps_grpc
 

@@ -631,6 +631,43 @@ TEST_F(PsGrpc, SyncStepsAcrossTwoServers) {
   }
 }
 
+// A dense range over 4 MiB goes to its server as several calls at once
+// (client.cc, kDensePushPartBytes): ASYNC applies each chunk as it arrives,
+// SYNC stages the parts into one step; either way every value once.
+TEST_F(PsGrpc, LargeDensePushesGoInPartsAndApplyEveryValueOnce) {
+  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 2, 2) && create(DT_ROLE_SERVER, 1, 2, 2)) << last_error;
+  dt_comm_h w[2] = {create(DT_ROLE_WORKER, 0, 2, 2), create(DT_ROLE_WORKER, 1, 2, 2)};
+  ASSERT_TRUE(w[0] && w[1]) << last_error;
+  const uint64_t dim = (uint64_t{5} << 20) / 2 + 7;  // 10 MiB: 5 MiB and 2 parts per server
+  auto g_of = [](int r, uint64_t i) { return r == 0 ? 0.25f * static_cast<float>(i % 13) : 1.0f; };
+  for (int mode : {DT_PS_MODE_ASYNC, DT_PS_MODE_SYNC}) {
+    auto dd = desc(mode == DT_PS_MODE_SYNC ? "big_sync" : "big_async", DT_PS_TABLE_DENSE, dim, mode);
+    uint32_t id[2];
+    for (int r = 0; r < 2; ++r) ASSERT_OK(declare(w[r], dd, &id[r]));
+    Result res[2];
+    auto push = [&](int r) {
+      std::vector<float> g(dim);
+      for (uint64_t i = 0; i < dim; ++i) g[i] = g_of(r, i);
+      res[r] = push_dense(w[r], id[r], g, 20000);
+    };
+    std::thread t([&] { push(1); });
+    push(0);
+    t.join();
+    ASSERT_OK(res[0]);
+    ASSERT_OK(res[1]);
+    const float scale = mode == DT_PS_MODE_SYNC ? 0.5f : 1.0f;  // SYNC: the average
+    for (int r = 0; r < 2; ++r) {
+      std::vector<float> v(dim, -9.0f);
+      ASSERT_OK(pull_dense(w[r], id[r], v, 20000));
+      uint64_t wrong = 0, first = dim;
+      for (uint64_t i = 0; i < dim; ++i)
+        if (v[i] != 0.5f - scale * (g_of(0, i) + g_of(1, i)) && wrong++ == 0) first = i;
+      EXPECT_EQ(wrong, 0u) << "mode " << mode << ", worker " << r << ": first wrong value " << first << " = "
+                           << (first < dim ? v[first] : 0.0f);
+    }
+  }
+}
+
 // The same plugin through the core's public API (dtrain/ps.h): a server's
 // serve() returns once both workers have finished; a dead server surfaces as
 // RemoteError naming it.

@@ -388,10 +388,64 @@ TEST_P(Rules, ALargeDenseRangeFollowsTheFormulas) {
   EXPECT_EQ(differ, 0u) << "values differ from the reference (first half and second half alike)";
 }
 
+// ASYNC: a push applied in ranges as its parts arrive (service.cc), in any
+// order, gives the reference's values bit for bit, and a table pushed whole
+// the same; Adam's step counted once per push. Shuffled ranges of uneven
+// sizes, over two servers.
+TEST_P(Rules, ADensePushInRangesInAnyOrderEqualsTheWholePush) {
+  const TableDesc d = dense_desc(GetParam(), DT_PS_MODE_ASYNC, 1001);
+  Cluster ranged(d, 2, 1), whole(d, 2, 1);
+  std::mt19937_64 rng(4);
+  RefRow ref = ref_new_row(d, 0, d.dim, true);
+  for (int step = 0; step < 5; ++step) {
+    const auto g = random_grads(rng, d.dim);
+    whole.push_dense(0, g);
+    ref_step(d, ref, g, true);
+    for (int s = 0; s < 2; ++s) {
+      Table& t = *ranged.servers[s];
+      const uint64_t b = ranged.sh.dense_begin(d.dim, s), n = ranged.sh.dense_end(d.dim, s) - b;
+      std::vector<std::pair<uint64_t, uint64_t>> spans;  // [offset, end)
+      for (uint64_t off = 0; off < n;) {
+        const uint64_t len = std::min<uint64_t>(n - off, 1 + rng() % 97);
+        spans.emplace_back(off, off + len);
+        off += len;
+      }
+      std::shuffle(spans.begin(), spans.end(), rng);
+      const uint64_t push_step = t.begin_dense_push(0);
+      for (auto [o, e] : spans) t.push_dense_range(push_step, o, g.data() + b + o, e - o);
+      t.end_dense_push();
+    }
+  }
+  EXPECT_EQ(ranged.pull_dense(0), ref.w);
+  EXPECT_EQ(ranged.pull_dense(0), whole.pull_dense(0));
+  EXPECT_EQ(ranged.servers[0]->stats().applied_steps, 5u);
+  // Out of range, and SYNC tables (whole pushes only), are refused.
+  Table& t0 = *ranged.servers[0];
+  const uint64_t n0 = ranged.sh.dense_end(d.dim, 0);
+  const float one = 1;
+  EXPECT_NE(expect_error([&] { t0.push_dense_range(0, n0, &one, 1); }, DT_ERR_INVALID_USAGE).find("outside"),
+            std::string::npos);
+  Cluster sync(dense_desc(GetParam(), DT_PS_MODE_SYNC, 10), 1, 1);
+  expect_error([&] { sync.servers[0]->begin_dense_push(0); }, DT_ERR_INVALID_USAGE);
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, Rules, testing::Values(DT_PS_OPT_SGD, DT_PS_OPT_ADAGRAD, DT_PS_OPT_ADAM),
                          [](const testing::TestParamInfo<int>& i) {
                            return std::string(i.param == 0 ? "sgd" : i.param == 1 ? "adagrad" : "adam");
                          });
+
+TEST(Geo, ADensePushInRangesIsAddedAsItIs) {
+  const TableDesc d = dense_desc(DT_PS_OPT_SGD, DT_PS_MODE_GEO, 7);
+  Cluster c(d, 1, 2);
+  const std::vector<float> before = c.pull_dense(0), g = {1, 2, 3, 4, 5, 6, 7};
+  Table& t = *c.servers[0];
+  const uint64_t step = t.begin_dense_push(1);
+  t.push_dense_range(step, 4, g.data() + 4, 3);
+  t.push_dense_range(step, 0, g.data(), 4);
+  t.end_dense_push();
+  const std::vector<float> after = c.pull_dense(0);
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_EQ(after[i], before[i] + g[i]) << "value " << i;
+}
 
 TEST(Geo, PushesAreAddedAsTheyAre) {
   TableDesc d = sparse_desc(DT_PS_OPT_SGD, DT_PS_MODE_GEO, 3);
