@@ -65,7 +65,9 @@ Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int 
                                     : "exited with code " + std::to_string(p.exit_code());
   std::ifstream ef(plan.error_file(s));
   std::string kind;
-  f.consequence = std::getline(ef, kind) && kind == "peer";
+  // A SIGPIPE death is a consequence too: the launcher then waits for the
+  // peer whose death closed the socket to be reaped, and names it first.
+  f.consequence = (std::getline(ef, kind) && kind == "peer") || p.term_signal() == SIGPIPE;
   f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", with_endpoint(s, endpoint), how, node, ip, p.pid(),
                           f.consequence ? " after losing a peer" : "");
   f.text = process_text(plan, s, p, attempt, endpoint, how, f.time_ms);
