@@ -1,6 +1,7 @@
 #include "comm/comm_state.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -43,7 +44,8 @@ void write_error_file(const std::string& why, bool peer_lost) {
       return;
     }
   }
-  (void)::link(tmp.c_str(), path);
+  // A file system without hard links: the last error wins there instead.
+  if (::link(tmp.c_str(), path) != 0 && errno != EEXIST && std::rename(tmp.c_str(), path) == 0) return;
   std::remove(tmp.c_str());
 }
 }  // namespace
