@@ -31,6 +31,9 @@
 #include "dtrain/job_token.h"
 #include "gloo_reference.h"
 #include "machine.h"
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+#include "nccl_reference.h"
+#endif
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
 #include "collectives_internal.h"
@@ -76,6 +79,39 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   install_interrupt_handlers();
   auto start = Clock::now();
   bool gloo_on = p.gloo_skip.empty();
+  bool nccl_on = p.cuda && p.nccl_skip.empty();
+  // --backend nccl: without a GPU, stop here, before any rank waits for a peer.
+  std::vector<std::string> rank_env;
+  bool hostid_per_rank = false;
+  std::string cuda_note;
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+  if (p.cuda) {
+    int visible = 0;
+    try {
+      visible = cuda_devices_or_throw();
+    } catch (const NotSupported& e) {
+      throw NotSupported(fmt::format(
+          "--backend nccl runs on CUDA buffers, but {}; benchmark --backend gloo or --backend ucx on this machine",
+          e.what()));
+    }
+    // Ranks sharing a GPU: NCCL refuses two ranks of one host on one device, so
+    // each rank is a "host" of its own (NCCL_HOSTID) talking over loopback sockets.
+    bool shared = p.cuda_device >= 0 ? p.world > 1 : p.world > visible;
+    if (shared) {
+      const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
+      if (!ifname) rank_env.push_back("NCCL_SOCKET_IFNAME=lo");
+      cuda_note = fmt::format(
+          "{} ranks share {} GPU(s): each sets its own NCCL_HOSTID, so NCCL connects them over sockets on {} "
+          "(slow; real multi-rank NCCL, not a bandwidth figure)",
+          p.world, p.cuda_device >= 0 ? 1 : visible, ifname ? ifname : "lo");
+    } else {
+      cuda_note = p.cuda_device >= 0 ? fmt::format("every rank on cuda:{}", p.cuda_device)
+                                     : fmt::format("rank r on cuda:r ({} visible)", visible);
+    }
+    cuda_note += "; " + nccl_reference_versions();
+    hostid_per_rank = shared;
+  }
+#endif
   fmt::print("# dtrain-bench collectives: {} {}{}, {} ranks as processes on this host, backend '{}'{}\n", op_name(p.op),
              dtype_name(p.dtype), p.op == Op::Allreduce ? " (sum)" : "", p.world, o.backend,
              p.options_text.empty() ? "" : " with " + p.options_text);
@@ -84,7 +120,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
       human_bytes(p.cases.front().bytes), human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
       p.fixed_iters ? std::to_string(p.fixed_iters) : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
       o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
-      gloo_on ? ", dtrain and raw Gloo trials interleaved" : "");
+      gloo_on   ? ", dtrain and raw Gloo trials interleaved"
+      : nccl_on ? ", dtrain and raw NCCL trials interleaved"
+                : "");
   if (!o.aa)
     fmt::print("# dtrain's op: {}\n", o.async ? "submitted, then Work::wait() (--async)"
                                               : "the blocking call (CallOptions::blocking; --async: submit + wait())");
@@ -98,6 +136,14 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
       p.op == Op::Allreduce   ? "2(n-1)/n"
       : p.op == Op::Allgather ? "(n-1)/n"
                               : "1");
+  if (p.cuda) {
+    fmt::print("# CUDA buffers: {}\n", cuda_note);
+    fmt::print("# raw NCCL: {}\n",
+               nccl_on ? "nccl{AllReduce,Broadcast,AllGather} called directly on an NCCL communicator of its own "
+                         "(ncclCommInitRank), same device, buffers, stream and iterations; each call followed by "
+                         "cudaStreamSynchronize, as dtrain's op is waited for"
+                       : p.nccl_skip);
+  }
   fmt::print("# raw Gloo: {}\n",
              gloo_on ? "the gloo plugin's algorithm for each size called directly on a gloo::rendezvous::Context "
                        "(TCP on lo), same buffer and iterations"
@@ -127,11 +173,16 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   std::string self = self_exe();
   double busy0 = machine_busy_seconds(), own0 = own_cpu_seconds();
   std::vector<Child> kids;
-  fmt::print(stderr, "dtrain-bench: running {} ranks of dtrain{}{} ...\n", p.world, gloo_on ? " and raw Gloo" : "",
+  fmt::print(stderr, "dtrain-bench: running {} ranks of dtrain{}{} ...\n", p.world,
+             gloo_on   ? " and raw Gloo"
+             : nccl_on ? " and raw NCCL"
+                       : "",
              mpi_on ? ", and Open MPI's beside them" : "");
   for (int r = 0; r < p.world; ++r) {
     std::vector<std::string> env{fmt::format("{}={}:{}:{}:{}", kWorkerEnv, r, p.world, server.host(), server.port()),
                                  fmt::format("{}={}", kTokenEnv, token)};
+    env.insert(env.end(), rank_env.begin(), rank_env.end());
+    if (hostid_per_rank) env.push_back(fmt::format("NCCL_HOSTID=dtrain-bench-{}-rank{}", getpid(), r));
     if (mpi_on) env.push_back(fmt::format("{}=1", kMpiPairedEnv));
     kids.push_back({spawn(self, argv, env), "rank " + std::to_string(r)});
   }
@@ -161,12 +212,17 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
     r.dtrain_trials = collect(store, "dtrain", i, p.world);
     if (gloo_on) r.gloo_trials = collect(store, "gloo", i, p.world);
     if (mpi_on) r.mpi_trials = collect(store, "mpi", i, p.world);
+    if (nccl_on) r.nccl_trials = collect(store, "nccl", i, p.world);
     if (!r.dtrain_trials.empty()) r.dtrain = median(r.dtrain_trials);
     if (!r.gloo_trials.empty()) r.gloo = median(r.gloo_trials);
     if (!r.mpi_trials.empty()) r.mpi = median(r.mpi_trials);
+    if (!r.nccl_trials.empty()) r.nccl = median(r.nccl_trials);
     rows.push_back(r);
   }
-  print_table(o, p, rows, gloo_on, mpi_on);
+  if (p.cuda)
+    print_nccl_table(o, p, rows);
+  else
+    print_table(o, p, rows, gloo_on, mpi_on);
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   if (busy0 >= 0)
     fmt::print("# other processes used {:.2f} of the {} CPUs during the runs{}\n", std::max(others, 0.0), ncpu,
@@ -197,9 +253,10 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
       ->capture_default_str();
   sub->add_option("--target-ms", o.target_ms, "with --iters auto: wall time of one trial")->capture_default_str();
   sub->add_option("--option,-o", o.options, "backend option key=value (repeatable), e.g. algorithm=ring");
-  sub->add_flag("--no-reference", o.no_reference, "run neither raw Gloo nor Open MPI");
+  sub->add_flag("--no-reference", o.no_reference, "run no reference (raw Gloo, Open MPI, raw NCCL)");
   sub->add_flag("--no-gloo", o.no_gloo, "leave out the raw-Gloo reference");
   sub->add_flag("--no-mpi", o.no_mpi, "leave out the Open MPI reference");
+  sub->add_flag("--no-nccl", o.no_nccl, "--backend nccl: leave out the raw-NCCL reference");
   sub->add_flag("--no-dtrain", o.no_dtrain, "run the references only (to profile them alone)")->group("");
   sub->add_flag("--aa", o.aa,
                 "A/A run: a second raw-Gloo instance takes dtrain's place, to show how much the ratios drift "

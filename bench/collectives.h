@@ -1,7 +1,8 @@
 #pragma once
 // `dtrain-bench collectives`: times one collective of a dtrain backend over a
 // range of sizes, with ranks as processes on this host, and compares it in the
-// same invocation with raw Gloo (the same algorithm, no dtrain) and Open MPI.
+// same invocation with raw Gloo (the same algorithm, no dtrain) and Open MPI;
+// with --backend nccl, on CUDA buffers, against raw NCCL (bench/nccl_reference.h).
 
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct CollectivesOptions {
   bool no_reference = false;
   bool no_gloo = false;
   bool no_mpi = false;
+  bool no_nccl = false;
   bool no_check = false;
   bool no_dtrain = false;
   bool aa = false;            // a second raw-Gloo instance in dtrain's place (the noise floor)

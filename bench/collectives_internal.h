@@ -58,6 +58,11 @@ struct Plan {
   GlooRefConfig gloo;
   double busbw_factor = 1;
   std::string gloo_skip;  // why there is no raw-Gloo reference ("" when there is)
+  // --backend nccl: the bench's buffers are CUDA memory, and raw NCCL
+  // (nccl_reference.h) is the reference; nccl_skip says why it does not run.
+  bool cuda = false;
+  int cuda_device = -1;  // the backend option `device`, -1: rank modulo the visible devices
+  std::string nccl_skip = "not --backend nccl";
 };
 
 Plan make_plan(const CollectivesOptions& o);
@@ -65,8 +70,8 @@ Plan make_plan(const CollectivesOptions& o);
 struct Row {
   Case c;
   int iters = 0, trials = 0;
-  std::optional<double> dtrain, gloo, mpi;  // seconds per op (median trial)
-  std::vector<double> dtrain_trials, gloo_trials, mpi_trials;
+  std::optional<double> dtrain, gloo, mpi, nccl;  // seconds per op (median trial)
+  std::vector<double> dtrain_trials, gloo_trials, mpi_trials, nccl_trials;
 
   // dtrain against raw Gloo, trial by trial: trial k of both ran back to back,
   // so the machine's slow drift cancels out in each pair.
@@ -94,5 +99,10 @@ struct MpiPlan {
 };
 MpiPlan plan_mpi(const CollectivesOptions& o, const Plan& p, const std::string& store_at);
 void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows, bool gloo_on, bool mpi_on);
+// --backend nccl: dtrain against raw NCCL, per size the pooled ratio with its
+// 95% interval, the paired difference, and the target (within 5% or 2 us).
+void print_nccl_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows);
+inline constexpr double kNcclTargetRatio = 1.05;  // dtrain's time at most 5% above raw NCCL's ...
+inline constexpr double kNcclTargetUs = 2;        // ... or at most 2 us above it
 
 }  // namespace dtrain::bench::coll

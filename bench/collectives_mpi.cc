@@ -38,6 +38,7 @@ namespace dtrain::bench::coll {
 MpiPlan plan_mpi(const CollectivesOptions& o, const Plan& p, const std::string& store_at) {
   MpiPlan m;
   if (o.no_reference || o.no_mpi) return m.note = "turned off", m;
+  if (p.cuda) return m.note = "not with --backend nccl: the buffers are CUDA memory", m;
   if (p.dtype == DType::F16 || p.dtype == DType::BF16)
     return m.note = std::string("MPI has no ") + dtype_name(p.dtype) + " sum", m;
   std::string exe = dir_of(self_exe()) + "/dtrain-bench-mpi";

@@ -140,6 +140,20 @@ Plan make_plan(const CollectivesOptions& o) {
   p.gloo_skip = "this dtrain-bench was built without Gloo";
 #endif
   if (o.no_reference || o.no_gloo) p.gloo_skip = "turned off";
+  if (o.backend == "nccl") {
+    // NCCL takes CUDA buffers only: raw NCCL on the same buffers is the reference.
+#ifndef DTRAIN_BENCH_HAVE_NCCL
+    throw InvalidUsage(
+        "--backend nccl: this dtrain-bench was built without CUDA's runtime and NCCL (its buffers would be host "
+        "memory, which the nccl backend refuses); rebuild where both are found (docs/gpu.md)");
+#endif
+    p.cuda = true;
+    p.gloo_skip = "not with --backend nccl (the buffers are CUDA memory; the reference is raw NCCL)";
+    p.nccl_skip = o.no_reference || o.no_nccl ? "turned off" : "";
+    for (const auto& [key, literal] : conformance::parse_option_items(o.options))
+      if (key == "device") p.cuda_device = std::stoi(unquote(literal));
+  }
+  if (o.aa && p.cuda) throw InvalidUsage("--aa is a raw-Gloo A/A run; it does not apply to --backend nccl");
   if (o.aa && !p.gloo_skip.empty()) throw InvalidUsage("--aa needs the raw-Gloo reference (" + p.gloo_skip + ")");
   if (o.aa && o.no_dtrain) throw InvalidUsage("--aa and --no-dtrain exclude each other");
   return p;

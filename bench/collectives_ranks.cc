@@ -32,6 +32,9 @@
 #include "dtrain/work.h"
 #include "dtrain/endpoint.h"
 #include "gloo_reference.h"
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+#include "nccl_reference.h"
+#endif
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
 
@@ -132,6 +135,21 @@ class Rank {
     co.config_toml = p_.config_toml;
     co.timeout = std::chrono::minutes(2);
     co.name = "bench";
+    Device dev;
+    void* stream = nullptr;
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    // --backend nccl: CUDA buffers on this rank's device and one stream, which
+    // dtrain's ops and raw NCCL's share.
+    std::unique_ptr<CudaArena> cuda;
+    if (p_.cuda) {
+      int d = p_.cuda_device >= 0 ? p_.cuda_device : rank_ % cuda_devices_or_throw();
+      if (p_.cuda_device < 0) co.config_toml += fmt::format("device = {}\n", d);
+      cuda = std::make_unique<CudaArena>(d);
+      cuda_ = cuda.get();
+      dev = Device::cuda(d);
+      stream = cuda->stream();
+    }
+#endif
     auto comm = backend->create_communicator(co);
 #ifdef DTRAIN_BENCH_HAVE_GLOO
     std::unique_ptr<GlooReference> ref;
@@ -143,8 +161,15 @@ class Rank {
     size_t max_bytes = p_.cases.back().bytes;
     Mem a = alloc_touched(max_bytes);
     Mem b = alloc_touched(p_.op == Op::Allgather ? max_bytes / p_.world : 0);
-    a_ = a.get();
-    b_ = p_.op == Op::Allgather ? b.get() : nullptr;
+    a_ = ha_ = a.get();
+    b_ = hb_ = p_.op == Op::Allgather ? b.get() : nullptr;
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    if (cuda_) {
+      // The host blocks stay as the correctness check's copies.
+      a_ = static_cast<char*>(cuda_->alloc(max_bytes));
+      b_ = p_.op == Op::Allgather ? static_cast<char*>(cuda_->alloc(max_bytes / p_.world)) : nullptr;
+    }
+#endif
     DType t = p_.dtype;
     int n = p_.world;
 
@@ -154,9 +179,11 @@ class Rank {
     call.blocking = !o_.async;
     dt.op = [&](const Case& c) {
       switch (p_.op) {
-        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t), ReduceOp::Sum, call)->wait(); break;
-        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t), 0, call)->wait(); break;
-        case Op::Allgather: comm->allgather(Buffer(b_, c.count, t), Buffer(a_, c.count * n, t), call)->wait(); break;
+        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t, dev, stream), ReduceOp::Sum, call)->wait(); break;
+        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t, dev, stream), 0, call)->wait(); break;
+        case Op::Allgather:
+          comm->allgather(Buffer(b_, c.count, t, dev, stream), Buffer(a_, c.count * n, t, dev, stream), call)->wait();
+          break;
       }
     };
     bool has_barrier = backend->supports(DT_CAP_BARRIER);
@@ -200,7 +227,26 @@ class Rank {
     }
 #endif
 
-    if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and the raw-Gloo reference are both off");
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    // Raw NCCL: a communicator of its own on the same device, buffers and stream.
+    std::unique_ptr<NcclReference> nref;
+    Runner nc{"nccl", nullptr, nullptr};
+    if (cuda_ && p_.nccl_skip.empty()) {
+      nref = std::make_unique<NcclReference>(rank_, p_.world, *cuda_, std::make_shared<PrefixStore>("rawnccl", store_),
+                                             std::chrono::minutes(2));
+      NcclReference* g = nref.get();
+      nc.op = [&, g](const Case& c) {
+        switch (p_.op) {
+          case Op::Allreduce: g->allreduce(a_, c.count, t); break;
+          case Op::Broadcast: g->broadcast(a_, c.count, t, 0); break;
+          case Op::Allgather: g->allgather(b_, a_, c.count, t); break;
+        }
+      };
+      nc.barrier = [g] { g->barrier(); };
+      runners.push_back(&nc);
+    }
+#endif
+    if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and every reference are off");
     // Open MPI's ranks, when they run beside these, count as one more implementation.
     size_t impls = runners.size() + (turns_ ? 1 : 0);
     for (size_t i = 0; i < p_.cases.size(); ++i) {
@@ -209,8 +255,8 @@ class Rank {
       if (!o_.no_check)
         for (auto* r : runners) check(*r, c);
       // Timed runs reduce zeros: the values stay finite and equal every iteration.
-      std::memset(a_, 0, c.count * esz * (p_.op == Op::Allgather ? n : 1));
-      if (b_) std::memset(b_, 0, c.count * esz);
+      zero(a_, c.count * esz * (p_.op == Op::Allgather ? n : 1));
+      if (b_) zero(b_, c.count * esz);
 
       // Warm-up; rank 0 sizes the timed runs from the warm-up times.
       std::vector<double> warm;
@@ -291,43 +337,76 @@ class Rank {
   void check(const Runner& r, const Case& c) {
     DType t = p_.dtype;
     int n = p_.world;
+    size_t esz = dtype_size(t);
     double got = 0;
     size_t idx;
     switch (p_.op) {
       case Op::Allreduce: {
-        fill(a_, c.count, t, rank_ % 3 + 1);
+        fill(ha_, c.count, t, rank_ % 3 + 1);
+        push(a_, ha_, c.count * esz);
         double expect = 0;
         for (int q = 0; q < n; ++q) expect += q % 3 + 1;
         r.op(c);
-        if ((idx = find_mismatch(a_, c.count, t, expect, &got)) != c.count)
+        pull(ha_, a_, c.count * esz);
+        if ((idx = find_mismatch(ha_, c.count, t, expect, &got)) != c.count)
           bad(r, c, fmt::format("element {} is {}, expected {}", idx, got, expect));
         break;
       }
       case Op::Broadcast:
-        fill(a_, c.count, t, rank_ == 0 ? 7 : 0);
+        fill(ha_, c.count, t, rank_ == 0 ? 7 : 0);
+        push(a_, ha_, c.count * esz);
         r.op(c);
-        if ((idx = find_mismatch(a_, c.count, t, 7, &got)) != c.count)
+        pull(ha_, a_, c.count * esz);
+        if ((idx = find_mismatch(ha_, c.count, t, 7, &got)) != c.count)
           bad(r, c, fmt::format("element {} is {}, expected 7", idx, got));
         break;
       case Op::Allgather: {
-        fill(b_, c.count, t, rank_ % 100 + 1);
-        fill(a_, c.count * n, t, 0);
+        fill(hb_, c.count, t, rank_ % 100 + 1);
+        fill(ha_, c.count * n, t, 0);
+        push(b_, hb_, c.count * esz);
+        push(a_, ha_, c.count * n * esz);
         r.op(c);
-        size_t esz = dtype_size(t);
+        pull(ha_, a_, c.count * n * esz);
         for (int q = 0; q < n; ++q)
-          if ((idx = find_mismatch(a_ + q * c.count * esz, c.count, t, q % 100 + 1, &got)) != c.count)
+          if ((idx = find_mismatch(ha_ + q * c.count * esz, c.count, t, q % 100 + 1, &got)) != c.count)
             bad(r, c, fmt::format("block of rank {} element {} is {}, expected {}", q, idx, got, q % 100 + 1));
         break;
       }
     }
   }
 
+  // The op's memory (CUDA with --backend nccl) from and to the host copies
+  // the check fills and reads; no-ops where both are host memory.
+  void push(char* dst, const char* host, size_t bytes) {
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    if (cuda_) cuda_->upload(dst, host, bytes);
+#endif
+    (void)dst, (void)host, (void)bytes;
+  }
+  void pull(char* host, const char* src, size_t bytes) {
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    if (cuda_) cuda_->download(host, src, bytes);
+#endif
+    (void)host, (void)src, (void)bytes;
+  }
+  void zero(char* dst, size_t bytes) {
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+    if (cuda_) return cuda_->zero(dst, bytes);
+#endif
+    std::memset(dst, 0, bytes);
+  }
+
   const CollectivesOptions& o_;
   const Plan& p_;
   int rank_;
   std::shared_ptr<Store> store_;
-  char* a_ = nullptr;
+  char* a_ = nullptr;  // the op's buffers
   char* b_ = nullptr;
+  char* ha_ = nullptr;  // their host copies (the same blocks without CUDA)
+  char* hb_ = nullptr;
+#ifdef DTRAIN_BENCH_HAVE_NCCL
+  CudaArena* cuda_ = nullptr;
+#endif
   std::unique_ptr<Turns> turns_;
 };
 

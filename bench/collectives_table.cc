@@ -32,6 +32,7 @@
 #include "gloo_reference.h"
 #include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
+#include "dtrain/sdk/strings.h"
 #include "stats.h"
 
 namespace dtrain::bench::coll {
@@ -152,6 +153,63 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
         who, m, m - h, m + h, *std::min_element(dlat.begin(), dlat.end()), max_dlat, human_bytes(at_max),
         targets ? fmt::format("   [target <= 10 us: {}]", m <= 10 ? "met" : "NOT met") : "");
   }
+}
+
+}  // namespace dtrain::bench::coll
+
+namespace dtrain::bench::coll {
+
+void print_nccl_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows) {
+  bool ref = p.nccl_skip.empty();
+  fmt::print("#\n");
+  fmt::print("# {:>10} {:>10} {:>5}  {:^32}  {:^18}  {:^18}  {:>8}  {:>6}\n", "", "", "",
+             "--- dtrain (" + o.backend + ") ---", ref ? "--- raw NCCL ---" : "", ref ? "busbw ratio" : "", "latency",
+             "");
+  fmt::print("# {:>10} {:>10} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>6} {:>11}  {:>8}  {:>6}\n", "size(B)",
+             "count", "type", "time(us)", "algbw", "busbw", "time(us)", "busbw", "/nccl", "95% CI", "dt-nccl",
+             "target");
+  fmt::print("# {:>10} {:>10} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>6} {:>11}  {:>8}  {:>6}\n", "", "", "", "",
+             "(GB/s)", "(GB/s)", "", "(GB/s)", "", "", "(us)", "");
+  size_t n = 0, met = 0;
+  std::vector<std::string> missed;
+  std::optional<RatioCi> low;
+  size_t at_low = 0;
+  for (auto& r : rows) {
+    double bytes = static_cast<double>(r.c.bytes);
+    std::optional<RatioCi> q;
+    std::optional<double> diff;
+    if (r.nccl_trials.size() == r.dtrain_trials.size() && !r.nccl_trials.empty()) {
+      q = pooled_ratio(r.nccl_trials, r.dtrain_trials);
+      std::vector<double> d;
+      for (size_t k = 0; k < r.nccl_trials.size(); ++k) d.push_back(r.dtrain_trials[k] - r.nccl_trials[k]);
+      diff = median(d) * 1e6;
+    }
+    std::string verdict = "-";
+    if (q) {
+      bool ok = q->ratio >= 1 / kNcclTargetRatio || *diff <= kNcclTargetUs;
+      verdict = ok ? "met" : "NOT";
+      ++n;
+      met += ok;
+      if (!ok) missed.push_back(human_bytes(r.c.bytes));
+      if (!low || q->ratio < low->ratio) low = q, at_low = r.c.bytes;
+    }
+    fmt::print("  {:>10} {:>10} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>6} {:>11}  {:>8}  {:>6}\n", r.c.bytes,
+               r.c.count, dtype_name(p.dtype), fmt_time(r.dtrain), fmt_bw(r.dtrain, bytes, 1),
+               fmt_bw(r.dtrain, bytes, p.busbw_factor), fmt_time(r.nccl), fmt_bw(r.nccl, bytes, p.busbw_factor),
+               q ? fmt::format("{:.3f}", q->ratio) : "-", q ? fmt::format("{:.3f}-{:.3f}", q->lo, q->hi) : "-",
+               diff ? fmt::format("{:+.1f}", *diff) : "-", verdict);
+  }
+  fmt::print("#\n");
+  if (!ref) return;
+  fmt::print(
+      "# /nccl: raw NCCL time / dtrain time (dtrain's busbw over raw NCCL's), pooled over paired trials (trial k of "
+      "both back to back) as a geometric mean, with its 95% interval; dt-nccl: median paired difference\n");
+  if (n == 0) return;
+  fmt::print(
+      "# dtrain within 5% (/nccl >= {:.3f}) or 2 us (dt-nccl <= {:g}) of raw NCCL per op: {} of {} sizes; lowest "
+      "/nccl {:.3f} (95% CI {:.3f}-{:.3f}) at {}   [target: every size: {}]\n",
+      1 / kNcclTargetRatio, kNcclTargetUs, met, n, low->ratio, low->lo, low->hi, human_bytes(at_low),
+      met == n ? "met" : "NOT met at " + sdk::join(missed, ", "));
 }
 
 }  // namespace dtrain::bench::coll
