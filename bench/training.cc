@@ -23,6 +23,13 @@
 // (geometric mean, 95% interval from their spread). Each worker also reports
 // where its steps go (forward, backward, the wait after it, the optimizer),
 // the ranks' skew, and the CPU its training thread and its other threads used.
+//
+// --device cuda (or cuda:N) compares, on that GPU, dtrain's one worker with
+// PyTorch eager: one process, the plain libtorch loop (forward, loss,
+// backward, SGD step) on the same model, batch and device with no dtrain at
+// all, in paired trials; the job's train.bf16 and train.channels_last apply to
+// both. --device cpu runs the same pair on the CPU. Without a CUDA device visible to libtorch (Debian's CPU libtorch, no
+// driver) it stops at once, before starting anything.
 
 #include <unistd.h>
 
@@ -42,6 +49,7 @@
 #include <fmt/format.h>
 
 #include "cls/cls.h"
+#include "common/device.h"
 #include "common/models.h"
 #include "dtrain/torch/data_parallel.h"
 #include "dtrain/communicator.h"
@@ -63,7 +71,17 @@ struct WorkerArgs {
   // row only, turning the A/A pair into an A/B pair (for screening a change).
   std::vector<std::string> compare;
   int rank = 0, world = 1, threads = 1, port = 0, steps = 30, warmup = 5, trials = 5;
+  std::string device;  // --device: "" (the CPU rows) or cuda / cuda:N
 };
+
+// The device of --device through the job's [train] keys (apps/common/device.h):
+// a CUDA device libtorch cannot use is refused here, naming why.
+apps::DeviceChoice bench_device(const Config& cfg, const std::string& flag) {
+  return apps::choose_device(cfg, [&](const Config&, const std::string& key, const std::string& msg) {
+    throw std::runtime_error("--device " + flag + ": " + key + ": " + msg +
+                             "; without --device dtrain-bench training runs its CPU rows");
+  });
+}
 
 struct Result {
   double ips = 0, step_ms = 0, comm_ms = 0;
@@ -122,10 +140,18 @@ int run_worker(const WorkerArgs& a) {
   auto any =
       apps::make_model(cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0), channels, classes);
   auto model = any.ptr();
+  apps::DeviceChoice dc;
+  if (!a.device.empty()) dc = bench_device(cfg, a.device);
+  model->to(dc.device);
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
   torch::manual_seed(1000 + a.rank);
-  auto images = torch::randn({batch, channels, size, size});
-  auto labels = torch::randint(0, classes, {batch}, torch::kInt64);
+  auto images = torch::randn({batch, channels, size, size}).to(dc.device);
+  auto labels = torch::randint(0, classes, {batch}, torch::kInt64).to(dc.device);
+  if (dc.channels_last) images = images.contiguous(torch::MemoryFormat::ChannelsLast);
+  // On a GPU the clock is read only after the device has finished the steps.
+  auto device_sync = [&] {
+    if (dc.cuda()) torch::cuda::synchronize(dc.device.index());
+  };
 
   std::unique_ptr<dtrain::torch::DataParallel> dp;
   Job job;
@@ -151,6 +177,9 @@ int run_worker(const WorkerArgs& a) {
         float one = 1;
         job.comm->allreduce(Buffer::of(&one, 1), ReduceOp::Sum)->wait();
       };
+  } else if (a.impl == "eager") {
+    // PyTorch eager: one process, no dtrain, no communicator.
+    if (a.world != 1) throw std::runtime_error("the eager reference runs one process");
   } else {
     c10d::TCPStoreOptions so2;
     so2.port = static_cast<uint16_t>(a.port);
@@ -185,8 +214,12 @@ int run_worker(const WorkerArgs& a) {
     auto t0 = Clock::now();
     if (reducer) reducer->prepare_for_forward();
     if (dp) dp->begin_step(0);
-    auto out = any.forward(images);
-    auto loss = torch::nn::functional::cross_entropy(out, labels);
+    torch::Tensor loss;
+    {
+      apps::AutocastScope autocast(dc.bf16);
+      auto out = any.forward(images);
+      loss = torch::nn::functional::cross_entropy(out, labels);
+    }
     auto t1 = Clock::now();
     if (reducer) reducer->prepare_for_backward({});
     loss.backward();
@@ -205,12 +238,14 @@ int run_worker(const WorkerArgs& a) {
     bwd_end.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t2.time_since_epoch()).count());
   };
   for (int i = 0; i < a.warmup; ++i) step();
+  device_sync();
   barrier();
   if (dp) dp->reset_stats();
   record = true;
   auto threads0 = sample_threads();
   auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) step();
+  device_sync();
   barrier();
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   auto threads1 = sample_threads();
@@ -274,6 +309,7 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
                                   "--warmup",
                                   std::to_string(a.warmup),
                                   a.job};
+    if (!a.device.empty()) argv.insert(argv.end(), {"--device", a.device});
     for (const auto& o : a.overrides) argv.insert(argv.end(), {"-o", o});
     for (const auto& o : extra) argv.insert(argv.end(), {"-o", o});
     kids.push_back({bench::spawn(exe, argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(r)});
@@ -380,6 +416,39 @@ void print_ratio(const char* name, const Config2& a, const Config2& b, double ta
              r.max, verdict);
 }
 
+// --device cuda: dtrain's one worker against PyTorch eager on the same GPU,
+// model and batch, in paired trials (the order alternates).
+int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice& dc) {
+  fmt::print(
+      "# dtrain-bench training {} --device {}: model {} width {:g}, batch {}, on {} ({}{}{}), libtorch {}, {} timed "
+      "steps (+{} warm-up), {} paired trials\n",
+      a.job, a.device, cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
+      cfg.get_int("train.batch_size", 128), dc.device.str(), dc.source, dc.bf16 ? ", bf16 autocast" : "",
+      dc.channels_last ? ", channels_last" : "", TORCH_VERSION, a.steps, a.warmup, a.trials);
+  fmt::print(
+      "# dtrain: the job joined through dtrain (backend {}) and the model wrapped in DataParallel, 1 worker; PyTorch "
+      "eager: the same libtorch loop (forward, loss, backward, SGD step) in one process without dtrain; both "
+      "synchronize the device before reading the clock\n",
+      cfg.get_string("job.backend", "gloo"));
+  int port = free_port();
+  Config2 dt{"dtrain 1 worker", "dtrain", 1, 1, {}};
+  Config2 eager{"PyTorch eager (libtorch), 1 process", "eager", 1, 1, {}};
+  for (int t = 0; t < a.trials; ++t) {
+    std::string line = fmt::format("# trial {}:", t + 1);
+    for (Config2* c : t % 2 ? std::vector<Config2*>{&eager, &dt} : std::vector<Config2*>{&dt, &eager}) {
+      c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
+      line += fmt::format(" {} {:.0f}", c == &dt ? "dtrain" : "eager", c->runs.back().ips);
+    }
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  }
+  fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
+  for (Config2* c : {&dt, &eager}) print_row(*c);
+  fmt::print("# paired ratio of images/s over {} trials (geometric mean)\n", a.trials);
+  print_ratio("dtrain 1 worker / PyTorch eager", dt, eager, 1.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -406,13 +475,17 @@ int main(int argc, char** argv) {
                  "key=value applied only to the second dtrain row: it becomes an A/B row instead of the A/A one")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep");
+  app.add_option("--device", a.device,
+                 "cuda or cuda:N: dtrain's one worker against PyTorch eager on that GPU, same model and batch (cpu: "
+                 "the same comparison on the CPU); default: the CPU rows (dtrain, c10d, the ceiling)");
+  app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep | eager");
   app.add_option("--rank", a.rank, "(internal)");
   app.add_option("--world", a.world, "(internal)");
   app.add_option("--threads", a.threads, "(internal)");
   app.add_option("--port", a.port, "(internal)");
   CLI11_PARSE(app, argc, argv);
   if (!backend.empty()) a.overrides.push_back("job.backend=" + backend);
+  if (!a.device.empty()) a.overrides.push_back("train.device=\"" + a.device + "\"");
   try {
     if (!worker.empty()) {
       a.impl = worker;
@@ -420,6 +493,8 @@ int main(int argc, char** argv) {
     }
     bench::install_interrupt_handlers();
     Config cfg = apps::load_cls_config(a.job, a.overrides);
+    // Refused here, before any worker starts, where libtorch has no such device.
+    if (!a.device.empty()) return run_device(a, cfg, bench_device(cfg, a.device));
     fmt::print(
         "# dtrain-bench training {}{}: model {} width {:g}, batch {} per worker, {} timed steps (+{} warm-up), "
         "bucket {:g} MB, {} paired trials, dtrain over {}{}\n",
