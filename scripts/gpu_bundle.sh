@@ -2,7 +2,8 @@
 # Builds here what an offline GPU machine cannot (it has CUDA, CMake, ninja and
 # a PyTorch wheel, but none of Debian's -dev packages) and packs it into one
 # archive: an install prefix with dtrain's core, plugins (gloo, ucx, nccl,
-# ps_grpc), the launcher, dtrain-conformance, dtrain-bench and the GPU tests,
+# ps_grpc), the launcher, dtrain-conformance, dtrain-bench (with its raw-NCCL
+# reference) and the GPU tests (with the withheld-rank probe),
 # the runtime libraries they need that such a machine lacks (Gloo, UCX,
 # TOML++, spdlog, fmt, gRPC/protobuf, ...), the dtrain sources and
 # scripts/gpu_apps (the libtorch part, built there against the wheel's
@@ -30,13 +31,14 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WITH_APPS=OFF "${launcher[@]}" > /dev/null
 fi
 targets=(dtrain dtrain-conformance dtrain_gloo dtrain_ucx dtrain_nccl dtrain_ps_grpc nccl_test cuda_staging_test
-         cuda_fake_staging_test communicator_test fake_cudart)
+         cuda_fake_staging_test communicator_test fake_cudart dtrain-nccl-withhold-probe)
 grep -q '^dtrain-bench:' <(ninja -C "$build" -t targets all 2> /dev/null) && targets+=(dtrain-bench)
 cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 
 # The prefix: the build tree's layout is the install's (bin/, lib/, lib/dtrain/plugins/).
 mkdir -p "$pfx/bin" "$pfx/lib/dtrain/plugins" "$pfx/include" "$pfx/tests"
-for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda_fake_staging_test communicator_test; do
+for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda_fake_staging_test communicator_test \
+  dtrain-nccl-withhold-probe; do
   [[ -x $build/bin/$t ]] && cp "$build/bin/$t" "$pfx/bin/"
 done
 cp -P "$build"/lib/libdtrain_*.so* "$pfx/lib/"
