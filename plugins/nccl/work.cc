@@ -142,15 +142,12 @@ dt_status_t EventWork::test() {
 dt_status_t PolledWork::wait(int64_t timeout_ms) {
   auto start = sdk::Clock::now();
   auto until = start + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
-  auto pause = std::chrono::microseconds(0);
   for (;;) {
     dt_status_t s = test();
     if (s != DT_IN_PROGRESS) return s;
     auto now = sdk::Clock::now();
     if (timeout_ms >= 0 && now >= until) return DT_IN_PROGRESS;
-    // Spin briefly (small ops finish in microseconds), then back off to 1 ms.
-    if (now - start > std::chrono::microseconds(200))
-      pause = std::min<std::chrono::microseconds>(std::chrono::milliseconds(1), pause + std::chrono::microseconds(50));
+    auto pause = poll_pause(now - start);
     if (pause.count() > 0)
       std::this_thread::sleep_for(pause);
     else

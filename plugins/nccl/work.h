@@ -1,6 +1,8 @@
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,9 +74,20 @@ class NcclState {
   std::string failure_;
 };
 
-// A work whose wait() polls test() with a short back-off: spins for 200 us,
-// then sleeps up to 1 ms between polls (a CUDA event has no wakeup that an
-// abort could also trigger).
+// How long wait() pauses between polls after `elapsed` of waiting: none (it
+// yields and polls again) for the first 5 ms, as cudaStreamSynchronize spins,
+// so small and mid-size ops are seen done at once; then elapsed / 100, at most
+// 1 ms. A completion is seen at most ~1% of the op's time (plus the system's
+// sleep granularity) late, so dtrain's per-op time stays within a few percent
+// of a spinning waiter's (dtrain-bench collectives --backend nccl).
+inline std::chrono::microseconds poll_pause(std::chrono::nanoseconds elapsed) {
+  if (elapsed < std::chrono::milliseconds(5)) return std::chrono::microseconds(0);
+  return std::min<std::chrono::microseconds>(std::chrono::milliseconds(1),
+                                             std::chrono::duration_cast<std::chrono::microseconds>(elapsed / 100));
+}
+
+// A work whose wait() polls test() with poll_pause() between polls (a CUDA
+// event has no wakeup that an abort could also trigger).
 class PolledWork : public sdk::Work {
  public:
   dt_status_t wait(int64_t timeout_ms) override;
