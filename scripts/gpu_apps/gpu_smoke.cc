@@ -5,6 +5,7 @@
 //
 //   dtrain --gpus 0 --backend nccl -- dtrain-gpu-smoke
 //   dtrain --nproc_per_node 2 --backend gloo -- dtrain-gpu-smoke   (both on cuda:0, staged)
+//   dtrain-gpu-smoke --fp16-allreduce f16|bf16   gradients travel as 16-bit floats
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,9 +16,19 @@
 
 namespace fleet = dtrain::torch;
 
-int main() {
+int main(int argc, char** argv) {
   try {
-    fleet::init();
+    fleet::InitOptions io;
+    if (argc == 3 && std::strcmp(argv[1], "--fp16-allreduce") == 0) {
+      dtrain::StrategyOptions s;
+      s.fp16_allreduce = true;
+      s.wire_dtype = dtrain::parse_dtype(argv[2]);
+      io.strategy = s;
+    } else if (argc != 1) {
+      std::fprintf(stderr, "usage: dtrain-gpu-smoke [--fp16-allreduce f16|bf16]\n");
+      return 2;
+    }
+    fleet::init(io);
     if (!torch::cuda::is_available()) {
       std::fprintf(stderr, "dtrain-gpu-smoke: no CUDA device is visible to libtorch\n");
       return 77;
@@ -50,9 +61,10 @@ int main() {
       auto* b = static_cast<const unsigned char*>(t.data_ptr());
       for (size_t i = 0; i < static_cast<size_t>(t.numel()) * t.element_size(); ++i) h = (h ^ b[i]) * 1099511628211ULL;
     }
-    std::printf("dtrain-gpu-smoke: rank %d/%d on %s, backend %s: loss %.4f -> %.4f, params fnv1a64 %016llx\n",
+    std::printf("dtrain-gpu-smoke: rank %d/%d on %s, backend %s%s: loss %.4f -> %.4f, params fnv1a64 %016llx\n",
                 fleet::worker_index(), fleet::worker_num(), device.str().c_str(),
-                fleet::communicator() ? fleet::communicator()->backend_name().c_str() : "none", first, last,
+                fleet::communicator() ? fleet::communicator()->backend_name().c_str() : "none",
+                io.strategy ? (std::string(", fp16_allreduce ") + argv[2]).c_str() : "", first, last,
                 static_cast<unsigned long long>(h));
     fleet::shutdown();
     return last < first ? 0 : 1;

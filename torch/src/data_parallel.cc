@@ -1,6 +1,8 @@
 #include "dtrain/torch/data_parallel.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include <torch/csrc/autograd/function.h>
@@ -45,6 +47,8 @@ Buffer device_view(const ::torch::Tensor& t) {
     case ::torch::kFloat64: dt = DType::F64; break;
     case ::torch::kInt64: dt = DType::I64; break;
     case ::torch::kInt32: dt = DType::I32; break;
+    case ::torch::kFloat16: dt = DType::F16; break;
+    case ::torch::kBFloat16: dt = DType::BF16; break;
     default:
       throw NotSupported(std::string("DataParallel: a ") + c10::toString(t.scalar_type()) + " tensor cannot be synced");
   }
@@ -54,6 +58,15 @@ Buffer device_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
 }
 
+// Testing only: DTRAIN_TORCH_DEVICE_BUCKETS=1 runs CPU parameters through the
+// CUDA path (its buckets, broadcasts and fp16 compression; tensors on the CPU,
+// buffers on the host), so that path's logic is tested on machines without a
+// GPU (tests/torch/data_parallel_device_test.cc).
+bool device_path_forced() {
+  const char* v = std::getenv("DTRAIN_TORCH_DEVICE_BUCKETS");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 }  // namespace
 
 // Gradient buckets in CUDA memory (the CPU path uses the core's
@@ -61,9 +74,14 @@ Buffer device_view(const ::torch::Tensor& t) {
 // registration order, up to bucket_bytes), gradients as views of the
 // buckets, each bucket all-reduced (average) as a CUDA buffer on the current
 // stream as soon as its last gradient is in, in bucket order on every rank.
+// With fp16_allreduce a bucket travels as f16 or bf16, as c10d's fp16
+// compression hook and the CPU path do: divided by the world size, cast (a
+// kernel on the current stream, which the all-reduce follows), summed, and
+// widened back into the bucket in finish().
 struct DataParallel::CudaBuckets {
   struct Bucket {
     ::torch::Tensor flat;
+    ::torch::Tensor wire;  // the 16-bit copy in flight (fp16_allreduce)
     std::vector<size_t> members;
     size_t pending = 0;
     std::shared_ptr<Work> work;
@@ -75,8 +93,10 @@ struct DataParallel::CudaBuckets {
   size_t next_launch = 0;
   std::mutex mu;
   SyncStats stats;
+  ::torch::ScalarType wire = ::torch::kFloat32;  // kHalf or kBFloat16 with fp16_allreduce
 
-  CudaBuckets(const std::vector<::torch::Tensor>& params, size_t cap_bytes) {
+  CudaBuckets(const std::vector<::torch::Tensor>& params, size_t cap_bytes, const StrategyOptions& options) {
+    if (options.fp16_allreduce) wire = options.wire_dtype == DType::BF16 ? ::torch::kBFloat16 : ::torch::kHalf;
     size_t n = params.size();
     bucket_of.assign(n, 0);
     slots.resize(n);
@@ -124,9 +144,16 @@ struct DataParallel::CudaBuckets {
     --buckets[bucket_of[i]].pending;
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       auto& b = buckets[next_launch++];
-      b.work = comm.allreduce(device_view(b.flat), ReduceOp::Avg);
       stats.allreduces++;
-      stats.bytes_on_wire += static_cast<double>(b.flat.numel()) * sizeof(float);
+      if (wire == ::torch::kFloat32) {
+        b.work = comm.allreduce(device_view(b.flat), ReduceOp::Avg);
+        stats.bytes_on_wire += static_cast<double>(b.flat.numel()) * sizeof(float);
+        continue;
+      }
+      ::torch::NoGradGuard ng;
+      b.wire = b.flat.mul(1.0 / static_cast<double>(comm.size())).to(wire);
+      b.work = comm.allreduce(device_view(b.wire), ReduceOp::Sum);
+      stats.bytes_on_wire += static_cast<double>(b.flat.numel()) * sizeof(uint16_t);
     }
   }
   void finish() {
@@ -137,6 +164,12 @@ struct DataParallel::CudaBuckets {
         b.work.reset();
       }
     stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::torch::NoGradGuard ng;
+    for (auto& b : buckets)
+      if (b.wire.defined()) {
+        b.flat.copy_(b.wire);
+        b.wire = ::torch::Tensor();
+      }
   }
 };
 
@@ -173,10 +206,6 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
           " on " + p.device().str());
   }
   if (world_size() <= 1) return;
-  if (cuda_ && options.fp16_allreduce)
-    throw NotSupported(
-        "[strategy] fp16_allreduce is not implemented for CUDA gradients yet; remove it (NCCL "
-        "all-reduces float32 gradients on the GPU at full speed)");
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -190,7 +219,7 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
     shapes.push_back(kv.value().sizes().vec());
   }
   check_same_layout(*comm_, names, shapes);
-  if (cuda_) {
+  if (cuda_ || device_path_forced()) {
     init_cuda(options);
     return;
   }
@@ -241,7 +270,8 @@ void DataParallel::init_cuda(const StrategyOptions& options) {
       if (b.scalar_type() == ::torch::kFloat32 || b.scalar_type() == ::torch::kInt64)
         comm_->broadcast(device_view(b), 0)->wait();
   }
-  cuda_buckets_ = std::make_unique<CudaBuckets>(params_, options.fuse_all_reduce_ops ? options.bucket_bytes() : 0);
+  cuda_buckets_ =
+      std::make_unique<CudaBuckets>(params_, options.fuse_all_reduce_ops ? options.bucket_bytes() : 0, options);
   {
     ::torch::NoGradGuard ng;
     for (size_t i = 0; i < params_.size(); ++i) {
