@@ -28,8 +28,9 @@
 // PyTorch eager: one process, the plain libtorch loop (forward, loss,
 // backward, SGD step) on the same model, batch and device with no dtrain at
 // all, in paired trials; the job's train.bf16 and train.channels_last apply to
-// both. --device cpu runs the same pair on the CPU. Without a CUDA device visible to libtorch (Debian's CPU libtorch,
-// no driver) it stops at once, before starting anything.
+// both. --device cpu runs the same pair on the CPU. Without a CUDA device
+// visible to libtorch (Debian's CPU libtorch, no driver) it stops at once,
+// before starting anything.
 
 #include <unistd.h>
 
