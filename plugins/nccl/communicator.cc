@@ -44,18 +44,6 @@ std::string describe(const char* op, const dt_buffer_v1_t& b, int32_t red = -1) 
   return s;
 }
 
-// ncclAlltoAll from the libnccl this plugin was linked to (the one already
-// loaded: found through a symbol we know it has), or nullptr.
-AlltoAllFn find_alltoall() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) == 0 || info.dli_fname == nullptr) return nullptr;
-  void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
-  if (lib == nullptr) return nullptr;
-  void* fn = dlsym(lib, "ncclAlltoAll");
-  dlclose(lib);  // RTLD_NOLOAD took a reference; the library stays loaded through our own link
-  return reinterpret_cast<AlltoAllFn>(fn);
-}
-
 int pick_device(const sdk::CommInit& init, int visible) {
   int64_t d = init.options.get_int("device", -1);
   std::string from = "option nccl.device";
@@ -81,6 +69,17 @@ int pick_device(const sdk::CommInit& init, int visible) {
 }
 
 }  // namespace
+
+// Found in the libnccl already loaded (through a symbol we know it has).
+void* find_nccl_symbol(const char* name) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) == 0 || info.dli_fname == nullptr) return nullptr;
+  void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
+  if (lib == nullptr) return nullptr;
+  void* fn = dlsym(lib, name);
+  dlclose(lib);  // RTLD_NOLOAD took a reference; the library stays loaded through our own link
+  return fn;
+}
 
 int visible_devices_or_throw() {
   int n = 0;  // cudaGetDeviceCount leaves it unwritten when it fails (no driver)
@@ -269,7 +268,7 @@ NcclCommunicator::NcclCommunicator(const sdk::CommInit& init)
     if (own_stream_) cudaStreamDestroy(own_stream_);
     throw;
   }
-  alltoall_ = find_alltoall();
+  alltoall_ = reinterpret_cast<AlltoAllFn>(find_nccl_symbol("ncclAlltoAll"));
   int v = 0;
   ncclGetVersion(&v);
   sdk::Log::info(me + " on cuda:" + std::to_string(device_) + ", NCCL " + std::to_string(v) +

@@ -115,6 +115,16 @@ class NcclCommunicator : public sdk::Communicator {
   AlltoAllFn alltoall_ = nullptr;
 };
 
+// An entry point of the libnccl this plugin was linked to (the one loaded), or
+// nullptr. The newer ones (kNewerEntryPoints) are looked up at run time, so
+// the plugin also loads against an older libnccl.
+void* find_nccl_symbol(const char* name);
+// Used where the loaded libnccl has it: ncclAlltoAll (alltoall). Looked up and
+// named in the description only (the core has no shrink, revoke or buffer
+// registration to map them to yet): the others.
+inline constexpr const char* kNewerEntryPoints[] = {"ncclAlltoAll", "ncclCommShrink", "ncclCommRevoke",
+                                                    "ncclCommRegister"};
+
 // "no CUDA device is visible (...)": the check comm_create makes first, so a
 // CPU-only machine fails at once, before waiting for any peer. Returns the
 // number of visible devices, or throws DT_ERR_NOT_SUPPORTED.

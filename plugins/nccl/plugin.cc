@@ -45,9 +45,12 @@ const char* description_string() {
     cudaError_t rst = cudaRuntimeGetVersion(&rt);
     cudaError_t dst = cudaDriverGetVersion(&drv);
     cudaGetLastError();
+    std::string found;
+    for (const char* name : dtrain::nccl_backend::kNewerEntryPoints)
+      if (dtrain::nccl_backend::find_nccl_symbol(name)) found += std::string(found.empty() ? "" : " ") + name;
     return "GPU collectives over NCCL " + nccl_version() + " (built against " +
            dotted(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH) + "), CUDA runtime " + cuda_version(rst, rt) + ", driver " +
-           cuda_version(dst, drv) + "; CUDA buffers only";
+           cuda_version(dst, drv) + "; CUDA buffers only; newer entry points: " + (found.empty() ? "none" : found);
   }();
   return s.c_str();
 }

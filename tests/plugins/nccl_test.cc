@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -53,6 +55,12 @@ TEST(NcclPlugin, LoadsAndNamesItsNcclAndCudaVersions) {
   EXPECT_TRUE(b->supports(DT_CAP_CUDA_BUFFERS | DT_CAP_REDUCED_PRECISION | DT_CAP_ALLREDUCE | DT_CAP_ALLTOALL |
                           DT_CAP_SENDRECV | DT_CAP_BARRIER));
   EXPECT_FALSE(b->supports(DT_CAP_CPU_BUFFERS));
+  // The newer entry points looked up at run time: named exactly when the loaded libnccl has them.
+  for (const char* name : {"ncclAlltoAll", "ncclCommShrink", "ncclCommRevoke", "ncclCommRegister"}) {
+    bool has = dlsym(RTLD_DEFAULT, name) != nullptr;
+    EXPECT_EQ(info.description.find(name) != std::string::npos, has) << name << " in: " << info.description;
+  }
+  EXPECT_THAT(info.description, HasSubstr("; newer entry points: "));
 }
 
 // Two ranks, the second never started: without a GPU, rank 0 must not wait
