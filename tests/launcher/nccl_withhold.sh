@@ -5,20 +5,27 @@
 # second (the core's watchdog aborts the NCCL communicator: no hang), and
 # every process of the job must exit (the launcher stops rank 1).
 # Needs a GPU: skipped (77) without one, reported as skipped, not passed.
+#   bash nccl_withhold.sh BUILD_DIR [gloo]: with gloo, the same run on host
+#   buffers, no GPU needed (checks the script, the probe and the launcher).
 source "$(dirname "$0")/lib.sh"
+BACKEND=${2:-nccl}
 PROBE="$BIN/dtrain-nccl-withhold-probe"
 [ -x "$PROBE" ] || fail "$PROBE was not built"
-if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >gpus.txt 2>&1 && grep -q '^GPU' gpus.txt; }; then
-  echo "SKIP: no GPU (nvidia-smi -L shows none): the withheld-rank NCCL test needs one (docs/gpu.md)"
-  exit 77
-fi
-cat gpus.txt
-export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1
 TIMEOUT_MS=3000
+if [ "$BACKEND" = nccl ]; then
+  if ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >gpus.txt 2>&1 && grep -q '^GPU' gpus.txt; }; then
+    echo "SKIP: no GPU (nvidia-smi -L shows none): the withheld-rank NCCL test needs one (docs/gpu.md)"
+    exit 77
+  fi
+  cat gpus.txt
+  export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1
+  job=(--gpus 0 --backend nccl -- bash -c 'NCCL_HOSTID=dtrain-withhold-$DTRAIN_RANK exec "$0" "$@"' "$PROBE")
+else
+  job=(--backend "$BACKEND" -- "$PROBE" --backend "$BACKEND" --cpu)
+fi
 t0=$(date +%s%N)
-timeout 120 "$BIN/dtrain" --nproc_per_node 2 --gpus 0 --backend nccl -- bash -c \
-  'NCCL_HOSTID=dtrain-withhold-$DTRAIN_RANK exec "$0" "$@"' "$PROBE" --withhold-rank 1 --timeout-ms $TIMEOUT_MS \
-  --tag "$TAG" >out.txt 2>err.txt
+timeout 120 "$BIN/dtrain" --nproc_per_node 2 "${job[@]}" --withhold-rank 1 --timeout-ms $TIMEOUT_MS --tag "$TAG" \
+  >out.txt 2>err.txt
 rc=$?
 elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
 for r in 0 1; do [ -f log/workerlog.$r ] && { echo "--- log/workerlog.$r"; cat log/workerlog.$r; }; done

@@ -6,6 +6,8 @@
 // name the missing rank. Exit codes: 1 the expected timeout (an error, so the
 // launcher stops the job), 3 the withholding rank was never stopped, 4 the op
 // completed without it, 2 anything else, 77 no CUDA device (skipped).
+// --backend gloo --cpu runs the same on host buffers, where no GPU is needed
+// (the test's own check of the script, the probe and the launcher's part).
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -46,7 +48,10 @@ int main(int argc, char** argv) {
   int withhold = 1;
   int64_t timeout_ms = 3000;
   double init_timeout_s = 120, hold_s = 120;
-  std::string tag;
+  std::string tag, backend = "nccl";
+  bool cpu = false;
+  app.add_option("--backend", backend, "the job's backend")->capture_default_str();
+  app.add_flag("--cpu", cpu, "host buffers instead of CUDA ones (for a CPU backend)");
   app.add_option("--withhold-rank", withhold, "the rank that skips the second all-reduce")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "the second all-reduce's op timeout")->capture_default_str();
   app.add_option("--init-timeout-s", init_timeout_s, "the communicator's timeout (init, first op)");
@@ -54,8 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--tag", tag, "ignored; lets a test find its processes");
   CLI11_PARSE(app, argc, argv);
   int visible = 0;
-  cudaError_t st = cudaGetDeviceCount(&visible);
-  if (st != cudaSuccess || visible <= 0) {
+  cudaError_t st = cpu ? cudaSuccess : cudaGetDeviceCount(&visible);
+  if (!cpu && (st != cudaSuccess || visible <= 0)) {
     std::printf("dtrain-nccl-withhold-probe: skipped: no CUDA device (%s)\n",
                 st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
     return 77;
@@ -65,26 +70,36 @@ int main(int argc, char** argv) {
     RoleInfo role = resolve_role();
     rank = role.rank;
     JobOptions jo;
-    jo.backend = "nccl";
+    jo.backend = backend;
     jo.timeout = std::chrono::milliseconds(static_cast<int64_t>(init_timeout_s * 1000));
     Job job = join_job(jo, role);
     Communicator& comm = *job.comm;
-    int dev = device_of(role, visible);
-    check(cudaSetDevice(dev), "cudaSetDevice");
     const size_t n = 1024;
-    float* d = nullptr;
-    check(cudaMalloc(reinterpret_cast<void**>(&d), n * sizeof(float)), "cudaMalloc");
     std::vector<float> h(n, 1.0f);
-    check(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
-    Buffer buf(d, n, DType::F32, Device::cuda(dev));
+    // Host buffers with --cpu; they outlive the communicator (a transport past
+    // its timeout may still touch them).
+    static std::vector<float> host(n, 1.0f);
+    int dev = -1;
+    float* d = host.data();
+    if (!cpu) {
+      dev = device_of(role, visible);
+      check(cudaSetDevice(dev), "cudaSetDevice");
+      check(cudaMalloc(reinterpret_cast<void**>(&d), n * sizeof(float)), "cudaMalloc");
+      check(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    Buffer buf = cpu ? Buffer(d, n, DType::F32) : Buffer(d, n, DType::F32, Device::cuda(dev));
     comm.allreduce(buf)->wait();
-    check(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    if (cpu)
+      h = host;
+    else
+      check(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
     for (float x : h)
       if (x != static_cast<float>(comm.size())) {
         std::fprintf(stderr, "probe rank %d: first all-reduce gave %g, not %d\n", rank, x, comm.size());
         return 2;
       }
-    std::printf("probe rank %d/%d on cuda:%d: first all-reduce done\n", rank, comm.size(), dev);
+    std::printf("probe rank %d/%d on %s: first all-reduce done\n", rank, comm.size(),
+                cpu ? "the CPU" : ("cuda:" + std::to_string(dev)).c_str());
     std::fflush(stdout);
     if (rank == withhold) {
       std::printf("probe rank %d: withholding all-reduce #2\n", rank);
