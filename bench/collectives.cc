@@ -128,8 +128,9 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
                                               : "the blocking call (CallOptions::blocking; --async: submit + wait())");
   if (o.aa)
     fmt::print(
-        "# A/A run (--aa): the dtrain columns are a second raw-Gloo context; their ratios to raw Gloo are "
-        "this machine's noise\n");
+        "# A/A run (--aa): the dtrain columns are a second raw-{} {}; their ratios to raw {} are "
+        "this machine's noise\n",
+        p.cuda ? "NCCL" : "Gloo", p.cuda ? "communicator" : "context", p.cuda ? "NCCL" : "Gloo");
   fmt::print(
       "# time = average per op over a trial's iterations, slowest rank, median trial; "
       "algbw = size/time; busbw = algbw x {}\n",
@@ -259,8 +260,8 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_flag("--no-nccl", o.no_nccl, "--backend nccl: leave out the raw-NCCL reference");
   sub->add_flag("--no-dtrain", o.no_dtrain, "run the references only (to profile them alone)")->group("");
   sub->add_flag("--aa", o.aa,
-                "A/A run: a second raw-Gloo instance takes dtrain's place, to show how much the ratios drift "
-                "between two identical implementations on this machine");
+                "A/A run: a second raw-Gloo instance (raw-NCCL with --backend nccl) takes dtrain's place, to show "
+                "how much the ratios drift between two identical implementations on this machine");
   sub->add_flag("--no-check", o.no_check, "skip the correctness check of each size");
   sub->add_flag("--async", o.async,
                 "time dtrain's ops as submit, then Work::wait() (c10d's async_op=True) instead of the blocking call "

@@ -153,8 +153,10 @@ Plan make_plan(const CollectivesOptions& o) {
     for (const auto& [key, literal] : conformance::parse_option_items(o.options))
       if (key == "device") p.cuda_device = std::stoi(unquote(literal));
   }
-  if (o.aa && p.cuda) throw InvalidUsage("--aa is a raw-Gloo A/A run; it does not apply to --backend nccl");
-  if (o.aa && !p.gloo_skip.empty()) throw InvalidUsage("--aa needs the raw-Gloo reference (" + p.gloo_skip + ")");
+  if (o.aa && p.cuda && !p.nccl_skip.empty())
+    throw InvalidUsage("--aa needs the raw-NCCL reference (" + p.nccl_skip + ")");
+  if (o.aa && !p.cuda && !p.gloo_skip.empty())
+    throw InvalidUsage("--aa needs the raw-Gloo reference (" + p.gloo_skip + ")");
   if (o.aa && o.no_dtrain) throw InvalidUsage("--aa and --no-dtrain exclude each other");
   return p;
 }

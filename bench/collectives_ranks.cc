@@ -245,6 +245,21 @@ class Rank {
       nc.barrier = [g] { g->barrier(); };
       runners.push_back(&nc);
     }
+    // --aa: dtrain's column is a second raw-NCCL communicator (the noise floor).
+    std::unique_ptr<NcclReference> nref2;
+    if (o_.aa && nref) {
+      nref2 = std::make_unique<NcclReference>(
+          rank_, p_.world, *cuda_, std::make_shared<PrefixStore>("rawnccl2", store_), std::chrono::minutes(2));
+      NcclReference* g2 = nref2.get();
+      dt.op = [&, g2](const Case& c) {
+        switch (p_.op) {
+          case Op::Allreduce: g2->allreduce(a_, c.count, t); break;
+          case Op::Broadcast: g2->broadcast(a_, c.count, t, 0); break;
+          case Op::Allgather: g2->allgather(b_, a_, c.count, t); break;
+        }
+      };
+      dt.barrier = [g2] { g2->barrier(); };
+    }
 #endif
     if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and every reference are off");
     // Open MPI's ranks, when they run beside these, count as one more implementation.

@@ -161,10 +161,11 @@ namespace dtrain::bench::coll {
 
 void print_nccl_table(const CollectivesOptions& o, const Plan& p, const std::vector<Row>& rows) {
   bool ref = p.nccl_skip.empty();
+  std::string who = o.aa ? "raw NCCL #2 (A/A)" : "dtrain";
   fmt::print("#\n");
   fmt::print("# {:>10} {:>10} {:>5}  {:^32}  {:^18}  {:^18}  {:>8}  {:>6}\n", "", "", "",
-             "--- dtrain (" + o.backend + ") ---", ref ? "--- raw NCCL ---" : "", ref ? "busbw ratio" : "", "latency",
-             "");
+             o.aa ? "--- raw NCCL #2 (--aa) ---" : "--- dtrain (" + o.backend + ") ---", ref ? "--- raw NCCL ---" : "",
+             ref ? "busbw ratio" : "", "latency", "");
   fmt::print("# {:>10} {:>10} {:>5}  {:>10} {:>10} {:>10}  {:>10} {:>7}  {:>6} {:>11}  {:>8}  {:>6}\n", "size(B)",
              "count", "type", "time(us)", "algbw", "busbw", "time(us)", "busbw", "/nccl", "95% CI", "dt-nccl",
              "target");
@@ -206,10 +207,10 @@ void print_nccl_table(const CollectivesOptions& o, const Plan& p, const std::vec
       "both back to back) as a geometric mean, with its 95% interval; dt-nccl: median paired difference\n");
   if (n == 0) return;
   fmt::print(
-      "# dtrain within 5% (/nccl >= {:.3f}) or 2 us (dt-nccl <= {:g}) of raw NCCL per op: {} of {} sizes; lowest "
-      "/nccl {:.3f} (95% CI {:.3f}-{:.3f}) at {}   [target: every size: {}]\n",
-      1 / kNcclTargetRatio, kNcclTargetUs, met, n, low->ratio, low->lo, low->hi, human_bytes(at_low),
-      met == n ? "met" : "NOT met at " + sdk::join(missed, ", "));
+      "# {} within 5% (/nccl >= {:.3f}) or 2 us (dt-nccl <= {:g}) of raw NCCL per op: {} of {} sizes; lowest "
+      "/nccl {:.3f} (95% CI {:.3f}-{:.3f}) at {}   [{}: {}]\n",
+      who, 1 / kNcclTargetRatio, kNcclTargetUs, met, n, low->ratio, low->lo, low->hi, human_bytes(at_low),
+      o.aa ? "A/A, no target" : "target: every size", met == n ? "met" : "NOT met at " + sdk::join(missed, ", "));
 }
 
 }  // namespace dtrain::bench::coll
