@@ -46,6 +46,8 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("train.bf16", ConfigType::Bool, "false", "CUDA: forward under bf16 autocast");
   s.add("train.channels_last", ConfigType::Bool, "false", "CUDA: batches in channels-last layout");
   s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
+  s.add("eval.only", ConfigType::Bool, "false",
+        "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
   s.add("checkpoint.dir", ConfigType::String, "\"" + default_checkpoint_dir + "\"", "");
   s.add("checkpoint.every_epochs", ConfigType::Int, "1", "0: only at the end");
   s.add("checkpoint.every_steps", ConfigType::Int, "0", "also every N micro-steps (0: off)");
@@ -232,7 +234,11 @@ std::vector<size_t> Trainer::eval_indices() const {
 
 void Trainer::run() {
   setup();
-  train();
+  if (cfg_.get_bool("eval.only", false)) {
+    evaluate();
+  } else {
+    train();
+  }
   std::string dump = cfg_.get_string("debug.dump_params", "");
   if (!dump.empty()) {
     uint64_t h = dump_parameters(dump, rank_, *model_);
@@ -320,10 +326,16 @@ void Trainer::checkpoint() {
 }
 
 void Trainer::resume() {
+  const bool eval_only = cfg_.get_bool("eval.only", false);
   std::string r = cfg_.get_string("checkpoint.resume", "false");
+  if (eval_only && (r == "false" || r.empty())) r = "true";
   if (r == "false" || r.empty()) return;
   std::string path = r == "true" ? (fs::path(ckpt_dir_) / "latest.pt").string() : r;
   if (!fs::exists(path)) {
+    if (eval_only)
+      config_error(
+          cfg_, "eval.only",
+          "no checkpoint to evaluate: '" + path + "' does not exist (train first, or name one with checkpoint.resume)");
     if (r == "true") {
       log_line("resume: no checkpoint at " + path + " yet; starting from scratch");
       return;
@@ -331,7 +343,7 @@ void Trainer::resume() {
     config_error(cfg_, "checkpoint.resume", "checkpoint '" + path + "' does not exist");
   }
   state_ = load_checkpoint(path, *model_, *sgd_);
-  if (state_.batch_in_epoch >= steps_per_epoch_) {
+  if (state_.batch_in_epoch >= steps_per_epoch_ && !eval_only) {
     ++state_.epoch;
     state_.batch_in_epoch = 0;
   }

@@ -36,7 +36,9 @@ namespace fleet = ::dtrain::torch;
 //                (epochs), gamma, seed, threads (intra-op), max_steps,
 //                device ("auto" | "cpu" | "cuda" | "cuda:N"), bf16, channels_last
 //                (common/device.h)
-//   [eval]       every_epochs (0: only at the end)
+//   [eval]       every_epochs (0: only at the end), only (evaluate the checkpoint
+//                checkpoint.resume names, else the latest in checkpoint.dir, and
+//                stop: PaddleSeg's val.py, PaddleClas's eval.py)
 //   [checkpoint] dir, every_epochs, every_steps, resume (false | true | "path")
 //   [log]        every_steps, tensorboard ("" or a folder)
 //   [debug]      dump_params ("" or a path; "{rank}" is replaced), kill_at_step

@@ -54,6 +54,8 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("model.depth", ConfigType::Int, "3", "unet: down-sampling stages; liteseg: residual blocks per deep stage");
   s.add("loss.dice_weight", ConfigType::Float, "0", "weight of a Dice term added to cross-entropy");
   s.add("eval.pictures", ConfigType::Int, "4", "image | truth | prediction strips per evaluation (rank 0)");
+  s.add("eval.flip", ConfigType::Bool, "false",
+        "also segment each image mirrored and average the two (PaddleSeg's --aug_eval --flip_horizontal)");
   s.add("eval.picture_dir", ConfigType::String, "\"\"", "where the strips go (\"\": <checkpoint.dir>/pictures)");
 }
 
@@ -169,6 +171,7 @@ class SegTrainer : public Trainer {
     classes_ = train_set_->num_classes();
     augment_ = augment_options(cfg_);
     dice_ = cfg_.get_float("loss.dice_weight", 0);
+    flip_eval_ = cfg_.get_bool("eval.flip", false);
     net_ = model_from(cfg_, train_set_->channels(), classes_, &described_);
     model_ = net_;
   }
@@ -219,7 +222,7 @@ class SegTrainer : public Trainer {
       Batch b;
       while (loader.next(&b)) {
         b = to_device(b);
-        auto out = net_->forward(b.images);
+        auto out = eval_forward(b.images);
         auto pred = out.argmax(1);
         sums[0] += loss_of(out, b.labels).item<double>() * double(b.labels.size(0));
         sums[1] += double(b.labels.size(0));
@@ -271,10 +274,20 @@ class SegTrainer : public Trainer {
     return path;
   }
 
+  // The logits, or with eval.flip the log of the mean of the softmax of the image and of its
+  // mirror (mirrored back): a log-probability, so the loss and argmax read it as logits.
+  torch::Tensor eval_forward(const torch::Tensor& x) const {
+    auto out = net_->forward(x);
+    if (!flip_eval_) return out;
+    auto mirrored = net_->forward(x.flip({3})).flip({3});
+    return ((out.softmax(1) + mirrored.softmax(1)) * 0.5).log();
+  }
+
   std::shared_ptr<SegNetImpl> net_;
   std::string described_;
   int classes_ = 0;
   double dice_ = 0;
+  bool flip_eval_ = false;
 };
 
 std::unique_ptr<Trainer> make_seg(Config cfg) { return std::make_unique<SegTrainer>(std::move(cfg)); }

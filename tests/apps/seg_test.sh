@@ -42,6 +42,24 @@ ci)
   [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
   ls ckpt/pictures/epoch6_*.png > /dev/null || fail "no evaluation pictures"
   grep -qa "eval/miou" tb/events.out.tfevents.* || fail "no TensorBoard mIoU in tb/"
+  # eval.only: the final checkpoint evaluated again gives the training's last scores and trains nothing.
+  final=$(grep "^eval epoch 6:" log/workerlog.0 | sed 's/ images, .*//')
+  "$dtrain" --nproc_per_node 2 --log_dir log_eval "$job" "${small[@]}" -o checkpoint.dir=ckpt -o eval.only=true \
+      -o eval.pictures=0 > eval.log 2>&1 || { cat eval.log log_eval/workerlog.* >&2; fail "eval.only failed"; }
+  again=$(grep "^eval epoch 6:" log_eval/workerlog.0 | sed 's/ images, .*//')
+  [[ -n $final && $again == "$final" ]] || fail "eval.only printed '$again', the training's last evaluation '$final'"
+  grep -q " step [0-9]*/[0-9]* loss " log_eval/workerlog.0 && fail "eval.only trained"
+  # eval.flip (on in the job file): the same checkpoint without it scores the plain forward, which differs.
+  "$dtrain" --nproc_per_node 2 --log_dir log_noflip "$job" "${small[@]}" -o checkpoint.dir=ckpt -o eval.only=true \
+      -o eval.flip=false -o eval.pictures=0 > noflip.log 2>&1 || { cat noflip.log log_noflip/workerlog.* >&2; fail "eval.flip=false failed"; }
+  plain=$(grep "^eval epoch 6:" log_noflip/workerlog.0 | sed 's/ images, .*//')
+  [[ $plain =~ ^eval\ epoch\ 6:\ mIoU\ 0\.[0-9]{4}\  ]] || fail "eval.flip=false printed no mIoU: '$plain'"
+  [[ ${plain#* loss } != "${final#* loss }" ]] || fail "eval.flip changed nothing: '$plain' vs '$final'"
+  if "$seg" "$job" "${small[@]}" -o checkpoint.dir=nothere -o eval.only=true > nockpt.out 2>&1; then
+    fail "eval.only without a checkpoint exited 0"
+  fi
+  grep -q "eval.only.*no checkpoint to evaluate: 'nothere/latest.pt' does not exist" nockpt.out \
+    || { cat nockpt.out >&2; fail "eval.only without a checkpoint: no clear error"; }
   # predict: the masks of two exported test scenes, as palette PNGs of the image's size.
   "$seg" export "$job" "${small[@]}" --output scenes --count 2 > export.log 2>&1 || { cat export.log >&2; fail "export failed"; }
   "$seg" predict "$job" scenes/images/00000.png scenes/images/00001.png "${small[@]}" -o checkpoint.dir=ckpt \
