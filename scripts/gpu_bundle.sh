@@ -13,7 +13,8 @@
 # dataset-fashion-mnist, 30 MB). docs/gpu.md says how to use it.
 #
 #   scripts/gpu_bundle.sh [OUT.tar.gz]        default: dtrain-gpu-bundle.tar.gz
-#   BUILD_DIR=build-bundle (default) is configured with the apps off.
+#   BUILD_DIR=build-bundle (default) is configured with the apps off; a
+#   build tree with them on serves too (its libtorch parts are left out).
 #
 # Checks before it packs: every ELF file resolves every library it needs from
 # the prefix or from the base system / CUDA (which the GPU machine has), and
@@ -44,7 +45,9 @@ for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda
   dtrain-nccl-withhold-probe; do
   [[ -x $build/bin/$t ]] && cp "$build/bin/$t" "$pfx/bin/"
 done
-cp -P "$build"/lib/libdtrain_*.so* "$pfx/lib/"
+# Not libdtrain_torch where BUILD_DIR has the apps on: build_apps.sh builds it
+# there against the wheel's libtorch.
+find "$build/lib" -maxdepth 1 -name 'libdtrain_*.so*' ! -name 'libdtrain_torch.*' -exec cp -P {} "$pfx/lib/" \;
 cp "$build"/lib/dtrain/plugins/libdtrain_*.so "$pfx/lib/dtrain/plugins/"
 # The unit tests look for these folders by their build-tree paths: the run
 # script passes them through the environment instead (tests/ in the bundle).
@@ -57,7 +60,7 @@ for h in CLI fmt zlib.h zconf.h; do
   [[ -e /usr/include/$h ]] || { echo "gpu_bundle: /usr/include/$h missing (libcli11-dev libfmt-dev zlib1g-dev)" >&2; exit 1; }
   cp -rL "/usr/include/$h" "$pfx/include/third_party/"
 done
-fmtlib=$(ldconfig -p | awk '/libfmt\.so\.[0-9]+ / {print $NF; exit}')
+fmtlib=$(ldconfig -p | awk '/libfmt\.so\.[0-9]+ / && !f {print $NF; f = 1}')  # no early exit: pipefail
 [[ -n $fmtlib ]] || { echo "gpu_bundle: no libfmt.so.N (libfmt-dev)" >&2; exit 1; }
 cp -L "$fmtlib" "$pfx/lib/$(basename "$fmtlib")"
 # The default cls job's data (apps/cls.toml, rewritten by build_apps.sh to read it here).
