@@ -6,7 +6,7 @@
 # and dtrain-cls against Debian's CPU libtorch (as the GPU machine does against
 # a wheel's) without OpenCV and without protobuf; a one-epoch cls job on the
 # bundled Fashion-MNIST trains through the bundled launcher on gloo and prints
-# its evaluation, and a list data set is refused naming the key and the fix.
+# its evaluation (top-1 >= 0.3, chance 0.1), and a list data set is refused naming the key and the fix.
 #   gpu_bundle_apps.sh SRC BUILD WORK
 # Exit 77 (skipped) without Debian's dataset-fashion-mnist (the bundle carries it).
 set -euo pipefail
@@ -43,13 +43,17 @@ cd "$b"
   [[ $(command -v dtrain) == "$b/bin/dtrain" ]] || fail "env.sh: dtrain is $(command -v dtrain)"
   t0=$SECONDS
   dtrain --backend gloo --nproc_per_node 1 --log_dir "$work/log" apps/cls.toml -o train.epochs=1 \
-    -o data.limit_train=256 -o data.limit_eval=200 -o train.batch_size=32 -o model.width=0.5 -o train.warmup_epochs=0 \
-    -o eval.every_epochs=1 -o log.every_steps=2 -o train.threads=2 -o checkpoint.dir="$work/ckpt" \
+    -o data.limit_train=2048 -o data.limit_eval=500 -o train.batch_size=64 -o model.width=0.5 -o train.warmup_epochs=0 \
+    -o eval.every_epochs=1 -o log.every_steps=8 -o train.threads=2 -o checkpoint.dir="$work/ckpt" \
     -o checkpoint.resume=false -o log.tensorboard="$work/tb" > "$work/job.log" 2>&1 ||
     { cat "$work/job.log" "$work"/log/workerlog.* >&2; fail "the cls job failed"; }
   echo "cls job in $((SECONDS - t0)) s"
-  grep -h "eval epoch 1: top1" "$work/job.log" "$work"/log/workerlog.0 | head -1 | grep . ||
+  line=$(grep -h "eval epoch 1: top1" "$work"/log/workerlog.0 | head -1) ||
     { cat "$work"/log/workerlog.0 >&2; fail "no evaluation line"; }
+  echo "$line"
+  # 32 steps of 64 images: about 0.47 here; chance is 0.10.
+  awk '{for (i = 1; i < NF; ++i) if ($i == "top1") exit !($(i + 1) >= 0.3)}' <<< "$line" ||
+    fail "top-1 after one short epoch is below 0.3: it did not train"
   grep -qa "eval/top1" "$work"/tb/events.out.tfevents.* || fail "no TensorBoard scalars"
 
   if dtrain --backend gloo --nproc_per_node 1 --log_dir "$work/log_list" apps/cls.toml -o data.dataset=list \
