@@ -33,7 +33,7 @@ DTRAIN_TORCH_PREFIX=/usr "$b/build_apps.sh" "${launch[@]}" > build.log 2>&1 || {
 echo "build_apps.sh in $((SECONDS - t0)) s"
 grep -q "apps without OpenCV" build.log || fail "build_apps.sh did not build the apps without OpenCV"
 [[ -x $b/build-gpu/dtrain-cls ]] || fail "no build-gpu/dtrain-cls"
-if readelf -d "$b/build-gpu/dtrain-cls" | grep -i "NEEDED.*opencv"; then fail "dtrain-cls links OpenCV"; fi
+if readelf -d "$b/build-gpu/dtrain-cls" | grep -iE "NEEDED.*(opencv|protobuf)"; then fail "dtrain-cls links OpenCV or protobuf"; fi
 grep -q "^dir = \"$b/data/fashion-mnist\"" "$b/apps/cls.toml" || fail "apps/cls.toml does not read the bundled data"
 
 # As docs/gpu.md says, from the unpacked bundle (gloo on the CPU instead of --gpus 0 --backend nccl).
