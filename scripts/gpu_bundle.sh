@@ -6,11 +6,15 @@
 # reference) and the GPU tests (with the withheld-rank probe),
 # the runtime libraries they need that such a machine lacks (Gloo, UCX,
 # TOML++, spdlog, fmt, gRPC/protobuf, ...), the dtrain sources and
-# scripts/gpu_apps (the libtorch part, built there against the wheel's
-# libtorch by build_apps.sh). docs/gpu.md says how to use it.
+# scripts/gpu_apps (the libtorch part: libdtrain_torch, dtrain-gpu-smoke and
+# dtrain-cls without OpenCV, built there against the wheel's libtorch by
+# build_apps.sh, with the CLI11, fmt and zlib headers carried here), and the
+# Fashion-MNIST files the default cls job reads (Debian's
+# dataset-fashion-mnist, 30 MB). docs/gpu.md says how to use it.
 #
 #   scripts/gpu_bundle.sh [OUT.tar.gz]        default: dtrain-gpu-bundle.tar.gz
-#   BUILD_DIR=build-bundle (default) is configured with the apps off.
+#   BUILD_DIR=build-bundle (default) is configured with the apps off; a
+#   build tree with them on serves too (its libtorch parts are left out).
 #
 # Checks before it packs: every ELF file resolves every library it needs from
 # the prefix or from the base system / CUDA (which the GPU machine has), and
@@ -41,12 +45,31 @@ for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda
   dtrain-nccl-withhold-probe; do
   [[ -x $build/bin/$t ]] && cp "$build/bin/$t" "$pfx/bin/"
 done
-cp -P "$build"/lib/libdtrain_*.so* "$pfx/lib/"
+# Not libdtrain_torch where BUILD_DIR has the apps on: build_apps.sh builds it
+# there against the wheel's libtorch.
+find "$build/lib" -maxdepth 1 -name 'libdtrain_*.so*' ! -name 'libdtrain_torch.*' -exec cp -P {} "$pfx/lib/" \;
 cp "$build"/lib/dtrain/plugins/libdtrain_*.so "$pfx/lib/dtrain/plugins/"
 # The unit tests look for these folders by their build-tree paths: the run
 # script passes them through the environment instead (tests/ in the bundle).
 cp "$build/tests/bad_plugins/libfake_cudart.so" "$build/tests/bad_plugins/libdtrain_v10.so" "$pfx/tests/"
 cp -r "$src/core/include/dtrain" "$src/sdk/include/dtrain" "$pfx/include/"
+# What apps/common and apps/cls include besides libtorch and dtrain (the GPU
+# machine has no -dev packages), and libfmt, which they link.
+mkdir -p "$pfx/include/third_party"
+for h in CLI fmt zlib.h zconf.h; do
+  [[ -e /usr/include/$h ]] || { echo "gpu_bundle: /usr/include/$h missing (libcli11-dev libfmt-dev zlib1g-dev)" >&2; exit 1; }
+  cp -rL "/usr/include/$h" "$pfx/include/third_party/"
+done
+fmtlib=$(ldconfig -p | awk '/libfmt\.so\.[0-9]+ / && !f {print $NF; f = 1}')  # no early exit: pipefail
+[[ -n $fmtlib ]] || { echo "gpu_bundle: no libfmt.so.N (libfmt-dev)" >&2; exit 1; }
+cp -L "$fmtlib" "$pfx/lib/$(basename "$fmtlib")"
+# The default cls job's data (apps/cls.toml, rewritten by build_apps.sh to read it here).
+fm=${DTRAIN_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+mkdir -p "$pfx/data/fashion-mnist"
+for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+  [[ -e $fm/$f.gz ]] || { echo "gpu_bundle: $fm/$f.gz missing (Debian: dataset-fashion-mnist)" >&2; exit 1; }
+  cp "$fm/$f.gz" "$pfx/data/fashion-mnist/"
+done
 strip --strip-debug "$pfx"/bin/* "$pfx"/lib/*.so* "$pfx"/lib/dtrain/plugins/*.so "$pfx"/tests/*.so 2> /dev/null || true
 
 # UCX loads its transport modules at run time from its module folder

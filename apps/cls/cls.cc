@@ -53,6 +53,7 @@ class ClsTrainer : public Trainer {
       train_set_ = load_idx_dataset(dir, true, limit_train);
       eval_set_ = load_idx_dataset(dir, false, limit_eval);
     } else if (ds == "list") {
+      if (std::string why = list_datasets_unavailable(); !why.empty()) config_error(cfg, "data.dataset", why);
       int classes = static_cast<int>(positive(cfg, "data.num_classes", 10));
       int size = static_cast<int>(positive(cfg, "data.image_size", 32));
       int ch = static_cast<int>(cfg.get_int("data.channels", 3));

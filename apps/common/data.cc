@@ -10,11 +10,8 @@
 #include <random>
 #include <sstream>
 
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 #include <zlib.h>
 
-#include "common/image_io.h"
 #include "dtrain/error.h"
 
 namespace fs = std::filesystem;
@@ -77,59 +74,7 @@ class InMemoryDataset : public Dataset {
   std::vector<int64_t> labels_;
 };
 
-class ListDataset : public Dataset {
- public:
-  ListDataset(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<int> lines,
-              std::string list_file, int classes, int size, int channels)
-      : paths_(std::move(paths)),
-        labels_(std::move(labels)),
-        lines_(std::move(lines)),
-        list_file_(std::move(list_file)),
-        classes_(classes),
-        size_(size),
-        channels_(channels) {}
-  size_t size() const override { return paths_.size(); }
-  int channels() const override { return channels_; }
-  int num_classes() const override { return classes_; }
-  Image get(size_t i, int64_t* label) const override {
-    cv::Mat m = read_image(paths_[i], channels_, " (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
-    if (m.rows != size_ || m.cols != size_) {
-      cv::Mat r;
-      cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
-      m = r;
-    }
-    *label = labels_[i];
-    return Image{channels_, size_, size_, chw_pixels(m, channels_), {}, {}};
-  }
-
- private:
-  std::vector<std::string> paths_;
-  std::vector<int64_t> labels_;
-  std::vector<int> lines_;
-  std::string list_file_;
-  int classes_, size_, channels_;
-};
-
 }  // namespace
-
-cv::Mat read_image(const std::string& path, int channels, const std::string& where) {
-  cv::Mat m = cv::imread(path, channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
-  if (m.empty()) throw IoError("cannot decode image '" + path + "'" + where);
-  return m;
-}
-
-std::vector<uint8_t> chw_pixels(const cv::Mat& m, int channels) {
-  cv::Mat rgb = m;
-  if (channels == 3) cv::cvtColor(m, rgb, cv::COLOR_BGR2RGB);
-  const int h = rgb.rows, w = rgb.cols;
-  std::vector<uint8_t> px(size_t(channels) * h * w);
-  for (int y = 0; y < h; ++y) {
-    const uint8_t* row = rgb.ptr<uint8_t>(y);
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < channels; ++c) px[(size_t(c) * h + y) * w + x] = row[x * channels + c];
-  }
-  return px;
-}
 
 namespace {
 
@@ -168,52 +113,6 @@ std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, si
                     " is outside [0, 10)");
   }
   return std::make_shared<InMemoryDataset>(1, int(h), int(w), 10, std::move(pixels), std::move(lab));
-}
-
-std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const std::string& root, int num_classes,
-                                           int size, int channels, size_t limit) {
-  if (channels != 1 && channels != 3)
-    throw InvalidUsage("list dataset: channels must be 1 or 3, got " + std::to_string(channels));
-  std::ifstream in(list_file);
-  if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
-  std::vector<std::string> paths;
-  std::vector<int64_t> labels;
-  std::vector<int> lines;
-  std::string line;
-  int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    size_t b = line.find_first_not_of(" \t");
-    if (b == std::string::npos || line[b] == '#') continue;
-    std::string where = list_file + ":" + std::to_string(lineno);
-    size_t sep = line.find_last_of(" \t");
-    if (sep == std::string::npos || sep < b)
-      throw InvalidUsage(where + ": expected 'relative/path label', got '" + line + "'");
-    std::string rel = line.substr(b, sep - b);
-    rel.erase(rel.find_last_not_of(" \t") + 1);
-    std::string lab = line.substr(sep + 1);
-    int64_t label = 0;
-    try {
-      size_t used = 0;
-      label = std::stoll(lab, &used);
-      if (used != lab.size()) throw std::invalid_argument("trailing");
-    } catch (const std::exception&) {
-      throw InvalidUsage(where + ": label '" + lab + "' is not an integer");
-    }
-    if (label < 0 || label >= num_classes)
-      throw InvalidUsage(where + ": label " + std::to_string(label) + " is out of range [0, " +
-                         std::to_string(num_classes) + ") (data.num_classes = " + std::to_string(num_classes) + ")");
-    fs::path p = fs::path(rel).is_absolute() ? fs::path(rel) : fs::path(root) / rel;
-    if (!fs::exists(p)) throw IoError(where + ": image '" + p.string() + "' does not exist");
-    paths.push_back(p.string());
-    labels.push_back(label);
-    lines.push_back(lineno);
-    if (limit > 0 && paths.size() >= limit) break;
-  }
-  if (paths.empty()) throw InvalidUsage("list file '" + list_file + "' has no entries");
-  return std::make_shared<ListDataset>(std::move(paths), std::move(labels), std::move(lines), list_file, num_classes,
-                                       size, channels);
 }
 
 std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle) {

@@ -56,8 +56,15 @@ std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, si
 // Parsing errors name the list file and line; a label outside [0, num_classes)
 // names the line; a missing image names the path and the list line that
 // referred to it (checked while loading the list).
+// Built without OpenCV (DTRAIN_APPS_OPENCV=OFF) it throws InvalidUsage with
+// list_datasets_unavailable()'s text.
 std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const std::string& root, int num_classes,
                                            int size, int channels, size_t limit = 0);
+
+// Empty where list data sets can be read; otherwise why not (no OpenCV in
+// this build) and the fix, for the apps to refuse `data.dataset = "list"`
+// at the key before loading anything.
+std::string list_datasets_unavailable();
 
 // Each rank's share of an epoch, as PyTorch's DistributedSampler: the indices
 // are shuffled with a generator seeded by (seed, epoch), padded to a multiple
