@@ -1,5 +1,6 @@
 #include "seg/seg.h"
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -56,6 +57,8 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("eval.pictures", ConfigType::Int, "4", "image | truth | prediction strips per evaluation (rank 0)");
   s.add("eval.flip", ConfigType::Bool, "false",
         "also segment each image mirrored and average the two (PaddleSeg's --aug_eval --flip_horizontal)");
+  s.add("eval.scales", ConfigType::FloatList, "[1.0]",
+        "segment each image resized by each factor and average (PaddleSeg's --aug_eval --scales)");
   s.add("eval.picture_dir", ConfigType::String, "\"\"", "where the strips go (\"\": <checkpoint.dir>/pictures)");
 }
 
@@ -172,6 +175,10 @@ class SegTrainer : public Trainer {
     augment_ = augment_options(cfg_);
     dice_ = cfg_.get_float("loss.dice_weight", 0);
     flip_eval_ = cfg_.get_bool("eval.flip", false);
+    eval_scales_ = cfg_.has("eval.scales") ? cfg_.get_float_list("eval.scales") : std::vector<double>{1.0};
+    if (eval_scales_.empty()) config_error(cfg_, "eval.scales", "needs at least one factor, e.g. [1.0]");
+    for (double f : eval_scales_)
+      if (!(f > 0.0 && f <= 4.0)) config_error(cfg_, "eval.scales", fmt::format("factor {} is not in (0, 4]", f));
     net_ = model_from(cfg_, train_set_->channels(), classes_, &described_);
     model_ = net_;
   }
@@ -274,13 +281,35 @@ class SegTrainer : public Trainer {
     return path;
   }
 
-  // The logits, or with eval.flip the log of the mean of the softmax of the image and of its
-  // mirror (mirrored back): a log-probability, so the loss and argmax read it as logits.
+  // The logits, or with eval.flip / eval.scales the log of the mean of the softmax maps of
+  // each resized (and mirrored) copy, brought back to the input's size: a log-probability,
+  // so the loss and argmax read it as logits.
   torch::Tensor eval_forward(const torch::Tensor& x) const {
-    auto out = net_->forward(x);
-    if (!flip_eval_) return out;
-    auto mirrored = net_->forward(x.flip({3})).flip({3});
-    return ((out.softmax(1) + mirrored.softmax(1)) * 0.5).log();
+    if (!flip_eval_ && eval_scales_.size() == 1 && eval_scales_[0] == 1.0) return net_->forward(x);
+    namespace F = torch::nn::functional;
+    const std::vector<int64_t> size{x.size(2), x.size(3)};
+    torch::Tensor sum;
+    int n = 0;
+    auto add = [&](const torch::Tensor& logits) {
+      auto p = logits.size(2) == size[0] && logits.size(3) == size[1]
+                   ? logits.softmax(1)
+                   : F::interpolate(logits,
+                                    F::InterpolateFuncOptions().size(size).mode(torch::kBilinear).align_corners(false))
+                         .softmax(1);
+      sum = n++ == 0 ? p : sum + p;
+    };
+    for (double f : eval_scales_) {
+      auto xi = f == 1.0
+                    ? x
+                    : F::interpolate(x, F::InterpolateFuncOptions()
+                                            .size(std::vector<int64_t>{std::max<int64_t>(8, std::lround(f * size[0])),
+                                                                       std::max<int64_t>(8, std::lround(f * size[1]))})
+                                            .mode(torch::kBilinear)
+                                            .align_corners(false));
+      add(net_->forward(xi));
+      if (flip_eval_) add(net_->forward(xi.flip({3})).flip({3}));
+    }
+    return (sum / n).log();
   }
 
   std::shared_ptr<SegNetImpl> net_;
@@ -288,6 +317,7 @@ class SegTrainer : public Trainer {
   int classes_ = 0;
   double dice_ = 0;
   bool flip_eval_ = false;
+  std::vector<double> eval_scales_{1.0};
 };
 
 std::unique_ptr<Trainer> make_seg(Config cfg) { return std::make_unique<SegTrainer>(std::move(cfg)); }

@@ -19,8 +19,8 @@ namespace dtrain::apps {
 //   [augment]  min_scale, max_scale, crop_padding, flip, mean, std
 //   [model]    name (unet | liteseg), width (base channels), depth (unet stages)
 //   [loss]     dice_weight (0: cross-entropy only)
-//   [eval]     pictures (strips written per evaluation), picture_dir, flip (test-time
-//              mirror averaging)
+//   [eval]     pictures (strips written per evaluation), picture_dir, flip, scales (test-time
+//              augmentation: mirror and resized copies averaged)
 void add_seg_keys(ConfigSchema& schema);
 
 // Loads the job file with its overrides and validates it against the full schema.

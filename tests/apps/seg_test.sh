@@ -49,12 +49,17 @@ ci)
   again=$(grep "^eval epoch 6:" log_eval/workerlog.0 | sed 's/ images, .*//')
   [[ -n $final && $again == "$final" ]] || fail "eval.only printed '$again', the training's last evaluation '$final'"
   grep -q " step [0-9]*/[0-9]* loss " log_eval/workerlog.0 && fail "eval.only trained"
-  # eval.flip (on in the job file): the same checkpoint without it scores the plain forward, which differs.
+  # Test-time augmentation (eval.flip and eval.scales, on in the job file): the same checkpoint without it
+  # scores the plain forward, which differs; a factor of 0 is refused naming the key.
   "$dtrain" --nproc_per_node 2 --log_dir log_noflip "$job" "${small[@]}" -o checkpoint.dir=ckpt -o eval.only=true \
-      -o eval.flip=false -o eval.pictures=0 > noflip.log 2>&1 || { cat noflip.log log_noflip/workerlog.* >&2; fail "eval.flip=false failed"; }
+      -o eval.flip=false -o "eval.scales=[1.0]" -o eval.pictures=0 > noflip.log 2>&1 || { cat noflip.log log_noflip/workerlog.* >&2; fail "eval.flip=false failed"; }
   plain=$(grep "^eval epoch 6:" log_noflip/workerlog.0 | sed 's/ images, .*//')
   [[ $plain =~ ^eval\ epoch\ 6:\ mIoU\ 0\.[0-9]{4}\  ]] || fail "eval.flip=false printed no mIoU: '$plain'"
-  [[ ${plain#* loss } != "${final#* loss }" ]] || fail "eval.flip changed nothing: '$plain' vs '$final'"
+  [[ $plain != "$final" ]] || fail "test-time augmentation changed nothing: '$plain' vs '$final'"
+  if "$seg" "$job" "${small[@]}" -o checkpoint.dir=ckpt -o eval.only=true -o "eval.scales=[1.0,0]" > scale0.out 2>&1; then
+    fail "eval.scales=[1.0,0] exited 0"
+  fi
+  grep -q "key 'eval.scales': factor 0 is not in (0, 4]" scale0.out || { cat scale0.out >&2; fail "eval.scales: no clear error"; }
   if "$seg" "$job" "${small[@]}" -o checkpoint.dir=nothere -o eval.only=true > nockpt.out 2>&1; then
     fail "eval.only without a checkpoint exited 0"
   fi

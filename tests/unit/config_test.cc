@@ -294,6 +294,19 @@ TEST(ConfigTest, TypedGettersThrowWithLocation) {
   EXPECT_TRUE(c.has("train"));
 }
 
+TEST(ConfigTest, FloatListTakesIntegersAndFloatsAndRefusesStrings) {
+  Config c = Config::from_string("[eval]\nscales = [0.75, 1, 1.25]\nbad = [1.0, \"x\"]\n", "job.toml");
+  EXPECT_EQ(c.get_float_list("eval.scales"), (std::vector<double>{0.75, 1.0, 1.25}));
+  EXPECT_TRUE(c.get_float_list("eval.missing").empty());
+  ConfigError e = config_error([&] { c.get_float_list("eval.bad"); });
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_THAT(e.what(), HasSubstr("key 'eval.bad': must be array of numbers"));
+  ConfigSchema s;
+  s.add("eval.scales", ConfigType::FloatList).add("eval.bad", ConfigType::FloatList);
+  ConfigError v = config_error([&] { c.validate(s); });
+  EXPECT_EQ(v.key(), "eval.bad");
+}
+
 TEST(ConfigTest, KeysOfIsInDocumentOrderAndLocationsAreKept) {
   Config c = Config::from_string("zeta = 1\nalpha = 2\n[mid]\nb = 1\na = 2\n", "job.toml");
   EXPECT_EQ(c.keys_of(""), (std::vector<std::string>{"zeta", "alpha", "mid"}));

@@ -22,7 +22,7 @@ namespace dtrain {
 // (else "key 'train.epochs' must be int, got string"). Ints are accepted where a
 // float is expected. Tables declared open (e.g. a plugin's own table, checked
 // by the plugin's key list) are skipped by validate().
-enum class ConfigType { String, Int, Float, Bool, StringList, IntList, Table };
+enum class ConfigType { String, Int, Float, Bool, StringList, IntList, Table, FloatList };
 const char* to_string(ConfigType t);
 
 struct ConfigKey {
@@ -80,6 +80,8 @@ class Config {
   bool get_bool(const std::string& path, bool fallback = false) const;
   std::vector<std::string> get_string_list(const std::string& path) const;
   std::vector<int64_t> get_int_list(const std::string& path) const;
+  // Floats and integers alike, as doubles.
+  std::vector<double> get_float_list(const std::string& path) const;
   // Sets a value from a TOML literal (as an override, but without the parse
   // fallback to string).
   void set_literal(const std::string& path, const std::string& toml_literal);

@@ -162,6 +162,11 @@ bool matches(ConfigType type, const toml::node& node) {
     case ConfigType::Bool: return node.is_boolean();
     case ConfigType::StringList: return all_of_type(node, toml::node_type::string);
     case ConfigType::IntList: return all_of_type(node, toml::node_type::integer);
+    case ConfigType::FloatList: {
+      const toml::array* a = node.as_array();
+      return a && std::all_of(a->begin(), a->end(),
+                              [](const toml::node& e) { return e.is_floating_point() || e.is_integer(); });
+    }
     case ConfigType::Table: return node.is_table();
   }
   return false;
@@ -192,6 +197,7 @@ const char* to_string(ConfigType t) {
     case ConfigType::Bool: return "bool";
     case ConfigType::StringList: return "array of strings";
     case ConfigType::IntList: return "array of ints";
+    case ConfigType::FloatList: return "array of numbers";
     case ConfigType::Table: return "table";
   }
   return "unknown";
@@ -580,6 +586,16 @@ std::vector<int64_t> Config::get_int_list(const std::string& path) const {
   if (!node) return out;
   if (!matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
   for (const toml::node& e : *node->as_array()) out.push_back(e.as_integer()->get());
+  return out;
+}
+
+std::vector<double> Config::get_float_list(const std::string& path) const {
+  std::vector<double> out;
+  const toml::node* node = impl_->find(path);
+  if (!node) return out;
+  if (!matches(ConfigType::FloatList, *node)) impl_->type_error(path, *node, to_string(ConfigType::FloatList));
+  for (const toml::node& e : *node->as_array())
+    out.push_back(e.is_integer() ? static_cast<double>(e.as_integer()->get()) : e.as_floating_point()->get());
   return out;
 }
 
