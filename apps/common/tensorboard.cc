@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <string_view>
 
 #include "dtrain/error.h"
+#include "tensorboard.pb.h"
 
 namespace dtrain::apps {
 
@@ -20,90 +20,11 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The few messages of apps/common/proto/tensorboard.proto, in protobuf's wire
-// format by hand: no libprotobuf in the apps (a PyTorch wheel's libtorch may
-// carry its own protobuf). tests/apps/tensorboard_test checks these bytes
-// against the classes protoc generates from that file.
-void put_varint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
+std::string serialize(const tensorboard::Event& e) {
+  std::string out;
+  if (!e.SerializeToString(&out)) throw IoError("cannot serialize a TensorBoard event");
+  return out;
 }
-
-void put_tag(std::string* out, int field, int wire) { put_varint(out, (uint64_t(field) << 3) | uint64_t(wire)); }
-
-void put_bytes(std::string* out, int field, const std::string& b) {
-  put_tag(out, field, 2);
-  put_varint(out, b.size());
-  out->append(b);
-}
-
-template <typename T>
-void put_fixed(std::string* out, int field, T v) {
-  put_tag(out, field, sizeof(T) == 8 ? 1 : 5);
-  char b[sizeof(T)];
-  std::memcpy(b, &v, sizeof(T));  // little-endian host, as the wire format wants
-  out->append(b, sizeof(T));
-}
-
-// Event{wall_time = 1, step = 2, file_version = 3 | summary = 5}.
-std::string event_bytes(double wall_time, int64_t step, const std::string* file_version, const std::string* summary) {
-  std::string e;
-  if (wall_time != 0) put_fixed(&e, 1, wall_time);
-  if (step != 0) put_tag(&e, 2, 0), put_varint(&e, static_cast<uint64_t>(step));
-  if (file_version) put_bytes(&e, 3, *file_version);
-  if (summary) put_bytes(&e, 5, *summary);
-  return e;
-}
-
-// A protobuf message's fields, one at a time; false at the end, throws on
-// malformed bytes.
-struct WireReader {
-  explicit WireReader(std::string_view b) : p(b.data()), end(b.data() + b.size()) {}
-  const char* p;
-  const char* end;
-  int field = 0, wire = 0;
-  uint64_t varint = 0;
-  std::string_view bytes;
-
-  struct Malformed {};
-  uint64_t read_varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (p == end) throw Malformed{};
-      uint8_t c = static_cast<uint8_t>(*p++);
-      v |= uint64_t(c & 0x7f) << shift;
-      if (!(c & 0x80)) return v;
-    }
-    throw Malformed{};
-  }
-  bool next() {
-    if (p == end) return false;
-    uint64_t key = read_varint();
-    field = static_cast<int>(key >> 3);
-    wire = static_cast<int>(key & 7);
-    size_t n = 0;
-    switch (wire) {
-      case 0: varint = read_varint(); return true;
-      case 1: n = 8; break;
-      case 5: n = 4; break;
-      case 2: n = read_varint(); break;
-      default: throw Malformed{};  // groups: not in these messages
-    }
-    if (n > static_cast<size_t>(end - p)) throw Malformed{};
-    bytes = std::string_view(p, n);
-    p += n;
-    return true;
-  }
-  template <typename T>
-  T fixed() const {
-    T v{};
-    if (bytes.size() == sizeof(T)) std::memcpy(&v, bytes.data(), sizeof(T));
-    return v;
-  }
-};
 
 }  // namespace
 
@@ -128,6 +49,8 @@ uint32_t masked_crc32c(const void* data, size_t n) {
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
 }
 
+bool event_files_supported(std::string*) { return true; }
+
 EventWriter::EventWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -139,8 +62,10 @@ EventWriter::EventWriter(const std::string& dir) {
               .string();
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) throw IoError("cannot create TensorBoard event file '" + path_ + "': " + std::strerror(errno));
-  const std::string version = "brain.Event:2";
-  write_record(event_bytes(now_seconds(), 0, &version, nullptr));
+  tensorboard::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_file_version("brain.Event:2");
+  write_record(serialize(e));
   flush();
 }
 
@@ -161,11 +86,13 @@ void EventWriter::write_record(const std::string& data) {
 }
 
 void EventWriter::add_scalar(const std::string& tag, float value, int64_t step) {
-  std::string v, summary;  // Summary{value = 1: Value{tag = 1, simple_value = 2}}
-  put_bytes(&v, 1, tag);
-  put_fixed(&v, 2, value);
-  put_bytes(&summary, 1, v);
-  write_record(event_bytes(now_seconds(), step, nullptr, &summary));
+  tensorboard::Event e;
+  e.set_wall_time(now_seconds());
+  e.set_step(step);
+  auto* v = e.mutable_summary()->add_value();
+  v->set_tag(tag);
+  v->set_simple_value(value);
+  write_record(serialize(e));
 }
 
 void EventWriter::flush() {
@@ -204,44 +131,18 @@ std::vector<ScalarEvent> read_scalars(const std::string& path) {
   std::vector<ScalarEvent> out;
   auto records = read_records(path);
   for (size_t i = 0; i < records.size(); ++i) {
+    tensorboard::Event e;
     auto where = [&] { return "TensorBoard event file '" + path + "': record " + std::to_string(i) + ": "; };
-    double wall_time = 0;
-    int64_t step = 0;
-    int what = 0;  // the oneof's field: 3 file_version, 4 graph_def, 5 summary (the last one wins)
-    std::string_view version, summary;
-    std::vector<std::pair<std::string, float>> values;
-    try {
-      WireReader e(records[i]);
-      while (e.next()) {
-        if (e.field == 1 && e.wire == 1) wall_time = e.fixed<double>();
-        if (e.field == 2 && e.wire == 0) step = static_cast<int64_t>(e.varint);
-        if (e.field >= 3 && e.field <= 5 && e.wire == 2) what = e.field, version = summary = e.bytes;
-      }
-      if (what == 5) {
-        WireReader s(summary);
-        while (s.next()) {
-          if (s.field != 1 || s.wire != 2) continue;
-          WireReader v(s.bytes);
-          std::string tag;
-          bool simple = false;
-          float value = 0;
-          while (v.next()) {
-            if (v.field == 1 && v.wire == 2) tag = std::string(v.bytes);
-            if (v.field == 2 && v.wire == 5) simple = true, value = v.fixed<float>();
-            if (v.field >= 3 && v.field <= 8 && v.field != 7) simple = false;  // another member of the value oneof
-          }
-          if (simple) values.emplace_back(std::move(tag), value);
-        }
-      }
-    } catch (const WireReader::Malformed&) {
-      throw IoError(where() + "not an Event protobuf");
-    }
+    if (!e.ParseFromString(records[i])) throw IoError(where() + "not an Event protobuf");
     if (i == 0) {
-      if (what != 3 || version.rfind("brain.Event:", 0) != 0)
+      if (e.what_case() != tensorboard::Event::kFileVersion || e.file_version().rfind("brain.Event:", 0) != 0)
         throw IoError(where() + "the first record is not a file version ('brain.Event:N')");
       continue;
     }
-    for (auto& [tag, value] : values) out.push_back({step, tag, value, wall_time});
+    if (e.what_case() != tensorboard::Event::kSummary) continue;
+    for (const auto& v : e.summary().value())
+      if (v.value_case() == tensorboard::Summary::Value::kSimpleValue)
+        out.push_back({e.step(), v.tag(), v.simple_value(), e.wall_time()});
   }
   return out;
 }

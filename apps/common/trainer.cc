@@ -298,7 +298,8 @@ void Trainer::setup() {
     config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
   lr_ = LrSchedule::from_config(cfg_, epochs_, steps_per_epoch_, k_merge_);
 
-  std::string tbdir = cfg_.get_string("log.tensorboard", "");
+  std::string tbdir = cfg_.get_string("log.tensorboard", ""), no_tb;
+  if (!tbdir.empty() && !event_files_supported(&no_tb)) config_error(cfg_, "log.tensorboard", no_tb);
   if (!tbdir.empty() && rank_ == 0) tb_ = std::make_unique<EventWriter>(tbdir);
 
   int64_t params = 0;

@@ -93,66 +93,6 @@ TEST(EventWriter, WireBytesMatchTensorBoardFieldNumbers) {
   EXPECT_EQ(again, event);
 }
 
-TEST(EventWriter, BytesAreProtobufsOwnAndItsBytesReadBack) {
-  // The hand encoder writes what SerializeToString writes for the same Event;
-  // read_scalars reads what protobuf writes, other fields included.
-  fs::path dir = fresh_dir("protobuf");
-  std::string path;
-  {
-    EventWriter w(dir.string());
-    path = w.path();
-    w.add_scalar("eval/top1", 88.5f, 3);
-    w.add_scalar("neg", -1.5f, -2);
-  }
-  auto records = read_records(path);
-  ASSERT_EQ(records.size(), 3u);
-  for (const auto& r : records) {
-    dtrain::tensorboard::Event e;
-    ASSERT_TRUE(e.ParseFromString(r));
-    std::string again;
-    ASSERT_TRUE(e.SerializeToString(&again));
-    EXPECT_EQ(again, r);
-  }
-  dtrain::tensorboard::Event e;
-  ASSERT_TRUE(e.ParseFromString(records[2]));
-  EXPECT_EQ(e.step(), -2);
-
-  dtrain::tensorboard::Event theirs;
-  theirs.set_wall_time(1.7e9);
-  theirs.set_step(12345678901ll);
-  auto* v = theirs.mutable_summary()->add_value();
-  v->set_node_name("node");
-  v->set_tag("a/b");
-  v->set_simple_value(0.25f);
-  theirs.mutable_summary()->add_value()->set_tag("no value");
-  std::string bytes;
-  ASSERT_TRUE(theirs.SerializeToString(&bytes));
-  std::string file = (dir / "theirs").string();
-  {
-    std::ofstream out(file, std::ios::binary);
-    auto record = [&](const std::string& data) {
-      uint64_t len = data.size();
-      char h[12];
-      std::memcpy(h, &len, 8);
-      uint32_t c = masked_crc32c(h, 8);
-      std::memcpy(h + 8, &c, 4);
-      out.write(h, 12);
-      out << data;
-      c = masked_crc32c(data.data(), data.size());
-      out.write(reinterpret_cast<const char*>(&c), 4);
-    };
-    record(records[0]);
-    record(bytes);
-  }
-  auto s = read_scalars(file);
-  ASSERT_EQ(s.size(), 1u);
-  EXPECT_EQ(s[0].tag, "a/b");
-  EXPECT_EQ(s[0].step, 12345678901ll);
-  EXPECT_EQ(s[0].value, 0.25f);
-  EXPECT_EQ(s[0].wall_time, 1.7e9);
-  fs::remove_all(dir);
-}
-
 TEST(EventWriter, CorruptRecordsAreRefusedWithTheirOffset) {
   fs::path dir = fresh_dir("corrupt");
   std::string path;

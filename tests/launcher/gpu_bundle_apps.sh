@@ -4,7 +4,7 @@
 # main build tree: its outputs are reused) and the committed sources; it is
 # unpacked in WORK, its build_apps.sh builds libdtrain_torch, dtrain-gpu-smoke
 # and dtrain-cls against Debian's CPU libtorch (as the GPU machine does against
-# a wheel's) without OpenCV and without protobuf; a one-epoch cls job on the
+# a wheel's) without OpenCV and without protobuf (log.tensorboard refused); a one-epoch cls job on the
 # bundled Fashion-MNIST trains through the bundled launcher on gloo and prints
 # its evaluation (top-1 >= 0.3, chance 0.1), and a list data set is refused naming the key and the fix.
 #   gpu_bundle_apps.sh SRC BUILD WORK
@@ -45,7 +45,7 @@ cd "$b"
   dtrain --backend gloo --nproc_per_node 1 --log_dir "$work/log" apps/cls.toml -o train.epochs=1 \
     -o data.limit_train=2048 -o data.limit_eval=500 -o train.batch_size=64 -o model.width=0.5 -o train.warmup_epochs=0 \
     -o eval.every_epochs=1 -o log.every_steps=8 -o train.threads=2 -o checkpoint.dir="$work/ckpt" \
-    -o checkpoint.resume=false -o log.tensorboard="$work/tb" > "$work/job.log" 2>&1 ||
+    -o checkpoint.resume=false > "$work/job.log" 2>&1 ||
     { cat "$work/job.log" "$work"/log/workerlog.* >&2; fail "the cls job failed"; }
   echo "cls job in $((SECONDS - t0)) s"
   line=$(grep -h "eval epoch 1: top1" "$work"/log/workerlog.0 | head -1) ||
@@ -54,7 +54,17 @@ cd "$b"
   # 32 steps of 64 images: about 0.47 here; chance is 0.10.
   awk '{for (i = 1; i < NF; ++i) if ($i == "top1") exit !($(i + 1) >= 0.3)}' <<< "$line" ||
     fail "top-1 after one short epoch is below 0.3: it did not train"
-  grep -qa "eval/top1" "$work"/tb/events.out.tfevents.* || fail "no TensorBoard scalars"
+  # Without protobuf, log.tensorboard is refused at the key, naming the reason and the fix.
+  if timeout 120 dtrain --backend gloo --nproc_per_node 1 --log_dir "$work/log_tb" apps/cls.toml -o train.epochs=1 \
+    -o data.limit_train=64 -o data.limit_eval=64 -o checkpoint.dir="$work/ckpt_tb" -o checkpoint.resume=false \
+    -o log.tensorboard="$work/tb" > "$work/tb.log" 2>&1; then
+    fail "log.tensorboard was accepted without protobuf"
+  fi
+  cat "$work/tb.log" "$work"/log_tb/workerlog.* > "$work/tb_all.log" 2> /dev/null || true
+  for want in "key 'log.tensorboard'" 'built without it' 'DTRAIN_APPS_TENSORBOARD=ON'; do
+    grep -qF "$want" "$work/tb_all.log" || { cat "$work/tb_all.log" >&2; fail "the refusal does not say '$want'"; }
+  done
+  [[ ! -e $work/tb ]] || fail "log.tensorboard refused, but $work/tb was created"
 
   if dtrain --backend gloo --nproc_per_node 1 --log_dir "$work/log_list" apps/cls.toml -o data.dataset=list \
     -o data.train_list=train.txt -o data.val_list=val.txt > "$work/list.log" 2>&1; then
