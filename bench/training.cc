@@ -557,10 +557,11 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
   for (const auto& p : apps::make_model(w.model, w.width, w.channels, w.classes).ptr()->parameters())
     params += p.numel();
   if (py.probe.at("params") != std::to_string(params))
-    throw std::runtime_error(fmt::format(
-        "the PyTorch eager reference's {} (width {:g}, {} channels, {} classes) has {} parameters, dtrain's (C++, "
-        "apps/common/models.cc) has {}: {} builds a different model",
-        w.model, w.width, w.channels, w.classes, py.probe.at("params"), params, py.script));
+    throw std::runtime_error(
+        fmt::format("the PyTorch eager reference's {} (width {:g}, {} input channels, {} classes) has {} parameters, "
+                    "dtrain's (C++, "
+                    "apps/common/models.cc) has {}: {} builds a different model",
+                    w.model, w.width, w.channels, w.classes, py.probe.at("params"), params, py.script));
   fmt::print(
       "# dtrain-bench training {} --device {}: model {} width {:g} ({} parameters in C++ and in Python), batch {} of "
       "{}x{}x{}, {} classes, SGD momentum {:g}, on {} ({}{}{}), {} timed steps (+{} warm-up), {} paired trials\n",
