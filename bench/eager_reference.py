@@ -12,18 +12,19 @@ device it read from the job file (it does not read the job itself):
 
 Its stdout is one line per timed trial,
 
-  EAGER trial=1 images_per_s=1234.5 ms_per_step=51.84 params=272474 torch=2.5.1 device=cuda:0 python=3.11.2
+  EAGER trial=1 images_per_s=1234.5 ms_per_step=51.84 params=272474 layout=5d0c... torch=2.5.1 device=cuda:0 python=3.11.2
 
 or, with --probe, one line saying what this python's torch is and how many
 parameters the model has (nothing is trained):
 
-  EAGER-PROBE params=272474 torch=2.5.1 torch_file=/.../torch/__init__.py python=3.11.2 device=cuda:0
+  EAGER-PROBE params=272474 layout=5d0c... torch=2.5.1 device=cuda:0 python=3.11.2 torch_file=/.../torch/__init__.py
 
 A torch that cannot be imported, or cannot use the device, is one line
 `EAGER-ERROR <why>` and exit status 2.
 
 The models are apps/common/models.cc written again: the same layers in the same
-order, so the same parameter count (dtrain-bench checks it), and the same init
+order, so the same parameter count and the same parameter shapes in the same
+order (`layout`, a hash of them; dtrain-bench checks both), and the same init
 (Kaiming-normal fan-out convolutions, BN weight 1 and bias 0).
 """
 
@@ -181,6 +182,16 @@ MODELS = {
 }
 
 
+def layout(model):
+    """FNV-1a 64 of the parameters' shapes in order ("16x1x3x3;16;16;..."): the
+    same string dtrain-bench-training hashes for the C++ model."""
+    text = ";".join("x".join(str(d) for d in p.shape) for p in model.parameters())
+    h = 0xCBF29CE484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet20", choices=sorted(MODELS))
@@ -226,7 +237,7 @@ def main():
     torch.manual_seed(a.seed)
     model = MODELS[a.model](a.width, a.channels, a.classes)
     params = sum(p.numel() for p in model.parameters())
-    tag = f"params={params} torch={torch.__version__} device={device} python={platform.python_version()}"
+    tag = f"params={params} layout={layout(model)} torch={torch.__version__} device={device} python={platform.python_version()}"
     if a.probe:
         print(f"EAGER-PROBE {tag} torch_file={torch.__file__}", flush=True)
         return

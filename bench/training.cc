@@ -60,6 +60,7 @@
 #include "dtrain/torch/data_parallel.h"
 #include "dtrain/communicator.h"
 #include "dtrain/job.h"
+#include "dtrain/sdk/strings.h"
 #include "process.h"
 #include "stats.h"
 
@@ -79,6 +80,7 @@ struct WorkerArgs {
   int rank = 0, world = 1, threads = 1, port = 0, steps = 30, warmup = 5, trials = 5;
   std::string device;              // --device: "" (the CPU rows) or cuda / cuda:N
   std::string python = "python3";  // --python: the eager reference's interpreter
+  bool check = false;              // --check: stop after the model check and the header
 };
 
 // What every row trains, from the job file: the model, the batch of fixed
@@ -519,7 +521,7 @@ EagerPython eager_python(const WorkerArgs& a, const Workload& w, const apps::Dev
   argv.push_back("--probe");
   auto c = bench::run_capture(e.python, argv, {}, std::chrono::seconds(120));
   e.probe = eager_line(c.out, "EAGER-PROBE");
-  if (c.failure.empty() && e.probe.count("params")) return e;
+  if (c.failure.empty() && e.probe.count("params") && e.probe.count("layout")) return e;
   auto err = c.out.find("EAGER-ERROR ");
   std::string why = err != std::string::npos ? c.out.substr(err + 12, c.out.find('\n', err) - err - 12)
                                              : c.failure + (c.failure.empty() ? "printed no EAGER-PROBE line"
@@ -538,9 +540,10 @@ Result run_eager_python(const WorkerArgs& a, const EagerPython& e) {
   if (!c.failure.empty() || !kv.count("images_per_s") || !kv.count("ms_per_step"))
     throw std::runtime_error("PyTorch eager (" + e.python + " " + e.script + ") " +
                              (c.failure.empty() ? "printed no EAGER line" : c.failure) + ": " + c.out);
-  if (kv["params"] != e.probe.at("params"))
-    throw std::runtime_error("PyTorch eager's model changed size between runs: " + kv["params"] + " parameters, " +
-                             e.probe.at("params") + " at the probe");
+  if (kv["params"] != e.probe.at("params") || kv["layout"] != e.probe.at("layout"))
+    throw std::runtime_error("PyTorch eager's model changed between runs: " + kv["params"] + " parameters (layout " +
+                             kv["layout"] + "), " + e.probe.at("params") + " at the probe (layout " +
+                             e.probe.at("layout") + ")");
   Result r;
   r.ips = std::stod(kv["images_per_s"]);
   r.step_ms = std::stod(kv["ms_per_step"]);
@@ -554,14 +557,27 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
   const Workload w = workload(cfg);
   EagerPython py = eager_python(a, w, dc);
   int64_t params = 0;
-  for (const auto& p : apps::make_model(w.model, w.width, w.channels, w.classes).ptr()->parameters())
+  std::string shapes;  // "16x1x3x3;16;16;...", hashed as eager_reference.py's layout()
+  for (const auto& p : apps::make_model(w.model, w.width, w.channels, w.classes).ptr()->parameters()) {
     params += p.numel();
+    std::vector<std::string> dims;
+    for (auto d : p.sizes()) dims.push_back(std::to_string(d));
+    shapes += (shapes.empty() ? "" : ";") + sdk::join(dims, "x");
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : shapes) h = (h ^ ch) * 0x100000001b3ull;
+  const std::string layout = fmt::format("{:016x}", h);
   if (py.probe.at("params") != std::to_string(params))
     throw std::runtime_error(
         fmt::format("the PyTorch eager reference's {} (width {:g}, {} input channels, {} classes) has {} parameters, "
                     "dtrain's (C++, "
                     "apps/common/models.cc) has {}: {} builds a different model",
                     w.model, w.width, w.channels, w.classes, py.probe.at("params"), params, py.script));
+  if (py.probe["layout"] != layout)
+    throw std::runtime_error(fmt::format(
+        "the PyTorch eager reference's {} has dtrain's {} parameters but other shapes or another order (layout {} in "
+        "Python, {} in C++, apps/common/models.cc): {} builds a different model",
+        w.model, params, py.probe["layout"], layout, py.script));
   fmt::print(
       "# dtrain-bench training {} --device {}: model {} width {:g} ({} parameters in C++ and in Python), batch {} of "
       "{}x{}x{}, {} classes, SGD momentum {:g}, on {} ({}{}{}), {} timed steps (+{} warm-up), {} paired trials\n",
@@ -575,6 +591,10 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
       "one process and synchronizes the device before reading the clock\n",
       cfg.get_string("job.backend", "gloo"), TORCH_VERSION, py.script, py.python, py.probe["python"], py.probe["torch"],
       py.probe["torch_file"], dc.channels_last ? " with model and inputs channels_last" : "");
+  if (a.check) {
+    fmt::print("# --check: the PyTorch eager reference builds the same model ({} parameters); no trial run\n", params);
+    return 0;
+  }
   int port = free_port();
   Config2 dt{"dtrain 1 worker", "dtrain", 1, 1, {}};
   Config2 eager{"PyTorch eager (Python), 1 process", "eager-python", 1, 1, {}};
@@ -636,6 +656,9 @@ int main(int argc, char** argv) {
   app.add_option("--python", a.python,
                  "with --device: the python (a name on PATH or a path) whose torch runs the PyTorch eager reference, "
                  "bench/eager_reference.py");
+  app.add_flag("--check", a.check,
+               "with --device: check the python, its torch and that it builds the job's model (the same parameter "
+               "count), print the header and stop before any trial");
   app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep | eager");
   app.add_option("--rank", a.rank, "(internal)");
   app.add_option("--world", a.world, "(internal)");

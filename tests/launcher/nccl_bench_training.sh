@@ -7,8 +7,10 @@
 # the three rows, the parameter counts (equal in C++ and Python), the paired
 # ratio and its target line; it runs from the repository root, whose torch/
 # folder must not pass for PyTorch. A python that cannot run the reference
-# (/bin/false, one without torch, one building another model) is refused at
-# once, naming it, its error and --python.
+# (/bin/false, one without torch, one building a narrower model, one whose
+# model has the same count in another order) is refused at once, naming it and
+# its error. --check compares the models for every name, odd widths and a
+# list dataset's shape.
 # bash nccl_bench_training.sh BUILD_DIR JOB_FILE
 source "$(dirname "$0")/lib.sh"
 JOB=$2
@@ -56,7 +58,8 @@ refused() {  # refused NAME PYTHON MESSAGE_REGEX [ENV...]: --device cpu with tha
   [ $ms -lt 15000 ] || fail "$name: the refusal took $ms ms"
   [ -s "out.$name.txt" ] && fail "$name: the refused run printed a table"
   grep -Eq "^dtrain-bench-training: error: $msg" "err.$name.txt" || fail "$name: the error is not /$msg/"
-  [ "$name" = mismatch ] || grep -q 'point --python at a python whose torch can run on cpu' "err.$name.txt" ||
+  [[ $name == mismatch || $name == layout ]] ||
+    grep -q 'point --python at a python whose torch can run on cpu' "err.$name.txt" ||
     fail "$name: the error does not say to use --python"
 }
 cuda_torch=0
@@ -96,4 +99,35 @@ refused notonpath no-such-python3 "the PyTorch eager reference runs under no-suc
 refused nosite "$WORK/nosite.sh" "the PyTorch eager reference \(.*\) cannot run under $WORK/nosite.sh: cannot import torch \(.*\): ModuleNotFoundError: No module named 'torch'" \
   PYTHONPATH="$SRC"
 refused mismatch "$WORK/narrow.sh" "the PyTorch eager reference's resnet20 \(width 1, 1 input channels, 10 classes\) has 68642 parameters, dtrain's \(C\+\+, apps/common/models.cc\) has 272186: .*eager_reference.py builds a different model"
+# The same count in another order: blocks and classifier swapped in a copy of the script.
+"$PY" - "$SRC/bench/eager_reference.py" "$WORK/swapped.py" <<'PYEOF' || fail "cannot make the swapped copy"
+import sys
+s = open(sys.argv[1]).read()
+a = "        self.blocks = nn.Sequential(*blocks)\n        self.fc = nn.Linear(out_channels, classes)\n"
+assert a in s, "eager_reference.py no longer declares blocks then fc"
+open(sys.argv[2], "w").write(s.replace(a, "\n".join(reversed(a.rstrip("\n").split("\n"))) + "\n"))
+PYEOF
+printf '#!/bin/sh\nshift\nexec %s %s "$@"\n' "$PY" "$WORK/swapped.py" >swapped.sh
+chmod +x swapped.sh
+refused layout "$WORK/swapped.sh" "the PyTorch eager reference's resnet20 has dtrain's 272186 parameters but other shapes or another order \(layout [0-9a-f]{16} in Python, [0-9a-f]{16} in C\+\+, apps/common/models.cc\)"
+
+# --check: every model of apps/common/models.cc, odd widths (rounding) and a
+# list dataset's shape build the same model in Python; at 3x32x32 and 1000
+# classes resnet18 and resnet50 have torchvision's counts.
+check() {  # check EXPECTED_PARAMS|any -o KEY=VALUE...
+  local want=$1
+  shift
+  timeout 60 "$BIN/dtrain-bench" training "$JOB" --device cpu --python "$PY" --check "$@" >out.check.txt \
+    2>err.check.txt || fail "--check $*: exited $?"
+  grep -Eq '^# --check: the PyTorch eager reference builds the same model \([0-9]+ parameters\); no trial run$' \
+    out.check.txt || fail "--check $*: no verdict"
+  [ "$want" = any ] || grep -q "^# --check: .* ($want parameters)" out.check.txt || fail "--check $*: not $want parameters"
+}
+LIST=(-o 'data.dataset="list"' -o data.channels=3 -o data.image_size=32 -o data.num_classes=1000)
+check any -o model.name=resnet32 -o model.width=0.53125
+check any -o model.name=resnet56 -o model.width=1.3
+check any -o model.name=resnet18 -o model.width=0.25
+check any -o model.name=resnet50 -o model.width=0.75
+check 11689512 "${LIST[@]}" -o model.name=resnet18
+check 25557032 "${LIST[@]}" -o model.name=resnet50
 echo "PASS"
