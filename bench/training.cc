@@ -451,14 +451,19 @@ void print_ratio(const char* name, const Config2& a, const Config2& b, double ta
 
 // ---- --device: dtrain's one worker against PyTorch eager (Python) ----
 
-// bench/eager_reference.py: next to this program (the build copies it to
-// bin/), else in the source tree it was built from.
+// bench/eager_reference.py: next to this program (bench/CMakeLists.txt copies
+// it to bin/), else in the source tree it was built from (DTRAIN_EAGER_REFERENCE,
+// defined there too; a build of this file elsewhere must do one or the other).
+#ifndef DTRAIN_EAGER_REFERENCE
+#define DTRAIN_EAGER_REFERENCE ""
+#endif
 std::string eager_script() {
-  std::vector<std::string> tried{bench::dir_of(bench::self_exe()) + "/eager_reference.py", DTRAIN_EAGER_REFERENCE};
+  std::vector<std::string> tried{bench::dir_of(bench::self_exe()) + "/eager_reference.py"};
+  if (*DTRAIN_EAGER_REFERENCE) tried.push_back(DTRAIN_EAGER_REFERENCE);
   for (const auto& p : tried)
     if (::access(p.c_str(), R_OK) == 0) return p;
-  throw std::runtime_error("the PyTorch eager reference is missing: neither " + tried[0] + " nor " + tried[1] +
-                           " exists");
+  throw std::runtime_error("the PyTorch eager reference is missing: " + sdk::join(tried, " and ") +
+                           (tried.size() > 1 ? " do not exist" : " does not exist"));
 }
 
 // One line of the script's stdout: "EAGER-PROBE k=v ...", "EAGER k=v ...".
