@@ -5,6 +5,7 @@
 //
 //   dtrain-bench training apps/cls.toml [--steps N] [--warmup N] [--trials N] [--backend NAME]
 //                                       [-o key=value ...] [--compare key=value ...]
+//   dtrain-bench training apps/cls.toml --device cuda[:N]|cpu [--python PY] [--check] [--steps N] ...
 //     (dtrain-bench execs this program from its own folder)
 //
 // The parent runs each configuration as child processes of itself
