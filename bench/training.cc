@@ -5,6 +5,7 @@
 //
 //   dtrain-bench training apps/cls.toml [--steps N] [--warmup N] [--trials N] [--backend NAME]
 //                                       [-o key=value ...] [--compare key=value ...]
+//   dtrain-bench training apps/cls.toml --device cuda[:N]|cpu [--python PY] [--check] [--steps N] ...
 //     (dtrain-bench execs this program from its own folder)
 //
 // The parent runs each configuration as child processes of itself
@@ -25,11 +26,15 @@
 // the ranks' skew, and the CPU its training thread and its other threads used.
 //
 // --device cuda (or cuda:N) compares, on that GPU, dtrain's one worker with
-// PyTorch eager: one process, the plain libtorch loop (forward, loss,
-// backward, SGD step) on the same model, batch and device with no dtrain at
-// all, in paired trials; the job's train.bf16 and train.channels_last apply to
-// both. --device cpu runs the same pair on the CPU. Without a CUDA device
-// visible to libtorch (Debian's CPU libtorch, no driver) it stops at once,
+// PyTorch eager: bench/eager_reference.py under the machine's own python and
+// torch (python3 from PATH, or --python), the plain Python loop (forward,
+// loss, backward, SGD step) on the same model (the parameter counts must
+// agree), batch and device with no dtrain at all; and with the same loop in
+// C++ on this program's libtorch (what separates dtrain's own cost from
+// Python's). Paired trials, the order rotating; the job's train.bf16 and
+// train.channels_last apply to all three. --device cpu runs the same rows on
+// the CPU. Without a CUDA device visible to libtorch (Debian's CPU libtorch,
+// no driver), or without a python that imports torch, it stops at once,
 // before starting anything.
 
 #include <unistd.h>
@@ -39,6 +44,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -55,6 +61,7 @@
 #include "dtrain/torch/data_parallel.h"
 #include "dtrain/communicator.h"
 #include "dtrain/job.h"
+#include "dtrain/sdk/strings.h"
 #include "process.h"
 #include "stats.h"
 
@@ -72,8 +79,37 @@ struct WorkerArgs {
   // row only, turning the A/A pair into an A/B pair (for screening a change).
   std::vector<std::string> compare;
   int rank = 0, world = 1, threads = 1, port = 0, steps = 30, warmup = 5, trials = 5;
-  std::string device;  // --device: "" (the CPU rows) or cuda / cuda:N
+  std::string device;              // --device: "" (the CPU rows) or cuda / cuda:N
+  std::string python = "python3";  // --python: the eager reference's interpreter
+  bool check = false;              // --check: stop after the model check and the header
 };
+
+// What every row trains, from the job file: the model, the batch of fixed
+// random images of the dataset's shape, and SGD with momentum.
+struct Workload {
+  std::string model;
+  double width = 1;
+  int channels = 1, size = 28, classes = 10;
+  int64_t batch = 128;
+  double lr = 0.1, momentum = 0.9, weight_decay = 1e-4;
+  int64_t seed = 42;
+};
+
+Workload workload(const Config& cfg) {
+  Workload w;
+  w.model = cfg.get_string("model.name", "resnet20");
+  w.width = cfg.get_float("model.width", 1.0);
+  bool list = cfg.get_string("data.dataset", "fashion-mnist") == "list";
+  w.channels = list ? static_cast<int>(cfg.get_int("data.channels", 3)) : 1;
+  w.size = list ? static_cast<int>(cfg.get_int("data.image_size", 32)) : 28;
+  w.classes = list ? static_cast<int>(cfg.get_int("data.num_classes", 10)) : 10;
+  w.batch = cfg.get_int("train.batch_size", 128);
+  w.lr = cfg.get_float("train.lr", 0.1);
+  w.momentum = cfg.get_float("train.momentum", 0.9);
+  w.weight_decay = cfg.get_float("train.weight_decay", 1e-4);
+  w.seed = cfg.get_int("train.seed", 42);
+  return w;
+}
 
 // The device of --device through the job's [train] keys (apps/common/device.h):
 // a CUDA device libtorch cannot use is refused here, naming why.
@@ -131,23 +167,20 @@ std::vector<ThreadSample> sample_threads() {
 int run_worker(const WorkerArgs& a) {
   Config cfg = apps::load_cls_config(a.job, a.overrides);
   torch::set_num_threads(a.threads);
-  torch::manual_seed(static_cast<uint64_t>(cfg.get_int("train.seed", 42)));
-  const int64_t batch = cfg.get_int("train.batch_size", 128);
+  const Workload w = workload(cfg);
+  torch::manual_seed(static_cast<uint64_t>(w.seed));
+  const int64_t batch = w.batch;
   StrategyOptions so = StrategyOptions::from_config(cfg);
-  bool list = cfg.get_string("data.dataset", "fashion-mnist") == "list";
-  int channels = list ? static_cast<int>(cfg.get_int("data.channels", 3)) : 1;
-  int size = list ? static_cast<int>(cfg.get_int("data.image_size", 32)) : 28;
-  int classes = list ? static_cast<int>(cfg.get_int("data.num_classes", 10)) : 10;
-  auto any =
-      apps::make_model(cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0), channels, classes);
+  auto any = apps::make_model(w.model, w.width, w.channels, w.classes);
   auto model = any.ptr();
   apps::DeviceChoice dc;
   if (!a.device.empty()) dc = bench_device(cfg, a.device);
   model->to(dc.device);
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9).weight_decay(1e-4));
+  torch::optim::SGD opt(model->parameters(),
+                        torch::optim::SGDOptions(w.lr).momentum(w.momentum).weight_decay(w.weight_decay));
   torch::manual_seed(1000 + a.rank);
-  auto images = torch::randn({batch, channels, size, size}).to(dc.device);
-  auto labels = torch::randint(0, classes, {batch}, torch::kInt64).to(dc.device);
+  auto images = torch::randn({batch, w.channels, w.size, w.size}).to(dc.device);
+  auto labels = torch::randint(0, w.classes, {batch}, torch::kInt64).to(dc.device);
   if (dc.channels_last) images = images.contiguous(torch::MemoryFormat::ChannelsLast);
   // On a GPU the clock is read only after the device has finished the steps.
   auto device_sync = [&] {
@@ -417,36 +450,182 @@ void print_ratio(const char* name, const Config2& a, const Config2& b, double ta
              r.max, verdict);
 }
 
-// --device cuda: dtrain's one worker against PyTorch eager on the same GPU,
-// model and batch, in paired trials (the order alternates).
+// ---- --device: dtrain's one worker against PyTorch eager (Python) ----
+
+// bench/eager_reference.py: next to this program (bench/CMakeLists.txt copies
+// it to bin/), else in the source tree it was built from (DTRAIN_EAGER_REFERENCE,
+// defined there too; a build of this file elsewhere must do one or the other).
+#ifndef DTRAIN_EAGER_REFERENCE
+#define DTRAIN_EAGER_REFERENCE ""
+#endif
+std::string eager_script() {
+  std::vector<std::string> tried{bench::dir_of(bench::self_exe()) + "/eager_reference.py"};
+  if (*DTRAIN_EAGER_REFERENCE) tried.push_back(DTRAIN_EAGER_REFERENCE);
+  for (const auto& p : tried)
+    if (::access(p.c_str(), R_OK) == 0) return p;
+  throw std::runtime_error("the PyTorch eager reference is missing: " + sdk::join(tried, " and ") +
+                           (tried.size() > 1 ? " do not exist" : " does not exist"));
+}
+
+// One line of the script's stdout: "EAGER-PROBE k=v ...", "EAGER k=v ...".
+std::map<std::string, std::string> eager_line(const std::string& out, const std::string& tag) {
+  std::map<std::string, std::string> kv;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(tag + " ", 0) != 0) continue;
+    std::istringstream words(line.substr(tag.size() + 1));
+    std::string w;
+    while (words >> w)
+      if (auto eq = w.find('='); eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
+    return kv;
+  }
+  return kv;
+}
+
+struct EagerPython {
+  std::string python, script;                // the interpreter's path, the script's
+  std::vector<std::string> args;             // the workload, as the script's options
+  std::map<std::string, std::string> probe;  // EAGER-PROBE's keys: params, torch, torch_file, python, device
+};
+
+// Finds the interpreter and asks it (EAGER-PROBE) what its torch is and how
+// many parameters the model has: it must import torch and, on CUDA, see the
+// device. Throws, naming the python, its error and --python, where it cannot.
+EagerPython eager_python(const WorkerArgs& a, const Workload& w, const apps::DeviceChoice& dc) {
+  EagerPython e;
+  const std::string hint =
+      "; point --python at a python whose torch can run on " + dc.device.str() +
+      " (on the GPU machine: the PyTorch wheel's, as docs/gpu.md's env.sh sets up; here: Debian's python3-torch under "
+      "/usr/bin/python3)";
+  e.python = a.python.find('/') == std::string::npos ? bench::find_in_path(a.python) : a.python;
+  if (e.python.empty())
+    throw std::runtime_error("the PyTorch eager reference runs under " + a.python + ", but there is no " + a.python +
+                             " on PATH" + hint);
+  if (::access(e.python.c_str(), X_OK) != 0)
+    throw std::runtime_error("the PyTorch eager reference runs under --python " + e.python +
+                             ", which is not an "
+                             "executable file" +
+                             hint);
+  e.script = eager_script();
+  e.args = {"--model",        w.model,
+            "--width",        fmt::format("{}", w.width),
+            "--channels",     std::to_string(w.channels),
+            "--size",         std::to_string(w.size),
+            "--classes",      std::to_string(w.classes),
+            "--batch",        std::to_string(w.batch),
+            "--device",       dc.device.str(),
+            "--lr",           fmt::format("{}", w.lr),
+            "--momentum",     fmt::format("{}", w.momentum),
+            "--weight-decay", fmt::format("{}", w.weight_decay),
+            "--seed",         std::to_string(w.seed),
+            "--threads",      "1"};
+  if (dc.bf16) e.args.push_back("--bf16");
+  if (dc.channels_last) e.args.push_back("--channels-last");
+  std::vector<std::string> argv{e.python, e.script};
+  argv.insert(argv.end(), e.args.begin(), e.args.end());
+  argv.push_back("--probe");
+  auto c = bench::run_capture(e.python, argv, {}, std::chrono::seconds(120));
+  e.probe = eager_line(c.out, "EAGER-PROBE");
+  if (c.failure.empty() && e.probe.count("params") && e.probe.count("layout")) return e;
+  auto err = c.out.find("EAGER-ERROR ");
+  std::string why = err != std::string::npos ? c.out.substr(err + 12, c.out.find('\n', err) - err - 12)
+                                             : c.failure + (c.failure.empty() ? "printed no EAGER-PROBE line"
+                                                                              : " without an EAGER-PROBE line");
+  throw std::runtime_error("the PyTorch eager reference (" + e.script + ") cannot run under " + e.python + ": " + why +
+                           hint);
+}
+
+// One timed run of the script (a fresh process, as each dtrain row is).
+Result run_eager_python(const WorkerArgs& a, const EagerPython& e) {
+  std::vector<std::string> argv{e.python, e.script};
+  argv.insert(argv.end(), e.args.begin(), e.args.end());
+  argv.insert(argv.end(), {"--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--trials", "1"});
+  auto c = bench::run_capture(e.python, argv, {}, std::chrono::seconds(600));
+  auto kv = eager_line(c.out, "EAGER");
+  if (!c.failure.empty() || !kv.count("images_per_s") || !kv.count("ms_per_step"))
+    throw std::runtime_error("PyTorch eager (" + e.python + " " + e.script + ") " +
+                             (c.failure.empty() ? "printed no EAGER line" : c.failure) + ": " + c.out);
+  if (kv["params"] != e.probe.at("params") || kv["layout"] != e.probe.at("layout"))
+    throw std::runtime_error("PyTorch eager's model changed between runs: " + kv["params"] + " parameters (layout " +
+                             kv["layout"] + "), " + e.probe.at("params") + " at the probe (layout " +
+                             e.probe.at("layout") + ")");
+  Result r;
+  r.ips = std::stod(kv["images_per_s"]);
+  r.step_ms = std::stod(kv["ms_per_step"]);
+  r.comm_ms = -1;
+  return r;
+}
+
+// dtrain's one worker against PyTorch eager (Python) and the same loop in C++
+// on the same device, model and batch, in paired trials (the order rotates).
 int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice& dc) {
+  const Workload w = workload(cfg);
+  EagerPython py = eager_python(a, w, dc);
+  int64_t params = 0;
+  std::string shapes;  // "16x1x3x3;16;16;...", hashed as eager_reference.py's layout()
+  for (const auto& p : apps::make_model(w.model, w.width, w.channels, w.classes).ptr()->parameters()) {
+    params += p.numel();
+    std::vector<std::string> dims;
+    for (auto d : p.sizes()) dims.push_back(std::to_string(d));
+    shapes += (shapes.empty() ? "" : ";") + sdk::join(dims, "x");
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : shapes) h = (h ^ ch) * 0x100000001b3ull;
+  const std::string layout = fmt::format("{:016x}", h);
+  if (py.probe.at("params") != std::to_string(params))
+    throw std::runtime_error(
+        fmt::format("the PyTorch eager reference's {} (width {:g}, {} input channels, {} classes) has {} parameters, "
+                    "dtrain's (C++, "
+                    "apps/common/models.cc) has {}: {} builds a different model",
+                    w.model, w.width, w.channels, w.classes, py.probe.at("params"), params, py.script));
+  if (py.probe["layout"] != layout)
+    throw std::runtime_error(fmt::format(
+        "the PyTorch eager reference's {} has dtrain's {} parameters but other shapes or another order (layout {} in "
+        "Python, {} in C++, apps/common/models.cc): {} builds a different model",
+        w.model, params, py.probe["layout"], layout, py.script));
   fmt::print(
-      "# dtrain-bench training {} --device {}: model {} width {:g}, batch {}, on {} ({}{}{}), libtorch {}, {} timed "
-      "steps (+{} warm-up), {} paired trials\n",
-      a.job, a.device, cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
-      cfg.get_int("train.batch_size", 128), dc.device.str(), dc.source, dc.bf16 ? ", bf16 autocast" : "",
-      dc.channels_last ? ", channels_last" : "", TORCH_VERSION, a.steps, a.warmup, a.trials);
+      "# dtrain-bench training {} --device {}: model {} width {:g} ({} parameters in C++ and in Python), batch {} of "
+      "{}x{}x{}, {} classes, SGD momentum {:g}, on {} ({}{}{}), {} timed steps (+{} warm-up), {} paired trials\n",
+      a.job, a.device, w.model, w.width, params, w.batch, w.channels, w.size, w.size, w.classes, w.momentum,
+      dc.device.str(), dc.source, dc.bf16 ? ", bf16 autocast" : "", dc.channels_last ? ", channels_last" : "", a.steps,
+      a.warmup, a.trials);
   fmt::print(
-      "# dtrain: the job joined through dtrain (backend {}) and the model wrapped in DataParallel, 1 worker; PyTorch "
-      "eager: the same libtorch loop (forward, loss, backward, SGD step) in one process without dtrain; both "
-      "synchronize the device before reading the clock\n",
-      cfg.get_string("job.backend", "gloo"));
+      "# dtrain: the job joined through dtrain (backend {}) and the model wrapped in DataParallel, 1 worker, libtorch "
+      "{}; PyTorch eager (Python): {} under {} (Python {}, torch {} from {}), the plain loop (forward, loss, backward, "
+      "SGD step){}; libtorch eager (C++): the same loop in C++ without dtrain on this program's libtorch; each run is "
+      "one process and synchronizes the device before reading the clock\n",
+      cfg.get_string("job.backend", "gloo"), TORCH_VERSION, py.script, py.python, py.probe["python"], py.probe["torch"],
+      py.probe["torch_file"], dc.channels_last ? " with model and inputs channels_last" : "");
+  if (a.check) {
+    fmt::print("# --check: the PyTorch eager reference builds the same model ({} parameters); no trial run\n", params);
+    return 0;
+  }
   int port = free_port();
   Config2 dt{"dtrain 1 worker", "dtrain", 1, 1, {}};
-  Config2 eager{"PyTorch eager (libtorch), 1 process", "eager", 1, 1, {}};
+  Config2 eager{"PyTorch eager (Python), 1 process", "eager-python", 1, 1, {}};
+  Config2 cpp{"libtorch eager (C++), 1 process", "eager", 1, 1, {}};
+  std::vector<Config2*> rows{&dt, &eager, &cpp};
   for (int t = 0; t < a.trials; ++t) {
     std::string line = fmt::format("# trial {}:", t + 1);
-    for (Config2* c : t % 2 ? std::vector<Config2*>{&eager, &dt} : std::vector<Config2*>{&dt, &eager}) {
-      c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
-      line += fmt::format(" {} {:.0f}", c == &dt ? "dtrain" : "eager", c->runs.back().ips);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      Config2* c = rows[(k + size_t(t)) % rows.size()];
+      c->runs.push_back(c == &eager ? run_eager_python(a, py) : run_config(a, c->impl, c->world, c->threads, port++));
+      line += fmt::format(" {} {:.0f}",
+                          c == &dt      ? "dtrain"
+                          : c == &eager ? "eager-python"
+                                        : "eager-c++",
+                          c->runs.back().ips);
     }
     fmt::print("{}\n", line);
     std::fflush(stdout);
   }
   fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
-  for (Config2* c : {&dt, &eager}) print_row(*c);
-  fmt::print("# paired ratio of images/s over {} trials (geometric mean)\n", a.trials);
+  for (Config2* c : rows) print_row(*c);
+  fmt::print("# paired ratios of images/s over {} trials (geometric mean)\n", a.trials);
   print_ratio("dtrain 1 worker / PyTorch eager", dt, eager, 1.0);
+  print_ratio("dtrain 1 worker / libtorch eager (C++)", dt, cpp, 0);
+  print_ratio("libtorch eager (C++) / PyTorch eager", cpp, eager, 0);
   return 0;
 }
 
@@ -477,8 +656,15 @@ int main(int argc, char** argv) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--device", a.device,
-                 "cuda or cuda:N: dtrain's one worker against PyTorch eager on that GPU, same model and batch (cpu: "
-                 "the same comparison on the CPU); default: the CPU rows (dtrain, c10d, the ceiling)");
+                 "cuda or cuda:N: dtrain's one worker against PyTorch eager (Python, --python) and the same loop in "
+                 "C++ on that GPU, same model and batch (cpu: the same comparison on the CPU); default: the CPU rows "
+                 "(dtrain, c10d, the ceiling)");
+  app.add_option("--python", a.python,
+                 "with --device: the python (a name on PATH or a path) whose torch runs the PyTorch eager reference, "
+                 "bench/eager_reference.py");
+  app.add_flag("--check", a.check,
+               "with --device: check the python, its torch and that it builds the job's model (the same parameter "
+               "count), print the header and stop before any trial");
   app.add_option("--worker", worker, "(internal) run one rank: dtrain | c10d | local | lockstep | eager");
   app.add_option("--rank", a.rank, "(internal)");
   app.add_option("--world", a.world, "(internal)");

@@ -1,20 +1,66 @@
 # dtrain-bench training --device: dtrain's one worker against PyTorch eager
-# (the plain libtorch loop, no dtrain) on the same device, model and batch.
+# in Python (bench/eager_reference.py under a python with torch, no dtrain)
+# and the same loop in C++, on the same device, model and batch.
 # --device cuda is refused at once, before any worker starts, where libtorch
 # sees no CUDA device (Debian's CPU libtorch, or no driver); with a GPU and a
-# CUDA libtorch it runs the pair. --device cpu runs the same pair on the CPU:
-# both rows, the paired ratio and its target line.
+# CUDA libtorch it runs the rows. --device cpu runs the same rows on the CPU:
+# the three rows, the parameter counts (equal in C++ and Python), the paired
+# ratio and its target line; it runs from the repository root, whose torch/
+# folder must not pass for PyTorch. A python that cannot run the reference
+# (/bin/false, one without torch, one building a narrower model, one whose
+# model has the same count in another order) is refused at once, naming it and
+# its error. --check compares the models for every name, odd widths and a
+# list dataset's shape.
 # bash nccl_bench_training.sh BUILD_DIR JOB_FILE
 source "$(dirname "$0")/lib.sh"
 JOB=$2
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
 [ -x "$BIN/dtrain-bench-training" ] || fail "$BIN/dtrain-bench-training was not built"
-SMALL=(--steps 3 --warmup 1 --trials 2 -o train.batch_size=8 -o "train.threads=1")
-pair_ok() {  # pair_ok FILE DEVICE: the table has both rows and the ratio with its target
+[ -f "$BIN/eager_reference.py" ] || fail "$BIN/eager_reference.py was not copied next to dtrain-bench-training"
+[ -d "$SRC/torch" ] || fail "$SRC/torch is gone: the namespace-package case below tests nothing"
+# The python whose torch runs the reference: python3 from PATH (the wheel's on a
+# GPU machine) if it imports torch, else Debian's (python3-torch, scripts/setup.sh).
+PY=
+for p in python3 /usr/bin/python3; do
+  "$p" -c 'import torch, sys; sys.exit(0 if torch.__file__ else 1)' >/dev/null 2>&1 && { PY=$(command -v "$p"); break; }
+done
+[ -n "$PY" ] || fail "no python3 imports torch (Debian: python3-torch, which scripts/setup.sh installs)"
+BASE=(--steps 3 --warmup 1 --trials 2 -o train.batch_size=8 -o "train.threads=1")
+SMALL=("${BASE[@]}" --python "$PY")
+NUM='[0-9]+\.[0-9]+' INT='[0-9]+'
+pair_ok() {  # pair_ok FILE DEVICE: the table has the three rows and the ratios, the first with its target
   grep -Eq "^# dtrain-bench training .* --device $2: .* on $2" "$1" || fail "$2: no header naming the device"
-  grep -Eq '^dtrain 1 worker +[0-9.]+ ' "$1" || fail "$2: no dtrain row"
-  grep -Eq '^PyTorch eager \(libtorch\), 1 process +[0-9.]+ ' "$1" || fail "$2: no PyTorch eager row"
-  grep -Eq '^dtrain 1 worker / PyTorch eager +[0-9.]+  \(95% CI [0-9.]+-[0-9.]+; .*\[target >= 1.00: (met|NOT met)\]' \
+  grep -Eq "^# dtrain-bench training .*: model resnet20 width 1 \(272186 parameters in C\+\+ and in Python\)" "$1" ||
+    fail "$2: the header does not give the parameter count of both models"
+  grep -Eq "PyTorch eager \(Python\): .*/eager_reference.py under $PY \(Python [0-9.]+, torch [^ ]+ from /" "$1" ||
+    fail "$2: the header does not name the python and torch of the reference"
+  grep -Eq "^# trial 2: eager-python $INT eager-c\+\+ $INT dtrain $INT$" "$1" || fail "$2: trial 2 is not in rotated order"
+  grep -Eq "^dtrain 1 worker +$NUM +$INT-$INT +$NUM " "$1" || fail "$2: no dtrain row"
+  grep -Eq "^PyTorch eager \(Python\), 1 process +$NUM +$INT-$INT +$NUM +-$" "$1" || fail "$2: no PyTorch eager row"
+  grep -Eq "^libtorch eager \(C\+\+\), 1 process +$NUM " "$1" || fail "$2: no libtorch eager (C++) row"
+  grep -Eq '^dtrain 1 worker / PyTorch eager +[0-9.]+  \(95% CI [0-9.]+-[0-9.]+; .*\[target >= 1.00: (met|NOT met)\]$' \
     "$1" || fail "$2: no paired ratio with its target"
+  grep -Eq '^dtrain 1 worker / libtorch eager \(C\+\+\) +[0-9.]+  \(95% CI [0-9.]+-[0-9.]+; [^[]*$' "$1" ||
+    fail "$2: no dtrain / libtorch ratio (without a target)"
+  grep -Eq '^libtorch eager \(C\+\+\) / PyTorch eager +[0-9.]+  \(95% CI ' "$1" || fail "$2: no C++ / Python ratio"
+}
+refused() {  # refused NAME PYTHON MESSAGE_REGEX [ENV...]: --device cpu with that python stops at once
+  local name=$1 py=$2 msg=$3
+  shift 3
+  local t0 rc ms
+  t0=$(date +%s%N)
+  (cd "$SRC" && env "$@" timeout 60 "$BIN/dtrain-bench" training "$JOB" --device cpu "${BASE[@]}" --python "$py") \
+    >"out.$name.txt" 2>"err.$name.txt"
+  rc=$?
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  cat "err.$name.txt"
+  [ $rc = 1 ] || fail "$name: --python $py exited $rc, not 1"
+  [ $ms -lt 15000 ] || fail "$name: the refusal took $ms ms"
+  [ -s "out.$name.txt" ] && fail "$name: the refused run printed a table"
+  grep -Eq "^dtrain-bench-training: error: $msg" "err.$name.txt" || fail "$name: the error is not /$msg/"
+  [[ $name == mismatch || $name == layout ]] ||
+    grep -q 'point --python at a python whose torch can run on cpu' "err.$name.txt" ||
+    fail "$name: the error does not say to use --python"
 }
 cuda_torch=0
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU' &&
@@ -37,8 +83,51 @@ else
   grep -q 'without --device dtrain-bench training runs its CPU rows' err.cuda.txt || fail "no hint what to run instead"
   [ -s out.cuda.txt ] && fail "the refused run printed a table"
 fi
-timeout 300 "$BIN/dtrain-bench" training "$JOB" --device cpu "${SMALL[@]}" >out.cpu.txt 2>err.cpu.txt ||
-  fail "--device cpu exited $?"
+# From the repository root, with it on PYTHONPATH too: its torch/ folder (no
+# __init__.py) would be a namespace package `torch` wherever no PyTorch is found.
+(cd "$SRC" && PYTHONPATH=$SRC timeout 300 "$BIN/dtrain-bench" training "$JOB" --device cpu "${SMALL[@]}") \
+  >"$WORK/out.cpu.txt" 2>"$WORK/err.cpu.txt" || fail "--device cpu exited $?"
 cat out.cpu.txt
 pair_ok out.cpu.txt cpu
+
+printf '#!/bin/sh\nexec %s -S "$@"\n' "$PY" >nosite.sh  # no site-packages: no torch
+printf '#!/bin/sh\nexec %s "$@" --width 0.5\n' "$PY" >narrow.sh  # the real script, building a narrower ResNet
+chmod +x nosite.sh narrow.sh
+refused false /bin/false "the PyTorch eager reference \(.*eager_reference.py\) cannot run under /bin/false: exited with code 1 without an EAGER-PROBE line"
+refused missing /no/such/python "the PyTorch eager reference runs under --python /no/such/python, which is not an executable file"
+refused notonpath no-such-python3 "the PyTorch eager reference runs under no-such-python3, but there is no no-such-python3 on PATH"
+refused nosite "$WORK/nosite.sh" "the PyTorch eager reference \(.*\) cannot run under $WORK/nosite.sh: cannot import torch \(.*\): ModuleNotFoundError: No module named 'torch'" \
+  PYTHONPATH="$SRC"
+refused mismatch "$WORK/narrow.sh" "the PyTorch eager reference's resnet20 \(width 1, 1 input channels, 10 classes\) has 68642 parameters, dtrain's \(C\+\+, apps/common/models.cc\) has 272186: .*eager_reference.py builds a different model"
+# The same count in another order: blocks and classifier swapped in a copy of the script.
+"$PY" - "$SRC/bench/eager_reference.py" "$WORK/swapped.py" <<'PYEOF' || fail "cannot make the swapped copy"
+import sys
+s = open(sys.argv[1]).read()
+a = "        self.blocks = nn.Sequential(*blocks)\n        self.fc = nn.Linear(out_channels, classes)\n"
+assert a in s, "eager_reference.py no longer declares blocks then fc"
+open(sys.argv[2], "w").write(s.replace(a, "\n".join(reversed(a.rstrip("\n").split("\n"))) + "\n"))
+PYEOF
+printf '#!/bin/sh\nshift\nexec %s %s "$@"\n' "$PY" "$WORK/swapped.py" >swapped.sh
+chmod +x swapped.sh
+refused layout "$WORK/swapped.sh" "the PyTorch eager reference's resnet20 has dtrain's 272186 parameters but other shapes or another order \(layout [0-9a-f]{16} in Python, [0-9a-f]{16} in C\+\+, apps/common/models.cc\)"
+
+# --check: every model of apps/common/models.cc, odd widths (rounding) and a
+# list dataset's shape build the same model in Python; at 3x32x32 and 1000
+# classes resnet18 and resnet50 have torchvision's counts.
+check() {  # check EXPECTED_PARAMS|any -o KEY=VALUE...
+  local want=$1
+  shift
+  timeout 60 "$BIN/dtrain-bench" training "$JOB" --device cpu --python "$PY" --check "$@" >out.check.txt \
+    2>err.check.txt || fail "--check $*: exited $?"
+  grep -Eq '^# --check: the PyTorch eager reference builds the same model \([0-9]+ parameters\); no trial run$' \
+    out.check.txt || fail "--check $*: no verdict"
+  [ "$want" = any ] || grep -q "^# --check: .* ($want parameters)" out.check.txt || fail "--check $*: not $want parameters"
+}
+LIST=(-o 'data.dataset="list"' -o data.channels=3 -o data.image_size=32 -o data.num_classes=1000)
+check any -o model.name=resnet32 -o model.width=0.53125
+check any -o model.name=resnet56 -o model.width=1.3
+check any -o model.name=resnet18 -o model.width=0.25
+check any -o model.name=resnet50 -o model.width=0.75
+check 11689512 "${LIST[@]}" -o model.name=resnet18
+check 25557032 "${LIST[@]}" -o model.name=resnet50
 echo "PASS"
