@@ -14,6 +14,11 @@
 namespace dtrain::ps_grpc {
 
 class FlatMap {
+  struct Slot {
+    uint64_t key = 0;
+    uint32_t val = 0xffffffffu;
+  };
+
  public:
   static constexpr uint32_t kNone = 0xffffffffu;
 
@@ -79,6 +84,29 @@ class FlatMap {
     while (cap < 2 * n) cap *= 2;
     if (cap > slots_.size()) rehash(cap);
   }
+  // A read-only view for a lookup loop: the slot array and its mask, without
+  // the indirection through the map (a pull keeps one per shard on its
+  // stack). Valid while the map is neither changed nor destroyed.
+  class View {
+   public:
+    View() = default;
+    explicit View(const FlatMap& m) : slots_(m.slots_.empty() ? nullptr : m.slots_.data()), mask_(m.mask_) {}
+    const void* probe_address(uint64_t h) const { return slots_ + home(h); }
+    uint32_t find(uint64_t key, uint64_t h) const {
+      if (!slots_) return kNone;
+      for (size_t i = home(h);; i = (i + 1) & mask_) {
+        const Slot& s = slots_[i];
+        if (s.val == kNone) return kNone;
+        if (s.key == key) return s.val;
+      }
+    }
+
+   private:
+    size_t home(uint64_t h) const { return static_cast<size_t>((h >> 32) | (h << 32)) & mask_; }
+    const Slot* slots_ = nullptr;
+    size_t mask_ = 0;
+  };
+
   template <class F>
   void for_each(F&& f) const {
     for (const Slot& s : slots_)
@@ -86,10 +114,6 @@ class FlatMap {
   }
 
  private:
-  struct Slot {
-    uint64_t key = 0;
-    uint32_t val = kNone;
-  };
   size_t home(uint64_t h) const { return static_cast<size_t>((h >> 32) | (h << 32)) & mask_; }
   void grow() { rehash(slots_.empty() ? 16 : slots_.size() * 2); }
   void rehash(size_t cap) {
