@@ -216,14 +216,18 @@ std::shared_ptr<sdk::Work> PsClient::submit(const std::shared_ptr<Op>& op) {
   return op;
 }
 
+void PsClient::wait_after(Op& op) {
+  for (auto& w : op.after) {
+    auto a = w.lock();
+    if (!a || a.get() == &op) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(op.deadline() - sdk::Clock::now()).count();
+    a->wait(std::max<int64_t>(0, left));
+  }
+}
+
 void PsClient::run(const std::shared_ptr<Op>& op, int s, Call call) {
   pool_.post([this, op, s, call = std::move(call)] {
-    for (auto& w : op->after) {
-      auto a = w.lock();
-      if (!a || a == op) continue;
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(op->deadline() - sdk::Clock::now()).count();
-      a->wait(std::max<int64_t>(0, left));
-    }
+    wait_after(*op);
     if (op->done()) {
       op->part_done(DT_ERR_ABORTED, "");
       return;
@@ -250,6 +254,71 @@ void PsClient::run(const std::shared_ptr<Op>& op, int s, Call call) {
     }
     untrack(&ctx);
     op->part_done(code, msg);
+  });
+}
+
+void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts) {
+  pool_.post([this, op, method, parts = std::move(parts)] {
+    wait_after(*op);
+    struct Pending {
+      grpc::ClientContext ctx;
+      grpc::ByteBuffer reply;
+      grpc::Status status;
+      std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+    };
+    std::vector<std::unique_ptr<Pending>> calls(parts.size());
+    grpc::CompletionQueue cq;
+    size_t started = 0;
+    const bool done = op->done();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (done) {
+        op->part_done(DT_ERR_ABORTED, "");
+        continue;
+      }
+      auto c = std::make_unique<Pending>();
+      c->ctx.set_deadline(wall_deadline(op->deadline()));
+      if (!token_.empty()) c->ctx.AddMetadata(kTokenKey, token_);
+      if (!track(&c->ctx)) {
+        op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
+        continue;
+      }
+      Server& srv = *servers_[parts[i].server];
+      c->rpc = srv.generic_stub().PrepareUnaryCall(&c->ctx, method, parts[i].request, &cq);
+      c->rpc->StartCall();
+      c->rpc->Finish(&c->reply, &c->status, reinterpret_cast<void*>(i));
+      calls[i] = std::move(c);
+      ++started;
+    }
+    for (size_t k = 0; k < started; ++k) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq.Next(&tag, &ok)) break;  // cannot happen before Shutdown
+      const size_t i = reinterpret_cast<size_t>(tag);
+      Pending& c = *calls[i];
+      Server& srv = *servers_[parts[i].server];
+      dt_status_t code = DT_OK;
+      std::string msg;
+      try {
+        if (!c.status.ok())
+          std::tie(code, msg) = translate(c.status, c.ctx, srv, *op);
+        else
+          parts[i].on_reply(c.reply);
+      } catch (const sdk::Error& e) {
+        code = e.status();
+        msg = "parameter server " + std::to_string(srv.index) + " (" + srv.endpoint + "): " + e.what();
+      } catch (const std::exception& e) {
+        code = DT_ERR_INTERNAL;
+        msg = e.what();
+      }
+      untrack(&c.ctx);
+      c.reply.Clear();
+      op->part_done(code, msg);
+    }
+    cq.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+    }
   });
 }
 
@@ -416,29 +485,27 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   for (int s = 0; s < num_servers_; ++s) parts += static_cast<int>((per_server[s] + per - 1) / per);
   auto op = new_op("a pull of sparse table '" + t.desc.name + "'", parts, o);
   op->after = {t.declared, t.last_push};
+  std::vector<UnaryPart> calls;
+  calls.reserve(static_cast<size_t>(parts));
   for (int s = 0; s < num_servers_; ++s) {
     uint64_t total = per_server[s];
-    const uint64_t calls = (total + per - 1) / per;
-    for (uint64_t c = 0; c < calls; ++c) {
-      const uint64_t off = total * c / calls, len = total * (c + 1) / calls - off;
-      auto req = std::make_shared<SparsePull>();
-      req->set_worker(rank_);
-      req->set_table(t.desc.name);
-      req->set_total_keys(total);
-      std::string* k = req->mutable_keys();
-      std::shared_ptr<std::vector<uint64_t>> p = pos[s];
-      if (!p) {
-        k->assign(reinterpret_cast<const char*>(keys + off), len * sizeof(uint64_t));
-      } else {
-        k->resize(len * sizeof(uint64_t));
-        auto* dst = reinterpret_cast<uint64_t*>(k->data());
-        for (uint64_t i = 0; i < len; ++i) dst[i] = keys[(*p)[off + i]];
-      }
-      run(op, s, [op, req, p, off, len, dim, values](grpc::ClientContext& ctx, Server& srv) {
+    const uint64_t n_calls = (total + per - 1) / per;
+    std::shared_ptr<std::vector<uint64_t>> p = pos[s];
+    for (uint64_t c = 0; c < n_calls; ++c) {
+      const uint64_t off = total * c / n_calls, len = total * (c + 1) / n_calls - off;
+      UnaryPart& part = calls.emplace_back();
+      part.server = s;
+      // The request serialized once, straight into the slice gRPC sends.
+      part.request = sparse_pull_request(rank_, t.desc.name, total, len, [&](char* dst) {
+        if (!p) {
+          std::memcpy(dst, keys + off, len * sizeof(uint64_t));
+          return;
+        }
+        for (uint64_t i = 0; i < len; ++i)
+          std::memcpy(dst + i * sizeof(uint64_t), &keys[(*p)[off + i]], sizeof(uint64_t));
+      });
+      part.on_reply = [op, p, off, len, dim, values](const grpc::ByteBuffer& reply) {
         // The reply's bytes go from gRPC's slices straight into the caller's values.
-        grpc::ByteBuffer reply;
-        grpc::Status st = srv.unary(ctx, kPullSparseMethod, to_buffer(*req), &reply);
-        if (!st.ok()) return st;
         BytesField v;
         if (!v.open(reply, SparseValues::kValuesFieldNumber))
           sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) +
@@ -454,10 +521,10 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
           }
           v.scatter(dim * sizeof(float), [&](size_t i) { return values + (*p)[off + i] * dim; });
         });
-        return st;
-      });
+      };
     }
   }
+  if (!calls.empty()) run_unary(op, kPullSparseMethod, std::move(calls));
   return submit(op);
 }
 

@@ -54,6 +54,9 @@ class PsClient {
     std::vector<std::unique_ptr<grpc::GenericStub>> generic;  // per channel, for calls in raw bytes
     std::atomic<uint32_t> next{0};
     ParameterServer::Stub& stub() { return *stubs[next.fetch_add(1, std::memory_order_relaxed) % stubs.size()]; }
+    grpc::GenericStub& generic_stub() {
+      return *generic[next.fetch_add(1, std::memory_order_relaxed) % generic.size()];
+    }
     // A blocking unary call of `method` in raw bytes (ctx's deadline holds).
     grpc::Status unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* reply);
@@ -73,6 +76,19 @@ class PsClient {
   std::shared_ptr<Op> new_op(const std::string& what, int parts, const Opts& o);
   // Queues part `call` of op to server s.
   void run(const std::shared_ptr<Op>& op, int s, Call call);
+  // One unary call in raw bytes of an op, and what to do with its reply
+  // (may throw sdk::Error, named after the server).
+  struct UnaryPart {
+    int server = 0;
+    grpc::ByteBuffer request;
+    std::function<void(const grpc::ByteBuffer& reply)> on_reply;
+  };
+  // Queues every part of op as one task: it starts all the calls at once on
+  // one completion queue and handles each reply as it comes (no thread
+  // hand-off per call), each call a part of op.
+  void run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts);
+  // Waits (up to op's deadline) for the ops op runs after.
+  static void wait_after(Op& op);
   std::shared_ptr<sdk::Work> submit(const std::shared_ptr<Op>& op);
   void hello(Server& s, int64_t timeout_ms);
   std::pair<dt_status_t, std::string> translate(const grpc::Status& st, grpc::ClientContext& ctx, const Server& s,

@@ -114,37 +114,54 @@ void SparseTable::check_keys(const uint64_t* keys, uint64_t n) const {
 // A pull under every local shard's read lock, in the caller's order, as a
 // three-stage pipeline over a ring of kRing keys: hash key i and prefetch its
 // slot; find key i - kAhead's row and prefetch it; copy key i - 2 kAhead's row.
-// No sort by shard, no scratch, the output written in order.
+// No sort by shard, no scratch, the output written in order. The shards'
+// slot arrays and rows are read through a table of views on the stack (no
+// indirection through the shard objects per key); kMasked: one server and a
+// power-of-two shard count, so a key's local shard is its hash's low bits.
 void SparseTable::pull_in_order(const uint64_t* keys, uint64_t n, float* out) const {
   std::shared_lock<std::shared_mutex> locks[kLockAllShards];
-  for (uint32_t l = 0; l < nlocal_; ++l) locks[l] = std::shared_lock<std::shared_mutex>(shards_[l].mu);
+  ShardView views[kLockAllShards];
+  for (uint32_t l = 0; l < nlocal_; ++l) {
+    locks[l] = std::shared_lock<std::shared_mutex>(shards_[l].mu);
+    views[l].index = FlatMap::View(shards_[l].d.index);
+    views[l].rows = shards_[l].d.data.data();
+  }
+  if (shard_mask_ && sh_.num_servers == 1)
+    pull_rows<true>(views, keys, n, out);
+  else
+    pull_rows<false>(views, keys, n, out);
+}
+
+template <bool kMasked>
+void SparseTable::pull_rows(const ShardView* views, const uint64_t* keys, uint64_t n, float* out) const {
   constexpr uint32_t kRing = 64;  // > 2 * kAhead, a power of two
   static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
+  const uint64_t dim = dim_, stride = stride_, mask = shard_mask_;
   uint64_t hash[kRing];
   uint32_t local[kRing], row[kRing];
   for (uint64_t i = 0; i < n + 2 * kAhead; ++i) {
     if (i < n) {
       const uint64_t h = mix64(keys[i]);
-      const uint32_t l = local_of_hash(h);
+      const uint32_t l = kMasked ? static_cast<uint32_t>(h & mask) : local_of_hash(h);
       hash[i % kRing] = h;
       local[i % kRing] = l;
-      __builtin_prefetch(shards_[l].d.index.probe_address(h));
+      __builtin_prefetch(views[l].index.probe_address(h));
     }
     if (i >= kAhead && i - kAhead < n) {
       const uint64_t j = i - kAhead;
-      const ShardData& d = shards_[local[j % kRing]].d;
-      const uint32_t r = d.index.find(keys[j], hash[j % kRing]);
+      const ShardView& v = views[local[j % kRing]];
+      const uint32_t r = v.index.find(keys[j], hash[j % kRing]);
       row[j % kRing] = r;
-      if (r != FlatMap::kNone) prefetch_row<0>(&d.data[static_cast<size_t>(r) * stride_], dim_);
+      if (r != FlatMap::kNone) prefetch_row<0>(v.rows + static_cast<size_t>(r) * stride, dim);
     }
     if (i >= 2 * kAhead) {
       const uint64_t j = i - 2 * kAhead;
       const uint32_t r = row[j % kRing];
-      float* dst = out + j * dim_;
+      float* dst = out + j * dim;
       if (r != FlatMap::kNone)
-        copy_row(dst, &shards_[local[j % kRing]].d.data[static_cast<size_t>(r) * stride_], dim_);
+        copy_row(dst, views[local[j % kRing]].rows + static_cast<size_t>(r) * stride, dim);
       else
-        init_.fill(keys[j], dst, dim_);
+        init_.fill(keys[j], dst, dim);
     }
   }
 }

@@ -137,7 +137,13 @@ class SparseTable final : public Table {
   // most this many (the job's default shard_num is 64), else one at a time.
   static constexpr uint32_t kLockAllShards = 256;
   void check_keys(const uint64_t* keys, uint64_t n) const;
+  struct ShardView {
+    FlatMap::View index;
+    const float* rows = nullptr;
+  };
   void pull_in_order(const uint64_t* keys, uint64_t n, float* out) const;
+  template <bool kMasked>
+  void pull_rows(const ShardView* views, const uint64_t* keys, uint64_t n, float* out) const;
   void hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) const;
   void bucket(uint64_t n, Scratch& s) const;
   void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, bool own, Scratch& s,

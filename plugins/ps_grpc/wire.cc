@@ -249,6 +249,33 @@ void BytesField::copy_to(char* dst) const {
   });
 }
 
+grpc::ByteBuffer sparse_pull_request(int32_t worker, const std::string& table, uint64_t total_keys, uint64_t n,
+                                     const std::function<void(char* dst)>& write_keys) {
+  // worker (1, varint), table (2, bytes), total_keys (3, varint), keys (4, bytes).
+  uint8_t head[64];
+  size_t h = 0;
+  head[h++] = SparsePull::kWorkerFieldNumber << 3 | 0;
+  h += put_varint(head + h, static_cast<uint64_t>(static_cast<int64_t>(worker)));
+  head[h++] = SparsePull::kTableFieldNumber << 3 | 2;
+  h += put_varint(head + h, table.size());
+  const size_t table_at = h;
+  uint8_t tail[32];
+  size_t t = 0;
+  tail[t++] = SparsePull::kTotalKeysFieldNumber << 3 | 0;
+  t += put_varint(tail + t, total_keys);
+  tail[t++] = SparsePull::kKeysFieldNumber << 3 | 2;
+  t += put_varint(tail + t, n * sizeof(uint64_t));
+  const size_t header = table_at + table.size() + t;
+  grpc::Slice slice(header + n * sizeof(uint64_t));
+  uint8_t* msg = const_cast<uint8_t*>(slice.begin());
+  std::memcpy(msg, head, table_at);
+  std::memcpy(msg + table_at, table.data(), table.size());
+  std::memcpy(msg + table_at + table.size(), tail, t);
+  // Written before the buffer is made: a small slice is inlined (copied by value).
+  write_keys(reinterpret_cast<char*>(msg + header));
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m) {
   grpc::Slice s(m.ByteSizeLong());
   m.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(s.begin()));

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -139,6 +140,12 @@ class FieldReader {
   std::vector<grpc::Slice> slices_;
   size_t slice_ = 0, at_ = 0;  // cursor: slice, byte in it
 };
+
+// A SparsePull request (ps.proto) of n keys as one slice, serialized in
+// place: the header fields written here, the n keys (8 bytes each,
+// little-endian) by write_keys(dst) (dst unaligned).
+grpc::ByteBuffer sparse_pull_request(int32_t worker, const std::string& table, uint64_t total_keys, uint64_t n,
+                                     const std::function<void(char* dst)>& write_keys);
 
 // A protobuf message as a ByteBuffer (for a call through grpc::GenericStub).
 grpc::ByteBuffer to_buffer(const google::protobuf::MessageLite& m);

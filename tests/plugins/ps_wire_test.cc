@@ -46,6 +46,25 @@ TEST(RawMessage, SparseValuesWrittenInPlaceParse) {
 
 // A dense chunk as the server sends it: varint fields, then a slice of a
 // buffer the server holds, sent without a copy.
+TEST(SparsePullRequest, SerializedInPlaceParses) {
+  // 0 and 1 keys: a slice small enough for gRPC to inline; a long table name; a large call.
+  for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{40000}}) {
+    for (const std::string& table : {std::string("t"), std::string(200, 'x')}) {
+      std::vector<uint64_t> keys(n);
+      for (size_t i = 0; i < n; ++i) keys[i] = 0x0123456789abcdefull * (i + 1);
+      grpc::ByteBuffer bb = sparse_pull_request(7, table, 123456789012ull, n, [&](char* dst) {
+        if (n) std::memcpy(dst, keys.data(), n * sizeof(uint64_t));
+      });
+      const auto m = parse<SparsePull>(bb);
+      EXPECT_EQ(m.worker(), 7);
+      EXPECT_EQ(m.table(), table);
+      EXPECT_EQ(m.total_keys(), 123456789012ull);
+      ASSERT_EQ(m.keys().size(), n * sizeof(uint64_t));
+      EXPECT_EQ(std::memcmp(m.keys().data(), keys.data(), m.keys().size()), 0) << n << " keys";
+    }
+  }
+}
+
 TEST(RawMessage, DenseChunkOfASharedBufferParsesAndReleasesOnce) {
   std::vector<float> values(50000);
   std::iota(values.begin(), values.end(), 0.5f);
