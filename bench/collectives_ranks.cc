@@ -229,20 +229,22 @@ class Rank {
 
 #ifdef DTRAIN_BENCH_HAVE_NCCL
     // Raw NCCL: a communicator of its own on the same device, buffers and stream.
-    std::unique_ptr<NcclReference> nref;
-    Runner nc{"nccl", nullptr, nullptr};
-    if (cuda_ && p_.nccl_skip.empty()) {
-      nref = std::make_unique<NcclReference>(rank_, p_.world, *cuda_, std::make_shared<PrefixStore>("rawnccl", store_),
-                                             std::chrono::minutes(2));
-      NcclReference* g = nref.get();
-      nc.op = [&, g](const Case& c) {
+    auto nccl_op = [&](NcclReference* g) {
+      return [&, g](const Case& c) {
         switch (p_.op) {
           case Op::Allreduce: g->allreduce(a_, c.count, t); break;
           case Op::Broadcast: g->broadcast(a_, c.count, t, 0); break;
           case Op::Allgather: g->allgather(b_, a_, c.count, t); break;
         }
       };
-      nc.barrier = [g] { g->barrier(); };
+    };
+    std::unique_ptr<NcclReference> nref;
+    Runner nc{"nccl", nullptr, nullptr};
+    if (cuda_ && p_.nccl_skip.empty()) {
+      nref = std::make_unique<NcclReference>(rank_, p_.world, *cuda_, std::make_shared<PrefixStore>("rawnccl", store_),
+                                             std::chrono::minutes(2));
+      nc.op = nccl_op(nref.get());
+      nc.barrier = [g = nref.get()] { g->barrier(); };
       runners.push_back(&nc);
     }
     // --aa: dtrain's column is a second raw-NCCL communicator (the noise floor).
@@ -250,15 +252,8 @@ class Rank {
     if (o_.aa && nref) {
       nref2 = std::make_unique<NcclReference>(
           rank_, p_.world, *cuda_, std::make_shared<PrefixStore>("rawnccl2", store_), std::chrono::minutes(2));
-      NcclReference* g2 = nref2.get();
-      dt.op = [&, g2](const Case& c) {
-        switch (p_.op) {
-          case Op::Allreduce: g2->allreduce(a_, c.count, t); break;
-          case Op::Broadcast: g2->broadcast(a_, c.count, t, 0); break;
-          case Op::Allgather: g2->allgather(b_, a_, c.count, t); break;
-        }
-      };
-      dt.barrier = [g2] { g2->barrier(); };
+      dt.op = nccl_op(nref2.get());
+      dt.barrier = [g = nref2.get()] { g->barrier(); };
     }
 #endif
     if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and every reference are off");

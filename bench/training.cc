@@ -44,6 +44,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -411,6 +412,22 @@ struct Config2 {
   }
 };
 
+// Paired trials: every row once per trial, the order rotating by one row each
+// trial; each trial's images/s printed as "# trial N: tag ips ...".
+void run_trials(int trials, const std::vector<Config2*>& rows, const std::function<Result(Config2&)>& run,
+                const std::function<const char*(const Config2&)>& tag) {
+  for (int t = 0; t < trials; ++t) {
+    std::string line = fmt::format("# trial {}:", t + 1);
+    for (size_t k = 0; k < rows.size(); ++k) {
+      Config2& c = *rows[(k + size_t(t)) % rows.size()];
+      c.runs.push_back(run(c));
+      line += fmt::format(" {} {:.0f}", tag(c), c.runs.back().ips);
+    }
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+  }
+}
+
 std::string comm_text(const Config2& c) {
   if (c.runs.empty() || c.runs[0].comm_ms < 0) return "-";
   std::vector<double> v;
@@ -606,20 +623,14 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
   Config2 eager{"PyTorch eager (Python), 1 process", "eager-python", 1, 1, {}};
   Config2 cpp{"libtorch eager (C++), 1 process", "eager", 1, 1, {}};
   std::vector<Config2*> rows{&dt, &eager, &cpp};
-  for (int t = 0; t < a.trials; ++t) {
-    std::string line = fmt::format("# trial {}:", t + 1);
-    for (size_t k = 0; k < rows.size(); ++k) {
-      Config2* c = rows[(k + size_t(t)) % rows.size()];
-      c->runs.push_back(c == &eager ? run_eager_python(a, py) : run_config(a, c->impl, c->world, c->threads, port++));
-      line += fmt::format(" {} {:.0f}",
-                          c == &dt      ? "dtrain"
-                          : c == &eager ? "eager-python"
-                                        : "eager-c++",
-                          c->runs.back().ips);
-    }
-    fmt::print("{}\n", line);
-    std::fflush(stdout);
-  }
+  run_trials(
+      a.trials, rows,
+      [&](Config2& c) {
+        return &c == &eager ? run_eager_python(a, py) : run_config(a, c.impl, c.world, c.threads, port++);
+      },
+      [&](const Config2& c) { return &c == &dt      ? "dtrain"
+                                     : &c == &eager ? "eager-python"
+                                                    : "eager-c++"; });
   fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
   for (Config2* c : rows) print_row(*c);
   fmt::print("# paired ratios of images/s over {} trials (geometric mean)\n", a.trials);
@@ -708,23 +719,18 @@ int main(int argc, char** argv) {
     // Single runs for reference: what one worker gets from one and two threads.
     for (Config2* c : {&one, &two_thr}) c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
     std::vector<Config2*> paired{&dt, &c10, &ceil, &dt2, &lock};
-    for (int t = 0; t < a.trials; ++t) {
-      std::string line = fmt::format("# trial {}:", t + 1);
-      for (size_t k = 0; k < paired.size(); ++k) {
-        Config2* c = paired[(k + size_t(t)) % paired.size()];
-        c->runs.push_back(
-            run_config(a, c->impl, c->world, c->threads, port++, c == &dt2 ? a.compare : std::vector<std::string>{}));
-        line += fmt::format(" {} {:.0f}",
-                            c == &dt     ? "dtrain"
-                            : c == &c10  ? "c10d"
-                            : c == &ceil ? "ceiling"
-                            : c == &lock ? "lock-step"
-                                         : "dtrain#2",
-                            c->runs.back().ips);
-      }
-      fmt::print("{}\n", line);
-      std::fflush(stdout);
-    }
+    run_trials(
+        a.trials, paired,
+        [&](Config2& c) {
+          return run_config(a, c.impl, c.world, c.threads, port++, &c == &dt2 ? a.compare : std::vector<std::string>{});
+        },
+        [&](const Config2& c) {
+          return &c == &dt     ? "dtrain"
+                 : &c == &c10  ? "c10d"
+                 : &c == &ceil ? "ceiling"
+                 : &c == &lock ? "lock-step"
+                               : "dtrain#2";
+        });
     fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
     for (Config2* c : {&one, &two_thr, &ceil, &lock, &dt, &c10, &dt2}) print_row(*c);
     fmt::print(
