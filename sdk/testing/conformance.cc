@@ -100,7 +100,7 @@ struct HostBuffer {
   void* dev = nullptr;
   bool on_device = false;
   HostBuffer(size_t count, DType type, int cuda_device = tls_cuda_device())
-      : bytes(std::max<size_t>(count * dtype_size(type), 1), 0xA5), t(type), n(count), device(cuda_device) {}
+      : bytes(take(std::max<size_t>(count * dtype_size(type), 1))), t(type), n(count), device(cuda_device) {}
   HostBuffer(HostBuffer&& o) noexcept
       : bytes(std::move(o.bytes)), t(o.t), n(o.n), device(o.device), dev(o.dev), on_device(o.on_device) {
     o.dev = nullptr;
@@ -108,6 +108,26 @@ struct HostBuffer {
   HostBuffer(const HostBuffer&) = delete;
   ~HostBuffer() {
     if (dev) sdk::cuda::runtime().Free(dev);
+    if (bytes.capacity() && pool().size() < 4) pool().push_back(std::move(bytes));
+  }
+  // This thread's freed buffers, reused: the large cases' fresh buffers
+  // otherwise cost a page fault per 4 KiB, every case.
+  static std::vector<std::vector<uint8_t>>& pool() {
+    thread_local std::vector<std::vector<uint8_t>> p;
+    return p;
+  }
+  static std::vector<uint8_t> take(size_t size) {
+    auto& p = pool();
+    auto best = p.end();
+    for (auto it = p.begin(); it != p.end(); ++it)
+      if (it->capacity() >= size && (best == p.end() || it->capacity() < best->capacity())) best = it;
+    std::vector<uint8_t> v;
+    if (best != p.end()) {
+      v = std::move(*best);
+      p.erase(best);
+    }
+    v.assign(size, 0xA5);
+    return v;
   }
   void* data() {
     if (on_device) {
@@ -129,16 +149,69 @@ struct HostBuffer {
   }
 };
 
-// Compares got[i] with expect(i) for i in [0, n); returns "" or the first mismatch.
-std::string check(const void* got, size_t n, DType t, double tol, const std::function<double(size_t)>& expect) {
-  for (size_t i = 0; i < n; ++i) {
-    double e = expect(i), g = read(got, i, t);
-    bool ok = tol == 0 ? g == e : std::fabs(g - e) <= tol * std::max(1.0, std::fabs(e));
-    if (!ok) {
-      std::ostringstream os;
-      os << "element " << i << " is " << g << ", expected " << e;
-      return os.str();
-    }
+// value() depends on i only through i % 23 and i % 2, so every expectation
+// below is periodic in i with this period: fill() and check() evaluate it
+// once per period (the large cases are 4M elements per rank).
+constexpr size_t kPeriod = 46;
+
+// p[i] = v(i) for i in [0, n); v must have period kPeriod.
+template <typename F>
+void fill(void* p, size_t n, DType t, F&& v) {
+  const size_t es = dtype_size(t), k = std::min(n, kPeriod);
+  for (size_t i = 0; i < k; ++i) write(p, i, t, v(i));
+  auto* b = static_cast<uint8_t*>(p);
+  for (size_t done = k; done < n;) {
+    size_t len = std::min(done, n - done);
+    std::memcpy(b + done * es, b, len * es);
+    done += len;
+  }
+}
+
+template <typename T, typename Read>
+size_t first_mismatch(const void* got, size_t n, double tol, const double* expect, Read rd) {
+  const T* g = static_cast<const T*>(got);
+  for (size_t i = 0, j = 0; i < n; ++i, j = j + 1 == kPeriod ? 0 : j + 1) {
+    double e = expect[j], v = rd(g[i]);
+    if (tol == 0 ? v != e : std::fabs(v - e) > tol * std::max(1.0, std::fabs(e))) return i;
+  }
+  return n;
+}
+
+// Compares got[i] with expect(i) for i in [0, n); expect must have period
+// kPeriod. Returns "" or the first mismatch.
+template <typename F>
+std::string check(const void* got, size_t n, DType t, double tol, F&& expect) {
+  double e[kPeriod];
+  for (size_t j = 0; j < std::min(n, kPeriod); ++j) e[j] = expect(j);
+  auto as_double = [](auto x) { return static_cast<double>(x); };
+  size_t bad = n;
+  switch (t) {
+    case DType::F32: bad = first_mismatch<float>(got, n, tol, e, as_double); break;
+    case DType::F64: bad = first_mismatch<double>(got, n, tol, e, as_double); break;
+    case DType::F16:
+      bad = first_mismatch<uint16_t>(got, n, tol, e, [](uint16_t x) { return double(sdk::half_to_float(x)); });
+      break;
+    case DType::BF16:
+      bad = first_mismatch<uint16_t>(got, n, tol, e, [](uint16_t x) { return double(sdk::bf16_to_float(x)); });
+      break;
+    case DType::I8: bad = first_mismatch<int8_t>(got, n, tol, e, as_double); break;
+    case DType::U8: bad = first_mismatch<uint8_t>(got, n, tol, e, as_double); break;
+    case DType::I32: bad = first_mismatch<int32_t>(got, n, tol, e, as_double); break;
+    case DType::I64: bad = first_mismatch<int64_t>(got, n, tol, e, as_double); break;
+  }
+  if (bad == n) return "";
+  std::ostringstream os;
+  os << "element " << bad << " is " << read(got, bad, t) << ", expected " << e[bad % kPeriod];
+  return os.str();
+}
+
+// check() on each of n blocks of c elements: block j against expect(j, i).
+template <typename F>
+std::string check_blocks(const void* got, size_t c, int n, DType t, F&& expect) {
+  for (int j = 0; j < n; ++j) {
+    std::string e = check(static_cast<const uint8_t*>(got) + j * c * dtype_size(t), c, t, 0,
+                          [&](size_t i) { return expect(j, i); });
+    if (!e.empty()) return "block " + std::to_string(j) + ": " + e;
   }
   return "";
 }
@@ -162,7 +235,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
         std::string on = std::string("/") + to_string(op);
         cases.push_back({"allreduce" + suffix + on + nc, DT_CAP_ALLREDUCE, [&comm, c, t, op, n, me] {
                            HostBuffer b(c, t);
-                           for (size_t i = 0; i < c; ++i) write(b.data(), i, t, value(me, i, t, op));
+                           fill(b.data(), c, t, [&](size_t i) { return value(me, i, t, op); });
                            comm.allreduce(b.buf(), op)->wait();
                            return check(b.data(), c, t, tolerance(t, op),
                                         [&](size_t i) { return reduce_expected(n, i, t, op); });
@@ -171,7 +244,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
         cases.push_back({"reduce" + suffix + on + nc + "/root=" + std::to_string(root), DT_CAP_REDUCE,
                          [&comm, c, t, op, n, me, root] {
                            HostBuffer s(c, t), r(me == root ? c : 0, t);
-                           for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, op));
+                           fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, op); });
                            comm.reduce(s.buf(), r.buf(), op, root)->wait();
                            if (me != root) return std::string();
                            return check(r.data(), c, t, tolerance(t, op),
@@ -179,7 +252,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
                          }});
         cases.push_back({"reduce_scatter" + suffix + on + nc, DT_CAP_REDUCE_SCATTER, [&comm, c, t, op, n, me] {
                            HostBuffer s(c * n, t), r(c, t);
-                           for (size_t i = 0; i < c * n; ++i) write(s.data(), i, t, value(me, i, t, op));
+                           fill(s.data(), c * n, t, [&](size_t i) { return value(me, i, t, op); });
                            comm.reduce_scatter(s.buf(), r.buf(), op)->wait();
                            return check(r.data(), c, t, tolerance(t, op),
                                         [&](size_t i) { return reduce_expected(n, me * c + i, t, op); });
@@ -188,7 +261,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       cases.push_back(
           {"allreduce_out_of_place" + suffix + nc, DT_CAP_ALLREDUCE, [&comm, c, t, n, me] {
              HostBuffer s(c, t), r(c, t);
-             for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
+             fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
              comm.allreduce(s.buf(), r.buf(), ReduceOp::Sum)->wait();
              std::string e =
                  check(r.data(), c, t, 0, [&](size_t i) { return reduce_expected(n, i, t, ReduceOp::Sum); });
@@ -201,32 +274,29 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       cases.push_back(
           {"broadcast" + suffix + nc + "/root=" + std::to_string(root), DT_CAP_BROADCAST, [&comm, c, t, me, root] {
              HostBuffer b(c, t);
-             if (me == root)
-               for (size_t i = 0; i < c; ++i) write(b.data(), i, t, value(root, i, t, ReduceOp::Sum));
+             if (me == root) fill(b.data(), c, t, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
              comm.broadcast(b.buf(), root)->wait();
              return check(b.data(), c, t, 0, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
            }});
       cases.push_back({"allgather" + suffix + nc, DT_CAP_ALLGATHER, [&comm, c, t, n, me] {
                          HostBuffer s(c, t), r(c * n, t);
-                         for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
+                         fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
                          comm.allgather(s.buf(), r.buf())->wait();
-                         return check(r.data(), c * n, t, 0, [&](size_t i) {
-                           return value(static_cast<int>(i / c), i % c, t, ReduceOp::Sum);
-                         });
+                         return check_blocks(r.data(), c, n, t,
+                                             [&](int j, size_t i) { return value(j, i, t, ReduceOp::Sum); });
                        }});
       cases.push_back({"alltoall" + suffix + nc, DT_CAP_ALLTOALL, [&comm, c, t, n, me] {
                          HostBuffer s(c * n, t), r(c * n, t);
-                         for (size_t i = 0; i < c * n; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
+                         fill(s.data(), c * n, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
                          comm.alltoall(s.buf(), r.buf())->wait();
                          // Block j of rank i's send is block i of rank j's recv.
-                         return check(r.data(), c * n, t, 0, [&](size_t i) {
-                           return value(static_cast<int>(i / c), me * c + i % c, t, ReduceOp::Sum);
-                         });
+                         return check_blocks(r.data(), c, n, t,
+                                             [&](int j, size_t i) { return value(j, me * c + i, t, ReduceOp::Sum); });
                        }});
       if (n > 1) {
         cases.push_back({"sendrecv_ring" + suffix + nc, DT_CAP_SENDRECV, [&comm, c, t, n, me] {
                            HostBuffer s(c, t), r(c, t);
-                           for (size_t i = 0; i < c; ++i) write(s.data(), i, t, value(me, i, t, ReduceOp::Sum));
+                           fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
                            int next = (me + 1) % n, prev = (me + n - 1) % n;
                            auto rw = comm.recv(r.buf(), prev, 7);
                            auto sw = comm.send(s.buf(), next, 7);
@@ -240,32 +310,32 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       // Many transfers in flight at once on several tags: receives posted in
       // tag order, sends in reverse tag order; messages of one (peer, tag)
       // match in posting order.
-      cases.push_back({"sendrecv_many_tags/f32/n=" + std::to_string(c), DT_CAP_SENDRECV, [&comm, c, n, me] {
-                         const int kTags = 4, kPerTag = 4;
-                         const DType t = DType::F32;
-                         int next = (me + 1) % n, prev = (me + n - 1) % n;
-                         std::vector<HostBuffer> sends, recvs;
-                         for (int k = 0; k < kTags * kPerTag; ++k) {
-                           sends.emplace_back(c, t);
-                           recvs.emplace_back(c, t);
-                           for (size_t i = 0; i < c; ++i)
-                             write(sends.back().data(), i, t, value(me, i + 31 * k, t, ReduceOp::Sum));
-                         }
-                         std::vector<std::shared_ptr<Work>> works;
-                         for (int tag = 0; tag < kTags; ++tag)
-                           for (int j = 0; j < kPerTag; ++j)
-                             works.push_back(comm.recv(recvs[tag * kPerTag + j].buf(), prev, 100 + tag));
-                         for (int tag = kTags - 1; tag >= 0; --tag)
-                           for (int j = 0; j < kPerTag; ++j)
-                             works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
-                         for (auto& w : works) w->wait();
-                         for (int k = 0; k < kTags * kPerTag; ++k) {
-                           std::string e = check(recvs[k].data(), c, t, 0,
-                                                 [&](size_t i) { return value(prev, i + 31 * k, t, ReduceOp::Sum); });
-                           if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
-                         }
-                         return std::string();
-                       }});
+      cases.push_back(
+          {"sendrecv_many_tags/f32/n=" + std::to_string(c), DT_CAP_SENDRECV, [&comm, c, n, me] {
+             const int kTags = 4, kPerTag = 4;
+             const DType t = DType::F32;
+             int next = (me + 1) % n, prev = (me + n - 1) % n;
+             std::vector<HostBuffer> sends, recvs;
+             for (int k = 0; k < kTags * kPerTag; ++k) {
+               sends.emplace_back(c, t);
+               recvs.emplace_back(c, t);
+               fill(sends.back().data(), c, t, [&](size_t i) { return value(me, i + 31 * k, t, ReduceOp::Sum); });
+             }
+             std::vector<std::shared_ptr<Work>> works;
+             for (int tag = 0; tag < kTags; ++tag)
+               for (int j = 0; j < kPerTag; ++j)
+                 works.push_back(comm.recv(recvs[tag * kPerTag + j].buf(), prev, 100 + tag));
+             for (int tag = kTags - 1; tag >= 0; --tag)
+               for (int j = 0; j < kPerTag; ++j)
+                 works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
+             for (auto& w : works) w->wait();
+             for (int k = 0; k < kTags * kPerTag; ++k) {
+               std::string e =
+                   check(recvs[k].data(), c, t, 0, [&](size_t i) { return value(prev, i + 31 * k, t, ReduceOp::Sum); });
+               if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
+             }
+             return std::string();
+           }});
     }
     cases.push_back({"barrier/n=" + std::to_string(c), DT_CAP_BARRIER, [&comm] {
                        comm.barrier()->wait();
