@@ -3,19 +3,28 @@
 # runs the unit tests and the conformance suite at small counts (ranks as
 # threads), where the core's lock-free work completion, the op queues and the
 # UCX mailboxes are exercised by several threads at once.
-# Usage: scripts/sanitize.sh thread|address   (address also enables undefined)
+# Usage: scripts/sanitize.sh thread|address [build|test]   (address also enables
+# undefined; the default does both steps: build, then test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind=${1:?usage: scripts/sanitize.sh thread|address}
+kind=${1:?usage: scripts/sanitize.sh thread|address [build|test]}
+step=${2:-all}
+case "$step" in
+  all | build | test) ;;
+  *) echo "sanitize.sh: unknown step '$step' (build or test)" >&2; exit 2 ;;
+esac
 case "$kind" in
   thread) flags=thread ;;
   address) flags=address,undefined ;;
   *) echo "sanitize.sh: unknown kind '$kind' (thread or address)" >&2; exit 2 ;;
 esac
 dir=build-$kind
-cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WERROR=ON \
-  -DDTRAIN_SANITIZE="$flags" -DDTRAIN_WITH_APPS=OFF -DDTRAIN_BUILD_BENCH=OFF >/dev/null
-cmake --build "$dir" -j"$(nproc)"
+if [[ $step != test ]]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WERROR=ON \
+    -DDTRAIN_SANITIZE="$flags" -DDTRAIN_WITH_APPS=OFF -DDTRAIN_BUILD_BENCH=OFF >/dev/null
+  cmake --build "$dir" -j"$(nproc)"
+fi
+[[ $step == build ]] && exit 0
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/sanitize/tsan.supp"
 export ASAN_OPTIONS="detect_leaks=1 abort_on_error=0"
 export LSAN_OPTIONS="suppressions=$PWD/tests/sanitize/lsan.supp"
