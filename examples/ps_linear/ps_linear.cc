@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -48,6 +49,7 @@ struct Options {
   double sleep_ms = 0;
   int64_t stall_after = -1;
   int64_t stall_worker = 1;
+  std::string stop_file;
 };
 
 void add_example_keys(ConfigSchema& s) {
@@ -60,7 +62,9 @@ void add_example_keys(ConfigSchema& s) {
       .add("ps_linear.seed", ConfigType::Int, "1", "seed of the data and of the true model")
       .add("ps_linear.sleep_ms", ConfigType::Float, "0", "pause after every step (tests)")
       .add("ps_linear.stall_after", ConfigType::Int, "-1", "stall_worker stops pushing after this step (tests)")
-      .add("ps_linear.stall_worker", ConfigType::Int, "1", "the worker that stalls");
+      .add("ps_linear.stall_worker", ConfigType::Int, "1", "the worker that stalls")
+      .add("ps_linear.stop_file", ConfigType::String, "",
+           "end training at the first step where this file exists (tests; async and GEO modes)");
 }
 
 Options read_options(const Config& c) {
@@ -75,6 +79,7 @@ Options read_options(const Config& c) {
   o.sleep_ms = c.get_float("ps_linear.sleep_ms", o.sleep_ms);
   o.stall_after = c.get_int("ps_linear.stall_after", o.stall_after);
   o.stall_worker = c.get_int("ps_linear.stall_worker", o.stall_worker);
+  o.stop_file = c.get_string("ps_linear.stop_file", o.stop_file);
   auto positive = [&](const char* key, int64_t v) {
     if (v < 1) {
       ConfigLocation loc = c.location_of(key);
@@ -191,6 +196,12 @@ int run_worker(ps::PsJob& job, const Config& config, const Options& o) {
               mode.mode == ps::Mode::Geo ? (" k_steps " + std::to_string(mode.geo_k_steps)).c_str() : "",
               sparse.name().c_str(), static_cast<unsigned long long>(dim), dense.name().c_str(),
               static_cast<unsigned long long>(dense.dim()));
+  if (!o.stop_file.empty() && mode.mode == ps::Mode::Sync) {
+    ConfigLocation loc = config.location_of("ps_linear.stop_file");
+    throw ConfigError(loc.file, loc.line, loc.column, "ps_linear.stop_file",
+                      "ps_linear.stop_file needs strategy.a_sync = true: in sync mode every worker must run "
+                      "the same steps");
+  }
   int64_t start = 0;
   if (int64_t r = w.restored_step(); r >= 0) {
     start = r;
@@ -216,6 +227,11 @@ int run_worker(ps::PsJob& job, const Config& config, const Options& o) {
                   static_cast<long long>(o.stall_after));
       std::fflush(stdout);
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (!o.stop_file.empty() && std::filesystem::exists(o.stop_file)) {
+      std::printf("worker %d: %s exists: stopping after step %lld\n", me, o.stop_file.c_str(),
+                  static_cast<long long>(step - 1));
+      break;
     }
     Batch b = data.batch(me, step);
     std::vector<uint64_t> uniq;

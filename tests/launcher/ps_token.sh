@@ -4,8 +4,9 @@
 # refuses it), and dtrain-ps-token-probe straight at the PS server with a
 # wrong token and with none (the server refuses it).
 source "$(dirname "$0")/ps_lib.sh"
-timeout 180 "$BIN/dtrain" --log_level info --server_num 1 --worker_num 2 -o ps_linear.steps=3000 -o ps_linear.sleep_ms=10 "$JOB" \
-  >out.txt 2>err.txt &
+# The job runs until the checks below are done (async: its workers stop on the file).
+timeout 180 "$BIN/dtrain" --log_level info --server_num 1 --worker_num 2 -o strategy.a_sync=true \
+  -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 -o ps_linear.stop_file="$WORK/stop" "$JOB" >out.txt 2>err.txt &
 dpid=$!
 wait_for log/workerlog.0 "step 20/"
 store=$(sed -n 's/^store: //p' log/endpoints.log)
@@ -25,6 +26,7 @@ for t in not-the-token ""; do
   rc=$?
   [ $rc -eq 3 ] || fail "the PS server did not refuse token '$t' (exit $rc): $(tail -3 probe.txt)"
 done
+touch "$WORK/stop"
 grep -q "refused a client from" log/serverlog.0 || fail "the PS server did not log the refusal"
 [ "$(grep -c "refused a client from" log/serverlog.0)" -ge 2 ] || fail "the PS server logged fewer than 2 refusals"
 wait $dpid || fail "the job failed after a refused client"
