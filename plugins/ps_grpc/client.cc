@@ -522,22 +522,22 @@ std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads,
       // bytes is an inlined copy, not a reference).
       StreamPart& part = streams.emplace_back();
       part.server = s;
-      part.count = std::max<uint64_t>(1, (pe - pb + per - 1) / per);  // one message even for an empty range
+      part.count = 1 + (pe - pb + per - 1) / per;
       part.make = [this, op, name, all, dst, src, n, pb, pe, per, push](size_t i, RawMessage* m) {
-        const uint64_t off = pb + i * per, len = std::min(per, pe - off);
-        if (len == 0 ? op->done()
-                     : !op->write_out([&] { std::memcpy(dst + off * sizeof(float), src + off, len * sizeof(float)); }))
-          return false;
-        if (i == 0) {  // the first message carries the total
+        if (i == 0) {  // the headers of every part go out before any values
           m->add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
           m->add_bytes(DenseChunk::kTableFieldNumber, *name);
           m->add_varint(DenseChunk::kTotalFieldNumber, n);
           m->add_varint(DenseChunk::kPushFieldNumber, push);
           m->add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
+          m->add_varint(DenseChunk::kOffsetFieldNumber, pb);
+          return !op->done();
         }
+        const uint64_t off = pb + (i - 1) * per, len = std::min(per, pe - off);
+        if (!op->write_out([&] { std::memcpy(dst + off * sizeof(float), src + off, len * sizeof(float)); }))
+          return false;
         m->add_varint(DenseChunk::kOffsetFieldNumber, off);
-        if (len > 0)
-          m->add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+        m->add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
         return true;
       };
     }
