@@ -2,7 +2,6 @@
 // ps_grpc plugin's server (gRPC's synchronous server), and a client that
 // sends the same payloads a PS call would, chunked the same way.
 #include <grpcpp/grpcpp.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cstring>
@@ -159,11 +158,6 @@ std::unique_ptr<Impl> make_grpc_impl(const std::vector<std::string>& endpoints, 
 }
 
 int echo_server_main(Store& store, int index, size_t chunk_bytes) {
-  // The memory policy of the ps_grpc server process (its keep_memory option,
-  // on by default): freed memory stays in the process, so the reference's
-  // server does not page-fault its request buffers in anew either.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   EchoService service(chunk_bytes);
   grpc::ServerBuilder builder;
   int port = 0;
