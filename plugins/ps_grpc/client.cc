@@ -97,7 +97,7 @@ grpc::Status PsClient::Server::unary(grpc::ClientContext& ctx, const char* metho
 
 grpc::Status PsClient::Server::client_stream(grpc::ClientContext& ctx, const char* method,
                                              const std::vector<RawMessage>& msgs) {
-  const auto& ch = channels[next.fetch_add(1, std::memory_order_relaxed) % channels.size()];
+  const auto& ch = channel();
   grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
   Empty reply;
   std::unique_ptr<grpc::ClientWriter<RawMessage>> writer(
@@ -322,6 +322,89 @@ void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std:
   });
 }
 
+void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts) {
+  pool_.post([this, op, method, parts = std::move(parts)] {
+    wait_after(*op);
+    struct Pending {
+      grpc::ClientContext ctx;
+      Empty reply;
+      grpc::Status status;
+      std::unique_ptr<grpc::ClientAsyncWriter<RawMessage>> rpc;
+      RawMessage msg;   // the message being written
+      size_t next = 0;  // the next message to write
+    };
+    std::vector<std::unique_ptr<Pending>> calls(parts.size());
+    grpc::CompletionQueue cq;
+    // Tags: 2 * call + 0 (a write) or 1 (the call's end).
+    auto tag = [](size_t i, size_t kind) { return reinterpret_cast<void*>(2 * i + kind); };
+    // Writes call i's next message, or ends the call after its last (or
+    // when the op ended: cancelled).
+    auto step = [&](size_t i) {
+      Pending& c = *calls[i];
+      const StreamPart& p = parts[i];
+      c.msg = RawMessage();
+      if (c.next < p.count && p.make(c.next, &c.msg)) {
+        grpc::WriteOptions wo;
+        if (c.next + 1 == p.count) wo.set_last_message();
+        c.rpc->Write(c.msg, wo, tag(i, 0));
+        ++c.next;
+        return;
+      }
+      if (c.next < p.count) c.ctx.TryCancel();
+      c.next = p.count + 1;  // no more writes
+      c.rpc->Finish(&c.status, tag(i, 1));
+    };
+    size_t started = 0;
+    const bool done = op->done();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (done) {
+        op->part_done(DT_ERR_ABORTED, "");
+        continue;
+      }
+      auto c = std::make_unique<Pending>();
+      c->ctx.set_deadline(wall_deadline(op->deadline()));
+      if (!token_.empty()) c->ctx.AddMetadata(kTokenKey, token_);
+      if (!track(&c->ctx)) {
+        op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
+        continue;
+      }
+      c->ctx.set_initial_metadata_corked(true);
+      const auto& ch = servers_[parts[i].server]->channel();
+      grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+      c->rpc.reset(grpc::internal::ClientAsyncWriterFactory<RawMessage>::Create(ch.get(), &cq, rpc, &c->ctx, &c->reply,
+                                                                                false, nullptr));
+      c->rpc->StartCall(nullptr);  // corked: the headers go with the first write
+      calls[i] = std::move(c);
+      ++started;
+      step(i);
+    }
+    for (size_t ended = 0; ended < started;) {
+      void* t = nullptr;
+      bool ok = false;
+      if (!cq.Next(&t, &ok)) break;  // cannot happen before Shutdown
+      const size_t i = reinterpret_cast<size_t>(t) / 2;
+      Pending& c = *calls[i];
+      if (reinterpret_cast<size_t>(t) % 2 == 0) {
+        if (!ok) c.next = parts[i].count;  // the stream broke: its status says why
+        step(i);
+        continue;
+      }
+      ++ended;
+      Server& srv = *servers_[parts[i].server];
+      dt_status_t code = DT_OK;
+      std::string msg;
+      if (!c.status.ok()) std::tie(code, msg) = translate(c.status, c.ctx, srv, *op);
+      untrack(&c.ctx);
+      op->part_done(code, msg);
+    }
+    cq.Shutdown();
+    void* t = nullptr;
+    bool ok = false;
+    while (cq.Next(&t, &ok)) {
+    }
+  });
+}
+
 std::shared_ptr<sdk::Work> PsClient::declare(const sdk::TableDesc& desc, uint32_t* id, const Opts& o) {
   check_open("ps_table");
   check_desc(desc);
@@ -423,41 +506,43 @@ std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads,
   auto op = new_op("a push to dense table '" + t.desc.name + "'", total_parts, o);
   op->after = {t.declared, t.last_push};
   auto name = std::make_shared<grpc::Slice>(t.desc.name);
+  std::vector<StreamPart> streams;
   for (int s = 0; s < num_servers_; ++s) {
     const uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
     // The values staged in reused memory, each chunk a slice of it (no page
-    // faults on fresh memory); each part copies its values in just before it
-    // sends them, guarded like a write into the caller's memory (the caller
-    // may reuse grads once the op is done, aborted ops included).
+    // faults on fresh memory); each chunk's values are copied in just before
+    // it is written, guarded like a write into the caller's memory (the
+    // caller may reuse grads once the op is done, aborted ops included).
     grpc::Slice all = lease_slice(staging_->get(n * sizeof(float)), n * sizeof(float));
+    char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(all.begin()));
+    const float* src = grads + begin;
     for (uint64_t p = 0; p < parts[s]; ++p) {
       const uint64_t pb = n * p / parts[s], pe = n * (p + 1) / parts[s];
-      run(op, s,
-          [this, op, name, all, src = grads + begin, n, pb, pe, per, push](grpc::ClientContext& ctx, Server& srv) {
-            char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(all.begin()));
-            if (!op->write_out([&] { std::memcpy(dst + pb * sizeof(float), src + pb, (pe - pb) * sizeof(float)); }))
-              return grpc::Status(grpc::StatusCode::CANCELLED, "the push ended");
-            std::vector<RawMessage> msgs;
-            uint64_t off = pb;
-            do {  // one message even for an empty range: it carries the total
-              const uint64_t len = std::min(per, pe - off);
-              RawMessage& m = msgs.emplace_back();
-              if (off == pb) {
-                m.add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
-                m.add_bytes(DenseChunk::kTableFieldNumber, *name);
-                m.add_varint(DenseChunk::kTotalFieldNumber, n);
-                m.add_varint(DenseChunk::kPushFieldNumber, push);
-                m.add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
-              }
-              m.add_varint(DenseChunk::kOffsetFieldNumber, off);
-              if (len > 0)
-                m.add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
-              off += len;
-            } while (off < pe);
-            return srv.client_stream(ctx, kPushDenseMethod, msgs);
-          });
+      // A message is built once its values are in (a sub-slice under 24
+      // bytes is an inlined copy, not a reference).
+      StreamPart& part = streams.emplace_back();
+      part.server = s;
+      part.count = 1 + (pe - pb + per - 1) / per;
+      part.make = [this, op, name, all, dst, src, n, pb, pe, per, push](size_t i, RawMessage* m) {
+        if (i == 0) {  // the headers of every part go out before any values
+          m->add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
+          m->add_bytes(DenseChunk::kTableFieldNumber, *name);
+          m->add_varint(DenseChunk::kTotalFieldNumber, n);
+          m->add_varint(DenseChunk::kPushFieldNumber, push);
+          m->add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
+          m->add_varint(DenseChunk::kOffsetFieldNumber, pb);
+          return !op->done();
+        }
+        const uint64_t off = pb + (i - 1) * per, len = std::min(per, pe - off);
+        if (!op->write_out([&] { std::memcpy(dst + off * sizeof(float), src + off, len * sizeof(float)); }))
+          return false;
+        m->add_varint(DenseChunk::kOffsetFieldNumber, off);
+        m->add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+        return true;
+      };
     }
   }
+  run_streams(op, kPushDenseMethod, std::move(streams));
   t.last_push = op;
   return submit(op);
 }

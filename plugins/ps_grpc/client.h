@@ -5,6 +5,7 @@
 // flight is registered so abort() can cancel it.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -61,8 +62,11 @@ class PsClient {
     grpc::Status unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
                        grpc::ByteBuffer* reply);
     // A blocking client-streamed call of `method` sending raw messages (a
-    // dense push's chunks, built in place: no serialization copy).
+    // sparse push's chunks, built in place: no serialization copy).
     grpc::Status client_stream(grpc::ClientContext& ctx, const char* method, const std::vector<RawMessage>& msgs);
+    const std::shared_ptr<grpc::Channel>& channel() {
+      return channels[next.fetch_add(1, std::memory_order_relaxed) % channels.size()];
+    }
   };
   struct ClientTable {
     sdk::TableDesc desc;
@@ -87,6 +91,20 @@ class PsClient {
   // one completion queue and handles each reply as it comes (no thread
   // hand-off per call), each call a part of op.
   void run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts);
+  // One client-streamed call in raw bytes of an op (its reply empty): its
+  // number of messages, and what builds message i just before it is written
+  // (false: the op ended, the call is cancelled).
+  struct StreamPart {
+    int server = 0;
+    size_t count = 0;
+    std::function<bool(size_t i, RawMessage* m)> make;
+  };
+  // Queues every part of op as one task, as run_unary: it starts every
+  // stream at once on one completion queue and writes a stream's next
+  // message when its last write completes (no thread per call, so the
+  // writes leave a core to the server beside it on one host; the headers go
+  // with the first message, the end of the stream with the last).
+  void run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts);
   // Waits (up to op's deadline) for the ops op runs after.
   static void wait_after(Op& op);
   std::shared_ptr<sdk::Work> submit(const std::shared_ptr<Op>& op);

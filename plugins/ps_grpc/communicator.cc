@@ -30,6 +30,7 @@ PsCommunicator::PsCommunicator(const sdk::CommInit& init) : options_(PsOptions::
   if (rank_ < 0 || rank_ >= init.num_servers)
     sdk::fail(DT_ERR_INVALID_USAGE, "ps_grpc: server rank " + std::to_string(rank_) + " is not in [0, " +
                                         std::to_string(init.num_servers) + ")");
+  if (options_.keep_memory) keep_freed_memory();
   service_ = std::make_unique<PsService>(init, options_);
   std::string host = options_.bind_host(init);
   std::string bind =

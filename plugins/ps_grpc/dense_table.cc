@@ -1,11 +1,15 @@
 // A dense table's part on one server: values [begin, end) of the flat
-// vector, their optimizer state, the table's Adam step count. One
-// reader-writer lock (a dense step touches every value anyway).
+// vector, their optimizer state, the table's Adam step count. A
+// reader-writer lock for the table (whole pushes, loads: exclusive) and one
+// per stripe of 65,536 values: the ranges of a push (ASYNC, GEO) are applied
+// under the table's lock shared and their stripes' exclusive, so a push's
+// parts (calls running side by side) apply at once, not one block at a time.
 // A dense table has no per-row changed marks: BASE and DELTA saves write
 // every value (without state). Loading FULL restores the state and t; BASE
 // resets them to a fresh table's; DELTA keeps them. File layouts: files.cc.
 
 #include <algorithm>
+#include <memory>
 #include <shared_mutex>
 #include <thread>
 
@@ -27,7 +31,9 @@ class DenseTable final : public Table {
         begin_(sh.dense_begin(desc.dim, server)),
         n_(sh.dense_end(desc.dim, server) - begin_),
         rule_(desc),
-        sync_(workers) {
+        sync_(workers),
+        num_stripes_((n_ + kStripe - 1) / kStripe),
+        stripes_(new std::shared_mutex[num_stripes_]) {
     w_.resize(n_);
     const Initializer init(desc.initializer, desc.init_a, desc.init_b, desc.seed);
     for (uint64_t i = 0; i < n_; ++i) w_[i] = init.dense_value(begin_ + i);
@@ -39,7 +45,11 @@ class DenseTable final : public Table {
     check_count("pull", count);
     if (desc_.mode == DT_PS_MODE_SYNC) sync_.wait(worker, deadline, desc_.name);
     std::shared_lock<std::shared_mutex> lk(mu_);
-    std::copy(w_.begin(), w_.end(), out);
+    for (uint64_t s = 0; s < num_stripes_; ++s) {
+      std::shared_lock<std::shared_mutex> stripe(stripes_[s]);
+      const uint64_t b = s * kStripe, e = std::min(n_, b + kStripe);
+      std::copy(w_.begin() + static_cast<ptrdiff_t>(b), w_.begin() + static_cast<ptrdiff_t>(e), out + b);
+    }
   }
 
   void push_dense(int worker, const float* g, uint64_t count) override {
@@ -77,9 +87,13 @@ class DenseTable final : public Table {
       sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': a dense push range [" + std::to_string(offset) +
                                           ", +" + std::to_string(len) + ") is outside server " +
                                           std::to_string(server_) + "'s " + std::to_string(n_) + " values");
-    std::unique_lock<std::shared_mutex> lk(mu_);
+    if (len == 0) return;
+    std::shared_lock<std::shared_mutex> lk(mu_);
+    const uint64_t first = offset / kStripe, last = (offset + len - 1) / kStripe;
+    for (uint64_t s = first; s <= last; ++s) stripes_[s].lock();
     uint64_t t = step;
     apply_range(offset, offset + len, g, t);
+    for (uint64_t s = first; s <= last; ++s) stripes_[s].unlock();
   }
 
   void end_dense_push() override { applied_.fetch_add(1); }
@@ -134,6 +148,17 @@ class DenseTable final : public Table {
     rule_.apply_dense(w_.data() + b, s0, s1, t, g, e - b);
   }
   static constexpr uint64_t kSplitApply = uint64_t{1} << 20;  // values (4 MiB)
+  static constexpr uint64_t kStripe = uint64_t{1} << 16;      // values
+  // Readers that need every value consistent (save) hold all stripes shared.
+  struct AllStripes {
+    explicit AllStripes(const DenseTable& t) : t_(t) {
+      for (uint64_t s = 0; s < t_.num_stripes_; ++s) t_.stripes_[s].lock_shared();
+    }
+    ~AllStripes() {
+      for (uint64_t s = 0; s < t_.num_stripes_; ++s) t_.stripes_[s].unlock_shared();
+    }
+    const DenseTable& t_;
+  };
   void reset_state() {
     const int arrays = rule_.dense_state_arrays();
     s0_.assign(arrays >= 1 ? n_ : 0, rule_.kind() == DT_PS_OPT_ADAGRAD ? rule_.g2_init() : 0.0f);
@@ -145,11 +170,13 @@ class DenseTable final : public Table {
   int server_, workers_;
   uint64_t begin_, n_;
   Rule rule_;
-  mutable std::shared_mutex mu_;
+  mutable std::shared_mutex mu_;  // lock order: mu_, then stripes in increasing order
   std::vector<float> w_, s0_, s1_;
   uint64_t t_ = 0;
   std::atomic<uint64_t> applied_{0};
   SyncSteps<std::vector<float>> sync_;
+  const uint64_t num_stripes_;
+  const std::unique_ptr<std::shared_mutex[]> stripes_;
 };
 
 std::vector<std::string> DenseTable::save(const std::string& dir, const std::string& generation, int mode, int format) {
@@ -163,6 +190,7 @@ std::vector<std::string> DenseTable::save(const std::string& dir, const std::str
   const bool full = mode == DT_PS_SAVE_FULL;
   const int arrays = full ? rule_.dense_state_arrays() : 0;
   std::shared_lock<std::shared_mutex> lk(mu_);
+  AllStripes stripes(*this);
   if (format == DT_PS_FORMAT_BINARY) {
     PartHeader h;
     h.kind = DT_PS_TABLE_DENSE;

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ PsOptions PsOptions::parse(const sdk::CommInit& init) {
       o, "max_request_bytes", static_cast<int64_t>(p.max_request_bytes), 1, std::numeric_limits<int64_t>::max()));
   p.threads = static_cast<int>(in_range(o, "threads", 0, 0, 4096));
   p.channels = static_cast<int>(in_range(o, "channels", 1, 1, 64));
+  p.keep_memory = o.get_bool("keep_memory", p.keep_memory);
   return p;
 }
 
@@ -57,6 +59,11 @@ std::string PsOptions::bind_host(const sdk::CommInit& init) const {
   if (init.single_host()) return "127.0.0.1";
   if (const char* ip = std::getenv("DTRAIN_HOST_IP"); ip && *ip) return ip;
   return hostname_address();
+}
+
+void keep_freed_memory() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 int PsOptions::max_message_bytes() const {

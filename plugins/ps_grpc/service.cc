@@ -365,7 +365,8 @@ grpc::Status PsService::PushDenseRaw(grpc::ServerContext* ctx, grpc::ServerReade
     else
       t->end_dense_push();
   });
-  if (st.ok()) stream->Write(Empty());
+  // The reply goes out with the status (one write, not two round trips).
+  if (st.ok()) stream->WriteLast(Empty(), grpc::WriteOptions());
   return st;
 }
 
