@@ -177,16 +177,6 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
       throw InvalidUsage("plugin file '" + path.string() + "' is not a shared library: " + why);
     throw InvalidUsage("plugin '" + path.string() + "' could not be loaded: " + why);
   }
-  // Plugins stay mapped for the life of the process (RTLD_NODELETE set on the
-  // loaded object), as NCCL keeps its net plugins: a transport may still run
-  // a timed-out op on its own threads after every communicator is gone (Gloo
-  // cannot interrupt its pair threads; work.h), and unmapping the plugin under
-  // them crashed a process at exit (a SEGV at an unmapped PC under TSan).
-  if (!::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD | RTLD_NODELETE)) {
-    const char* e = ::dlerror();
-    throw InvalidUsage("plugin '" + path.string() +
-                       "' was loaded but could not be pinned: " + (e ? e : "unknown error"));
-  }
   if (!impl->library.has(DT_BACKEND_V1_ENTRY))
     throw InvalidUsage("plugin '" + path.string() + "' exports no entry point (looked for " + DT_BACKEND_V1_ENTRY +
                        "); build it with DTRAIN_EXPORT_BACKEND_V1 or dtrain_add_plugin()");
