@@ -154,6 +154,14 @@ std::pair<dt_status_t, std::string> PsClient::translate(const grpc::Status& st, 
   }
 }
 
+bool PsClient::open_call(Op& op, grpc::ClientContext& ctx) {
+  ctx.set_deadline(wall_deadline(op.deadline()));
+  if (!token_.empty()) ctx.AddMetadata(kTokenKey, token_);
+  if (track(&ctx)) return true;
+  op.part_done(DT_ERR_ABORTED, "ps_grpc: " + op.what() + " aborted");
+  return false;
+}
+
 bool PsClient::track(grpc::ClientContext* ctx) {
   std::lock_guard<std::mutex> lk(mu_);
   if (aborted_) return false;
@@ -234,12 +242,7 @@ void PsClient::run(const std::shared_ptr<Op>& op, int s, Call call) {
     }
     Server& srv = *servers_[s];
     grpc::ClientContext ctx;
-    ctx.set_deadline(wall_deadline(op->deadline()));
-    if (!token_.empty()) ctx.AddMetadata(kTokenKey, token_);
-    if (!track(&ctx)) {
-      op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
-      return;
-    }
+    if (!open_call(*op, ctx)) return;
     dt_status_t code = DT_OK;
     std::string msg;
     try {
@@ -276,12 +279,7 @@ void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std:
         continue;
       }
       auto c = std::make_unique<Pending>();
-      c->ctx.set_deadline(wall_deadline(op->deadline()));
-      if (!token_.empty()) c->ctx.AddMetadata(kTokenKey, token_);
-      if (!track(&c->ctx)) {
-        op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
-        continue;
-      }
+      if (!open_call(*op, c->ctx)) continue;
       Server& srv = *servers_[parts[i].server];
       c->rpc = srv.generic_stub().PrepareUnaryCall(&c->ctx, method, parts[i].request, &cq);
       c->rpc->StartCall();
@@ -362,12 +360,7 @@ void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, st
         continue;
       }
       auto c = std::make_unique<Pending>();
-      c->ctx.set_deadline(wall_deadline(op->deadline()));
-      if (!token_.empty()) c->ctx.AddMetadata(kTokenKey, token_);
-      if (!track(&c->ctx)) {
-        op->part_done(DT_ERR_ABORTED, "ps_grpc: " + op->what() + " aborted");
-        continue;
-      }
+      if (!open_call(*op, c->ctx)) continue;
       c->ctx.set_initial_metadata_corked(true);
       const auto& ch = servers_[parts[i].server]->channel();
       grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);

@@ -112,6 +112,9 @@ class PsClient {
   std::pair<dt_status_t, std::string> translate(const grpc::Status& st, grpc::ClientContext& ctx, const Server& s,
                                                 const Op& op);
   bool track(grpc::ClientContext* ctx);
+  // A call's context: op's deadline, the job token, tracked for abort. False
+  // (the part reported aborted) when the client is being aborted.
+  bool open_call(Op& op, grpc::ClientContext& ctx);
   void untrack(grpc::ClientContext* ctx);
   void check_open(const char* op);
 
