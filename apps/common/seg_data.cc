@@ -35,11 +35,12 @@ class SceneDataset : public Dataset {
     auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(gen); };
     Image im{3, S, S, std::vector<uint8_t>(size_t(3) * S * S), std::vector<uint8_t>(size_t(S) * S, 0), {}};
 
-    // Background: a random colour, two stripe patterns and per-pixel noise.
-    double base[3], amp1 = uni(8, 30), amp2 = uni(5, 20);
-    for (double& b : base) b = uni(25, 115);
+    // Background: a random dark colour, two stripe patterns and per-pixel
+    // noise, kept below the items' brightness (see the tint below).
+    double base[3], amp1 = uni(6, 22), amp2 = uni(4, 14);
+    for (double& b : base) b = uni(15, 80);
     double t1 = uni(0, M_PI), f1 = uni(0.15, 0.6), t2 = uni(0, M_PI), f2 = uni(0.05, 0.25), ph = uni(0, 6.3);
-    std::uniform_int_distribution<int> noise(-12, 12);
+    std::uniform_int_distribution<int> noise(-8, 8);
     for (int y = 0; y < S; ++y)
       for (int x = 0; x < S; ++x) {
         double s1 = std::sin(f1 * (x * std::cos(t1) + y * std::sin(t1)));
@@ -70,8 +71,11 @@ class SceneDataset : public Dataset {
         if (worst <= o_.max_overlap) break;
       }
       boxes.push_back(box);
+      // Every pixel the label gives to the item is drawn at half its tint or
+      // more, so even an item's faintest covered pixels stand out from the
+      // background (drawn from 0.35 of the tint they were as dark as it).
       double tint[3];
-      for (double& t : tint) t = uni(130, 255);
+      for (double& t : tint) t = uni(140, 255);
       for (int y = 0; y < sz; ++y) {
         int cy = box.y + y;
         if (cy < 0 || cy >= S) continue;
@@ -81,7 +85,7 @@ class SceneDataset : public Dataset {
           if (cx < 0 || cx >= S || v <= o_.threshold) continue;
           im.mask[size_t(cy) * S + cx] = static_cast<uint8_t>(cls + 1);
           for (int c = 0; c < 3; ++c)
-            im.pixels[(size_t(c) * S + cy) * S + cx] = static_cast<uint8_t>(tint[c] * (0.35 + 0.65 * v / 255.0));
+            im.pixels[(size_t(c) * S + cy) * S + cx] = static_cast<uint8_t>(tint[c] * (0.5 + 0.5 * v / 255.0));
         }
       }
     }
