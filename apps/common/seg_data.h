@@ -15,10 +15,11 @@ namespace dtrain::apps {
 // and mask alike (common/data.h). get() runs on the loader's background thread.
 
 // Scenes composed from an item data set (Fashion-MNIST): on a size x size RGB
-// canvas with a textured background (random colour, stripes, noise), between
-// min_items and max_items items, each scaled by a factor in [min_scale,
-// max_scale] of its 28 px, optionally mirrored, tinted with a random bright
-// colour and placed at a random position (a placement whose box overlaps the
+// canvas with a textured background (random dark colour, stripes, noise),
+// between min_items and max_items items, each scaled by a factor in
+// [min_scale, max_scale] of its 28 px, optionally mirrored, tinted with a
+// random bright colour (every covered pixel at half its tint or more, so
+// faint ones stand out from the dark background) and placed at a random position (a placement whose box overlaps the
 // earlier items' boxes by more than max_overlap of its own is retried, so
 // items overlap but stay visible). An item covers the pixels where its resized
 // grey value exceeds `threshold`; a pixel's label is 1 + the class of the
