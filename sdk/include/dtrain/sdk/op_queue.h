@@ -26,6 +26,61 @@ namespace dtrain::sdk {
 
 class OpQueue;
 
+// Drainers left blocked in a transport call when their queue shut down
+// (OpQueue::shutdown). Each ends on its own, at its op's deadline, but runs
+// the plugin's code until then, so the plugin must not be unmapped under it.
+// One registry per plugin (this header is compiled into each, with hidden
+// visibility). Its destructor runs when the plugin is unloaded or the process
+// exits, before the plugin's code goes away: it joins every drainer that ends
+// within its wait (kExitWait) and leaves one still blocked after that detached.
+class DetachedDrainers {
+ public:
+  static constexpr std::chrono::milliseconds kExitWait{10000};
+
+  // The plugin's registry (OpQueue::shutdown adopts into it).
+  static DetachedDrainers& get() {
+    static DetachedDrainers registry;
+    return registry;
+  }
+  explicit DetachedDrainers(std::chrono::milliseconds wait = kExitWait) : wait_(wait) {}
+  DetachedDrainers(const DetachedDrainers&) = delete;
+  DetachedDrainers& operator=(const DetachedDrainers&) = delete;
+  // `done` is set by the drainer as the last thing its own code does.
+  void adopt(std::thread t, std::shared_ptr<std::atomic<bool>> done) {
+    std::lock_guard<std::mutex> lk(mu_);
+    drainers_.push_back({std::move(t), std::move(done)});
+  }
+  size_t size() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return drainers_.size();
+  }
+  ~DetachedDrainers() {
+    auto until = std::chrono::steady_clock::now() + wait_;
+    std::deque<Drainer> drainers;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      drainers.swap(drainers_);
+    }
+    for (auto& d : drainers) {
+      while (!d.done->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (d.done->load(std::memory_order_acquire))
+        d.thread.join();
+      else
+        d.thread.detach();
+    }
+  }
+
+ private:
+  struct Drainer {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  const std::chrono::milliseconds wait_;
+  std::mutex mu_;
+  std::deque<Drainer> drainers_;
+};
+
 // A collective queued on an OpQueue. Its body runs once, on the thread that
 // waits for it or on the queue's drainer. test() reads a lock-free flag (the
 // latency path polls it); on a lazy queue an unfinished test() also wakes
@@ -104,8 +159,9 @@ class QueuedBody final : public QueuedWork {
 //    with inline_ok = false (its transport waits may outlast its deadline, as
 //    Gloo's connection-level waits outlast a per-call timeout shorter than
 //    the communicator's). If an op is still blocked
-//    in the transport at shutdown after an abort, the drainer is detached and
-//    finishes on its own (a body must hold, by shared_ptr, what it touches).
+//    in the transport at shutdown after an abort, the drainer is left to
+//    finish on its own (a body must hold, by shared_ptr, what it touches) and
+//    DetachedDrainers joins it before the plugin is unloaded.
 class OpQueue : public std::enable_shared_from_this<OpQueue> {
  public:
   struct Settings {
@@ -128,7 +184,13 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   // The drainer holds the queue: its owner must call shutdown().
   static std::shared_ptr<OpQueue> create(Settings settings) {
     std::shared_ptr<OpQueue> q(new OpQueue(std::move(settings)));
-    q->drainer_ = std::thread([q] { q->drain_loop(); });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    q->drainer_done_ = done;
+    q->drainer_ = std::thread([q, done]() mutable {
+      q->drain_loop();
+      q.reset();
+      done->store(true, std::memory_order_release);
+    });
     return q;
   }
   ~OpQueue() { shutdown("communicator destroyed"); }
@@ -240,8 +302,8 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
 
   // Stops the drainer and fails what is still queued. Interruptible queues
   // then wait until no body runs anywhere, run_or_submit's inline ones too
-  // (the caller has aborted the transport first); others detach a drainer
-  // still blocked in a body.
+  // (the caller has aborted the transport first); others hand a drainer
+  // still blocked in a body to DetachedDrainers.
   void shutdown(const std::string& reason) {
     bool detach = false;
     {
@@ -252,12 +314,10 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
       cv_.notify_all();
     }
     if (drainer_.joinable()) {
-      if (detach)
-        drainer_.detach();
-      else if (drainer_.get_id() != std::this_thread::get_id())
-        drainer_.join();
+      if (detach || drainer_.get_id() == std::this_thread::get_id())
+        DetachedDrainers::get().adopt(std::move(drainer_), drainer_done_);
       else
-        drainer_.detach();
+        drainer_.join();
     }
     std::deque<std::shared_ptr<QueuedWork>> q;
     {
@@ -385,6 +445,7 @@ class OpQueue : public std::enable_shared_from_this<OpQueue> {
   uint64_t submits_ = 0;
   std::string reason_;
   std::thread drainer_;
+  std::shared_ptr<std::atomic<bool>> drainer_done_;
 };
 
 inline dt_status_t QueuedWork::test() {

@@ -1,0 +1,97 @@
+// The SDK's OpQueue: what happens to a drainer still blocked in a transport
+// call when its queue shuts down (DetachedDrainers).
+#include "dtrain/sdk/op_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+namespace {
+
+using namespace std::chrono_literals;
+using dtrain::sdk::Clock;
+using dtrain::sdk::DetachedDrainers;
+using dtrain::sdk::OpQueue;
+using Flag = std::shared_ptr<std::atomic<bool>>;
+
+Flag flag() { return std::make_shared<std::atomic<bool>>(false); }
+
+bool wait_for(const Flag& f, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!f->load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return f->load();
+}
+
+TEST(DetachedDrainers, JoinsADrainerThatEndsWithinTheWait) {
+  Flag after = flag();
+  auto start = std::chrono::steady_clock::now();
+  {
+    DetachedDrainers registry(5s);
+    Flag done = flag();
+    registry.adopt(std::thread([done, after] {
+                     std::this_thread::sleep_for(200ms);
+                     done->store(true);
+                     std::this_thread::sleep_for(50ms);  // still the thread's code: the join waits for it
+                     after->store(true);
+                   }),
+                   done);
+    EXPECT_EQ(registry.size(), 1u);
+  }
+  EXPECT_TRUE(after->load());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 240ms);
+}
+
+TEST(DetachedDrainers, LeavesADrainerStillBlockedAfterTheWaitDetached) {
+  Flag release = flag(), finished = flag();
+  auto start = std::chrono::steady_clock::now();
+  {
+    DetachedDrainers registry(100ms);
+    Flag done = flag();
+    registry.adopt(std::thread([done, release, finished] {
+                     wait_for(release, 60s);
+                     done->store(true);
+                     finished->store(true);
+                   }),
+                   done);
+  }
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 100ms);
+  EXPECT_LT(took, 5s);
+  EXPECT_FALSE(finished->load());
+  release->store(true);
+  EXPECT_TRUE(wait_for(finished, 10s));
+}
+
+// Gloo's case: a non-interruptible queue shut down after an abort while its
+// drainer is blocked in a body. shutdown() returns without waiting for the
+// body and hands the drainer to the plugin's registry, which joins it before
+// the plugin is unmapped (here: when the test program exits).
+TEST(OpQueue, ShutdownHandsADrainerBlockedInABodyToTheRegistry) {
+  OpQueue::Settings settings;
+  settings.interruptible = false;
+  settings.lazy = true;
+  auto queue = OpQueue::create(settings);
+  Flag entered = flag(), release = flag(), left = flag();
+  size_t before = DetachedDrainers::get().size();
+  auto work = queue->submit(
+      [entered, release, left](Clock::time_point) {
+        entered->store(true);
+        wait_for(release, 60s);
+        left->store(true);
+      },
+      Clock::now() + 60s, /*inline_ok=*/false);
+  ASSERT_TRUE(wait_for(entered, 10s));
+  queue->abort("test abort");
+  auto start = std::chrono::steady_clock::now();
+  queue->shutdown("test shutdown");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_FALSE(left->load());
+  EXPECT_EQ(DetachedDrainers::get().size(), before + 1);
+  release->store(true);
+  EXPECT_TRUE(wait_for(left, 10s));
+}
+
+}  // namespace
