@@ -44,6 +44,21 @@ TEST(DetachedDrainers, JoinsADrainerThatEndsWithinTheWait) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, 240ms);
 }
 
+TEST(DetachedDrainers, JoinsTheDoneOnesWhenItAdoptsAnother) {
+  DetachedDrainers registry(5s);
+  Flag first_done = flag(), release = flag();
+  registry.adopt(std::thread([first_done] { first_done->store(true); }), first_done);
+  ASSERT_TRUE(wait_for(first_done, 10s));
+  Flag second_done = flag();
+  registry.adopt(std::thread([second_done, release] {
+                   wait_for(release, 60s);
+                   second_done->store(true);
+                 }),
+                 second_done);
+  EXPECT_EQ(registry.size(), 1u);
+  release->store(true);
+}
+
 TEST(DetachedDrainers, LeavesADrainerStillBlockedAfterTheWaitDetached) {
   Flag release = flag(), finished = flag();
   auto start = std::chrono::steady_clock::now();

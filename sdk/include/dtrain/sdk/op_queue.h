@@ -46,8 +46,18 @@ class DetachedDrainers {
   DetachedDrainers(const DetachedDrainers&) = delete;
   DetachedDrainers& operator=(const DetachedDrainers&) = delete;
   // `done` is set by the drainer as the last thing its own code does.
+  // Drainers adopted earlier that are done by now are joined here, so a
+  // process that aborts many communicators keeps no finished threads.
   void adopt(std::thread t, std::shared_ptr<std::atomic<bool>> done) {
     std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = drainers_.begin(); it != drainers_.end();) {
+      if (!it->done->load(std::memory_order_acquire)) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = drainers_.erase(it);
+    }
     drainers_.push_back({std::move(t), std::move(done)});
   }
   size_t size() {
