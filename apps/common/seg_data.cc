@@ -73,7 +73,7 @@ class SceneDataset : public Dataset {
       boxes.push_back(box);
       // Every pixel the label gives to the item is drawn at half its tint or
       // more, so even an item's faintest covered pixels stand out from the
-      // background (drawn from 0.35 of the tint they were as dark as it).
+      // background (at 0.35 of the tint, the faintest were as dark as it).
       double tint[3];
       for (double& t : tint) t = uni(140, 255);
       for (int y = 0; y < sz; ++y) {

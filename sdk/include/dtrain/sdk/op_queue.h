@@ -51,12 +51,12 @@ class DetachedDrainers {
   void adopt(std::thread t, std::shared_ptr<std::atomic<bool>> done) {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto it = drainers_.begin(); it != drainers_.end();) {
-      if (!it->done->load(std::memory_order_acquire)) {
+      if (it->done->load(std::memory_order_acquire)) {
+        it->thread.join();
+        it = drainers_.erase(it);
+      } else {
         ++it;
-        continue;
       }
-      it->thread.join();
-      it = drainers_.erase(it);
     }
     drainers_.push_back({std::move(t), std::move(done)});
   }
