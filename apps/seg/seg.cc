@@ -30,6 +30,8 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("data.scene_size", ConfigType::Int, "64", "canvas size in pixels");
   s.add("data.min_items", ConfigType::Int, "2", "items per scene, at least");
   s.add("data.max_items", ConfigType::Int, "3", "items per scene, at most");
+  s.add("data.train_min_items", ConfigType::Int, "-1", "items per training scene, at least (-1: min_items)");
+  s.add("data.train_max_items", ConfigType::Int, "-1", "items per training scene, at most (-1: max_items)");
   s.add("data.min_item_scale", ConfigType::Float, "0.9", "item size relative to its 28 px");
   s.add("data.max_item_scale", ConfigType::Float, "1.3", "");
   s.add("data.max_overlap", ConfigType::Float, "0.3", "largest share of an item's box covered by earlier ones");
@@ -80,6 +82,10 @@ SceneOptions scene_options(const Config& cfg, bool train) {
   o.size = static_cast<int>(positive(cfg, "data.scene_size", 64));
   o.min_items = static_cast<int>(cfg.get_int("data.min_items", 2));
   o.max_items = static_cast<int>(cfg.get_int("data.max_items", 3));
+  if (train && cfg.get_int("data.train_min_items", -1) >= 0)
+    o.min_items = static_cast<int>(cfg.get_int("data.train_min_items", -1));
+  if (train && cfg.get_int("data.train_max_items", -1) >= 0)
+    o.max_items = static_cast<int>(cfg.get_int("data.train_max_items", -1));
   o.min_scale = cfg.get_float("data.min_item_scale", 0.9);
   o.max_scale = cfg.get_float("data.max_item_scale", 1.3);
   o.max_overlap = cfg.get_float("data.max_overlap", 0.3);
@@ -159,6 +165,35 @@ std::string fixed4(const std::vector<double>& v) {
   return s + "]";
 }
 
+// Per image and class, the class's pixels form a region (items of one class
+// merge); its majority class is the one most of them are predicted as. Adds to
+// regions[c] whether that majority is the class, to regions[C + c] one, and to `conf`
+// the confusion the prediction would have if every region were all its
+// majority class: recognition kept, boundaries made perfect.
+void count_regions(const torch::Tensor& labels, const torch::Tensor& pred, int64_t C, int ignore,
+                   std::vector<double>& conf, std::vector<double>& regions) {
+  auto l = labels.to(torch::kCPU, torch::kInt64).contiguous();
+  auto p = pred.to(torch::kCPU, torch::kInt64).contiguous();
+  const int64_t* L = l.data_ptr<int64_t>();
+  const int64_t* P = p.data_ptr<int64_t>();
+  const int64_t px = l.numel() / std::max<int64_t>(1, l.size(0));
+  std::vector<int64_t> votes(static_cast<size_t>(C * C)), pixels(static_cast<size_t>(C));
+  for (int64_t k = 0; k < l.size(0); ++k) {
+    std::fill(votes.begin(), votes.end(), 0);
+    std::fill(pixels.begin(), pixels.end(), 0);
+    for (int64_t i = k * px; i < (k + 1) * px; ++i)
+      if (L[i] != ignore) ++pixels[size_t(L[i])], ++votes[size_t(L[i] * C + P[i])];
+    for (int64_t c = 0; c < C; ++c) {
+      if (pixels[size_t(c)] == 0) continue;
+      auto row = votes.begin() + c * C;
+      int64_t major = std::max_element(row, row + C) - row;
+      conf[size_t(c * C + major)] += double(pixels[size_t(c)]);
+      regions[size_t(c)] += major == c;
+      regions[size_t(C + c)] += 1;
+    }
+  }
+}
+
 // Semantic segmentation: a U-Net or PP-LiteSeg-style model, cross-entropy
 // (ignore_index) plus an optional Dice term, mIoU from a confusion matrix
 // summed over all workers.
@@ -219,7 +254,8 @@ class SegTrainer : public Trainer {
     auto t0 = Clock::now();
     std::vector<size_t> idx = eval_indices();
     const int64_t C = classes_;
-    std::vector<double> conf(size_t(C * C), 0.0), sums(2, 0.0);  // loss, images
+    std::vector<double> conf(size_t(C * C), 0.0), sums(2, 0.0);                        // loss, images
+    std::vector<double> region_conf(size_t(C * C), 0.0), regions(size_t(2 * C), 0.0);  // right, then total
     int pictures = rank_ == 0 ? static_cast<int>(cfg_.get_int("eval.pictures", 4)) : 0;
     std::string pic_dir = cfg_.get_string("eval.picture_dir", "");
     if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir", "output/seg")) / "pictures").string();
@@ -238,12 +274,21 @@ class SegTrainer : public Trainer {
         auto acc = cells.to(torch::kCPU, torch::kFloat64).contiguous();
         const double* a = acc.data_ptr<double>();
         for (int64_t i = 0; i < C * C; ++i) conf[size_t(i)] += a[i];
+        count_regions(b.labels, pred, C, augment_.ignore_index, region_conf, regions);
         for (int64_t k = 0; k < b.labels.size(0) && int(written.size()) < pictures; ++k)
           written.push_back(write_strip(b, pred, k, pic_dir, idx[size_t(b.index * eval_batch_ + k)]));
       }
     }
     fleet::metrics::sum(sums);
+    fleet::metrics::sum(regions);
     auto sc = fleet::metrics::confusion(conf, static_cast<int>(C));
+    auto rc = fleet::metrics::confusion(region_conf, static_cast<int>(C));
+    std::vector<double> region_acc(static_cast<size_t>(C));
+    double right = 0, total = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      right += regions[size_t(c)], total += regions[size_t(C + c)];
+      region_acc[size_t(c)] = regions[size_t(C + c)] > 0 ? regions[size_t(c)] / regions[size_t(C + c)] : 0;
+    }
     double n = std::max(1.0, sums[1]);
     double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     log_line(
@@ -255,6 +300,9 @@ class SegTrainer : public Trainer {
     log_line("[EVAL] Class IoU: " + fixed4(sc.class_iou));
     log_line("[EVAL] Class Precision: " + fixed4(sc.class_precision));
     log_line("[EVAL] Class Recall: " + fixed4(sc.class_recall));
+    log_line(fmt::format("[EVAL] Regions: {} right {:.4f}; mIoU with each all its majority class: {:.4f}",
+                         int64_t(total), total > 0 ? right / total : 0.0, rc.miou));
+    log_line("[EVAL] Class Region Acc: " + fixed4(region_acc));
     if (!written.empty()) log_line("pictures: " + sdk::join(written, " "));
     if (tb_) {
       tb_->add_scalar("eval/miou", float(sc.miou), state_.global_step);
