@@ -35,7 +35,7 @@ ci)
   [[ $(grep "^eval epoch" log/workerlog.0) == $(grep "^eval epoch" log/workerlog.1) ]] \
     || fail "the workers report different scores"
   # Regions (scene, class): each of the 24 scenes has its background and 1-3 item classes.
-  [[ $(grep "^\[EVAL\] Regions" log/workerlog.0) == $(grep "^\[EVAL\] Regions" log/workerlog.1) ]] \
+  [[ "$(grep "^\[EVAL\] Regions" log/workerlog.0)" == "$(grep "^\[EVAL\] Regions" log/workerlog.1)" ]] \
     || fail "the workers report different region counts"
   regions=$(sed -n 's/^\[EVAL\] Regions: \([0-9]*\) right [01]\.[0-9]\{4\}; mIoU .*: 0\.[0-9]\{4\}$/\1/p' log/workerlog.0 | tail -1)
   [[ -n $regions && $regions -ge 48 && $regions -le 96 ]] || fail "region count '$regions' is not in [48, 96]"
