@@ -201,7 +201,7 @@ def parse_args():
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--device", default="cpu", help="cpu or cuda:N")
-    ap.add_argument("--bf16", action="store_true", help="forward under bf16 autocast (CUDA)")
+    ap.add_argument("--bf16", action="store_true", help="forward under bf16 autocast")
     ap.add_argument("--channels-last", action="store_true", help="model and inputs in channels-last layout")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0.9)
@@ -251,7 +251,7 @@ def main():
     def autocast():
         if not a.bf16:
             return contextlib.nullcontext()
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
     def sync():
         if device.type == "cuda":

@@ -251,7 +251,7 @@ int run_worker(const WorkerArgs& a) {
     if (dp) dp->begin_step(0);
     torch::Tensor loss;
     {
-      apps::AutocastScope autocast(dc.bf16);
+      apps::AutocastScope autocast(dc.bf16, dc.device);
       auto out = any.forward(images);
       loss = torch::nn::functional::cross_entropy(out, labels);
     }

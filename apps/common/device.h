@@ -7,8 +7,11 @@
 //                                    DTRAIN_DEVICE / FLAGS_selected_gpus) if it gave
 //                                    one, else the CPU; "cpu"; "cuda" (that device,
 //                                    else cuda:0); "cuda:N"
-//           bf16 = false             CUDA: forward under bf16 autocast
-//           channels_last = false    CUDA: batches in channels-last layout
+//           bf16 = false             forward under bf16 autocast (CUDA; on the CPU
+//                                    oneDNN's bf16 kernels, fast where the CPU has
+//                                    AVX512-BF16 or AMX, emulated and slower elsewhere)
+//           channels_last = false    batches in channels-last layout (oneDNN's and
+//                                    cuDNN's fast convolution layout)
 
 #include <cstdlib>
 #include <string>
@@ -74,10 +77,7 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
   d.source = from.empty() ? "train.device = \"" + want + "\"" : from;
   d.bf16 = cfg.get_bool("train.bf16", false);
   d.channels_last = cfg.get_bool("train.channels_last", false);
-  if (index < 0) {
-    if (d.bf16) fail(cfg, "train.bf16", "needs a CUDA device (train.device = \"cuda\" or dtrain --gpus)");
-    return d;
-  }
+  if (index < 0) return d;
   if (!::torch::cuda::is_available())
     fail(cfg, "train.device",
          "wants cuda:" + std::to_string(index) + " (" + d.source +
@@ -93,40 +93,51 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
   return d;
 }
 
-// bf16 autocast of the forward pass on CUDA for the scope (no-op when off).
+// bf16 autocast of the forward pass on `device`'s type for the scope (no-op
+// when off). Losses that autocast keeps in f32 (cross_entropy) stay f32; an app
+// that computes its own (softmax, Dice) should cast the logits to f32 first.
 class AutocastScope {
  public:
-  explicit AutocastScope(bool on) : on_(on) {
+  AutocastScope(bool on, const ::torch::Device& device) : on_(on), cuda_(device.is_cuda()) {
     if (!on_) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    prev_enabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
-    prev_dtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-#else
-    prev_enabled_ = at::autocast::is_enabled();
-    prev_dtype_ = at::autocast::get_autocast_gpu_dtype();
-    at::autocast::set_enabled(true);
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-#endif
+    prev_enabled_ = enabled();
+    prev_dtype_ = dtype();
+    set(true, at::kBFloat16);
     at::autocast::increment_nesting();
   }
   ~AutocastScope() {
     if (!on_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-    at::autocast::set_autocast_enabled(at::kCUDA, prev_enabled_);
-    at::autocast::set_autocast_dtype(at::kCUDA, prev_dtype_);
-#else
-    at::autocast::set_enabled(prev_enabled_);
-    at::autocast::set_autocast_gpu_dtype(prev_dtype_);
-#endif
+    set(prev_enabled_, prev_dtype_);
   }
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
 
  private:
-  bool on_;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  at::DeviceType type() const { return cuda_ ? at::kCUDA : at::kCPU; }
+  bool enabled() const { return at::autocast::is_autocast_enabled(type()); }
+  at::ScalarType dtype() const { return at::autocast::get_autocast_dtype(type()); }
+  void set(bool on, at::ScalarType t) const {
+    at::autocast::set_autocast_enabled(type(), on);
+    at::autocast::set_autocast_dtype(type(), t);
+  }
+#else
+  bool enabled() const { return cuda_ ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+  at::ScalarType dtype() const {
+    return cuda_ ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
+  }
+  void set(bool on, at::ScalarType t) const {
+    if (cuda_) {
+      at::autocast::set_enabled(on);
+      at::autocast::set_autocast_gpu_dtype(t);
+    } else {
+      at::autocast::set_cpu_enabled(on);
+      at::autocast::set_autocast_cpu_dtype(t);
+    }
+  }
+#endif
+  bool on_, cuda_;
   bool prev_enabled_ = false;
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };

@@ -43,8 +43,8 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("train.max_steps", ConfigType::Int, "0", "stop after this many micro-steps (0: no limit)");
   s.add("train.device", ConfigType::String, "\"auto\"",
         "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
-  s.add("train.bf16", ConfigType::Bool, "false", "CUDA: forward under bf16 autocast");
-  s.add("train.channels_last", ConfigType::Bool, "false", "CUDA: batches in channels-last layout");
+  s.add("train.bf16", ConfigType::Bool, "false", "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
+  s.add("train.channels_last", ConfigType::Bool, "false", "batches in channels-last layout");
   s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
   s.add("eval.only", ConfigType::Bool, "false",
         "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
@@ -218,7 +218,7 @@ Trainer::~Trainer() {
 }
 
 Batch Trainer::to_device(const Batch& b) const {
-  if (!device_.cuda()) return b;
+  if (!device_.cuda() && !device_.channels_last) return b;
   Batch d = b;
   d.images = b.images.to(device_.device, /*non_blocking=*/true);
   if (device_.channels_last && d.images.dim() == 4) d.images = d.images.contiguous(torch::MemoryFormat::ChannelsLast);
@@ -261,6 +261,12 @@ void Trainer::setup() {
 
   build();
   model_->to(device_.device);
+  if (device_.channels_last) {
+    // Weights in the batches' layout too: oneDNN's bf16 convolutions are ~1.4x faster than with contiguous weights.
+    torch::NoGradGuard ng;
+    for (auto& p : model_->parameters())
+      if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
 
   dp_ = fleet::distributed_model(model_);
   std::string optimizer = cfg_.get_string("train.optimizer", "momentum");
@@ -311,9 +317,10 @@ void Trainer::setup() {
                   app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
                   describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
                   steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
-                  device_.cuda() ? fmt::format(" ({}{}{})", device_.source, device_.bf16 ? ", bf16 autocast" : "",
-                                               device_.channels_last ? ", channels_last" : "")
-                                 : std::string(),
+                  device_.cuda() || device_.bf16 || device_.channels_last
+                      ? fmt::format(" ({}{}{})", device_.source, device_.bf16 ? ", bf16 autocast" : "",
+                                    device_.channels_last ? ", channels_last" : "")
+                      : std::string(),
                   so.describe()));
   resume();
 }
@@ -378,7 +385,7 @@ void Trainer::train() {
       for (auto& g : sgd_->param_groups()) g.options().set_lr(lr);
       StepOutput out;
       {
-        AutocastScope autocast(device_.bf16);
+        AutocastScope autocast(device_.bf16, device_.device);
         out = train_step(to_device(b));
       }
       out.loss.backward();

@@ -220,7 +220,8 @@ class SegTrainer : public Trainer {
 
   std::string describe_model() const override { return described_; }
 
-  torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& labels) const {
+  torch::Tensor loss_of(const torch::Tensor& bf16_or_f32_logits, const torch::Tensor& labels) const {
+    auto logits = bf16_or_f32_logits.to(torch::kFloat32);  // softmax and Dice sums in f32 under autocast
     auto loss = torch::nn::functional::cross_entropy(
         logits, labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(augment_.ignore_index));
     if (dice_ > 0) {

@@ -154,3 +154,97 @@ TEST_P(DeviceBuckets, AverageGradientsAsTheCpuPathDoes) {
 
 INSTANTIATE_TEST_SUITE_P(Wire, DeviceBuckets, ::testing::Values("f32", "f16", "bf16"),
                          [](const auto& info) { return info.param; });
+
+namespace {
+
+// A small conv net; rank r's weights differ (the broadcast shows).
+std::shared_ptr<::torch::nn::Sequential> make_conv_net(int rank, bool channels_last) {
+  auto net = std::make_shared<::torch::nn::Sequential>(
+      ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(3, 6, 3).padding(1)), ::torch::nn::Tanh(),
+      ::torch::nn::Conv2d(::torch::nn::Conv2dOptions(6, 4, 3).padding(1)));
+  ::torch::NoGradGuard ng;
+  int k = 0;
+  for (auto& p : (*net)->parameters()) {
+    auto n = p.numel();
+    p.copy_(::torch::sin(::torch::arange(n, ::torch::kFloat32) * 0.29 + k++).reshape(p.sizes()) * 0.3 + 0.1 * rank);
+    if (channels_last && p.dim() == 4) p.set_data(p.contiguous(::torch::MemoryFormat::ChannelsLast));
+  }
+  return net;
+}
+
+::torch::Tensor conv_loss(::torch::nn::Sequential& net, int rank, bool channels_last) {
+  auto x = ::torch::cos(::torch::arange(2 * 3 * 8 * 8, ::torch::kFloat32) * (0.07 + 0.03 * rank)).reshape({2, 3, 8, 8});
+  if (channels_last) x = x.contiguous(::torch::MemoryFormat::ChannelsLast);
+  return net->forward(x).pow(2).sum() * (rank + 1);
+}
+
+// Two steps; before the second the gradients are zeroed in place or, as
+// libtorch 2.x's zero_grad() does by default, dropped (set_to_none).
+std::vector<std::vector<::torch::Tensor>> conv_steps(bool device_path, bool channels_last, bool drop_grads) {
+  if (device_path)
+    setenv("DTRAIN_TORCH_DEVICE_BUCKETS", "1", 1);
+  else
+    unsetenv("DTRAIN_TORCH_DEVICE_BUCKETS");
+  dtrain::StrategyOptions so;
+  so.fuse_grad_size_in_MB = 512.0 / (1 << 20);
+  std::vector<std::vector<::torch::Tensor>> grads(kWorld);
+  dtrain::test::run_rank_threads(
+      "gloo", kWorld, seconds(60), [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
+        auto net = make_conv_net(r, channels_last);
+        dtrain::torch::DataParallel dp(net->ptr(), comm, so);
+        for (int64_t step = 0; step < 2; ++step) {
+          if (step == 1)
+            for (auto& p : (*net)->parameters()) {
+              if (drop_grads)
+                p.mutable_grad() = ::torch::Tensor();
+              else
+                p.mutable_grad().zero_();
+            }
+          dp.begin_step(step);
+          conv_loss(*net, r, channels_last).backward();
+          dp.end_backward(step);
+        }
+        for (auto& p : (*net)->parameters()) {
+          ASSERT_TRUE(p.grad().defined());
+          grads[r].push_back(p.grad().clone(::torch::MemoryFormat::Contiguous));
+        }
+      });
+  unsetenv("DTRAIN_TORCH_DEVICE_BUCKETS");
+  return grads;
+}
+
+std::vector<::torch::Tensor> expected_conv_grads() {
+  std::vector<::torch::Tensor> avg;
+  for (int r = 0; r < kWorld; ++r) {
+    auto net = make_conv_net(0, false);
+    conv_loss(*net, r, false).backward();
+    auto params = (*net)->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto g = params[i].grad() / kWorld;
+      if (r == 0)
+        avg.push_back(g);
+      else
+        avg[i] += g;
+    }
+  }
+  return avg;
+}
+
+}  // namespace
+
+// Channels-last weights (oneDNN's and cuDNN's fast layout) are averaged like
+// contiguous ones on both paths, and a gradient the optimizer dropped between
+// steps (libtorch 2.x's zero_grad() sets it to none) is averaged too.
+TEST(DataParallelLayouts, ChannelsLastAndDroppedGradientsAreAveraged) {
+  auto want = expected_conv_grads();
+  for (bool device_path : {false, true})
+    for (bool channels_last : {false, true})
+      for (bool drop : {false, true}) {
+        auto got = conv_steps(device_path, channels_last, drop);
+        for (int r = 0; r < kWorld; ++r)
+          expect_close(got[r], want, 1e-5,
+                       std::string(device_path ? "device" : "CPU") + " path, " +
+                           (channels_last ? "channels-last" : "contiguous") + (drop ? ", gradients dropped" : "") +
+                           ", rank " + std::to_string(r));
+      }
+}

@@ -197,10 +197,11 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   cuda_ = !params_.empty() && params_[0].is_cuda();
   for (auto& kv : model_->named_parameters()) {
     auto& p = kv.value();
-    if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_contiguous() ||
+    if (p.requires_grad() && (p.scalar_type() != ::torch::kFloat32 || !p.is_non_overlapping_and_dense() ||
                               p.device() != (cuda_ ? params_[0].device() : ::torch::Device(::torch::kCPU))))
       throw NotSupported(
-          "data parallelism needs contiguous float32 parameters, all on the CPU or all on one CUDA "
+          "data parallelism needs dense float32 parameters (contiguous or channels-last), all on the CPU or all "
+          "on one CUDA "
           "device (here " +
           params_[0].device().str() + "); '" + kv.key() + "' is " + std::string(c10::toString(p.scalar_type())) +
           " on " + p.device().str());
@@ -246,7 +247,8 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
     ::torch::NoGradGuard ng;
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
-      auto view = ::torch::from_blob(buckets_->slot(i), p.sizes(), p.options().requires_grad(false));
+      // The parameter's own strides: a channels-last weight gets a channels-last gradient in place.
+      auto view = ::torch::from_blob(buckets_->slot(i), p.sizes(), p.strides(), p.options().requires_grad(false));
       if (p.grad().defined())
         view.copy_(p.grad());
       else
@@ -339,11 +341,19 @@ void DataParallel::on_grad_ready(size_t index, bool from_backward) {
   auto& p = params_[index];
   auto& g = p.mutable_grad();
   if (!g.defined()) return;
-  if (!g.is_contiguous()) g = g.contiguous();
-  if (cuda_buckets_)
+  if (cuda_buckets_) {
     cuda_buckets_->mark_ready(*comm_, index, g);
-  else
-    buckets_->mark_ready(index, f32_view(g));
+    g = cuda_buckets_->slots[index];  // a gradient that replaced its view gets the view (the average) back
+    return;
+  }
+  // The bucket holds the raw memory of a gradient laid out as its parameter.
+  if (g.strides() != p.strides()) {
+    ::torch::NoGradGuard ng;
+    auto t = ::torch::empty_like(p);
+    t.copy_(g);
+    g = t;
+  }
+  buckets_->mark_ready(index, f32_view(g));
 }
 
 void DataParallel::end_backward(int64_t step) {

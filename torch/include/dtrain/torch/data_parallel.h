@@ -24,7 +24,7 @@ namespace dtrain::torch {
 // of parameters and buffers; a mismatch throws InvalidUsage on every rank
 // naming the first differing one) and broadcasts parameters and buffers from
 // rank 0. The model must outlive this object; its parameters must be
-// contiguous float32, all on the CPU or all on one CUDA device. On CUDA the
+// dense float32 (contiguous or channels-last), all on the CPU or all on one CUDA device. On CUDA the
 // gradient buckets are CUDA memory handed to the backend as CUDA buffers on
 // the current stream (NCCL takes them natively, Gloo and UCX through pinned
 // host staging); fp16_allreduce is CPU-only for now.
