@@ -14,6 +14,7 @@
 //                                    cuDNN's fast convolution layout)
 
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 #include <ATen/autocast_mode.h>
@@ -30,6 +31,7 @@ struct DeviceChoice {
   bool bf16 = false;
   bool channels_last = false;
   std::string source;  // why this device: "train.device", "DTRAIN_DEVICE=1", ...
+  std::string note;    // a setting not taken, and why (for the start-up line)
   bool cuda() const { return device.is_cuda(); }
 };
 
@@ -51,7 +53,20 @@ inline int launcher_device(std::string* from) {
   return -1;
 }
 
-// Reads train.device/bf16/channels_last. A CUDA device that libtorch cannot
+// Whether this CPU computes bf16 natively (AVX512-BF16 or AMX-BF16, from
+// /proc/cpuinfo); elsewhere oneDNN emulates it, slower than f32.
+inline bool cpu_has_bf16() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0)
+      return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
+  return false;
+}
+
+// Reads train.device/bf16/channels_last. On a CPU without native bf16,
+// train.bf16 is left off (a speed setting, not a numerics request) and `note`
+// says so. A CUDA device that libtorch cannot
 // use (a CPU-only libtorch, no driver, an index past the last device) is a
 // ConfigError at the key, before anything is built. `fail` is config_error.
 template <typename Fail>
@@ -77,7 +92,13 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
   d.source = from.empty() ? "train.device = \"" + want + "\"" : from;
   d.bf16 = cfg.get_bool("train.bf16", false);
   d.channels_last = cfg.get_bool("train.channels_last", false);
-  if (index < 0) return d;
+  if (index < 0) {
+    if (d.bf16 && !cpu_has_bf16()) {
+      d.bf16 = false;
+      d.note = "train.bf16 left off: this CPU has neither AVX512-BF16 nor AMX-BF16, the forward runs in f32";
+    }
+    return d;
+  }
   if (!::torch::cuda::is_available())
     fail(cfg, "train.device",
          "wants cuda:" + std::to_string(index) + " (" + d.source +

@@ -322,6 +322,7 @@ void Trainer::setup() {
                                     device_.channels_last ? ", channels_last" : "")
                       : std::string(),
                   so.describe()));
+  if (!device_.note.empty()) log_line(device_.note);
   resume();
 }
 

@@ -188,27 +188,27 @@ std::vector<std::vector<::torch::Tensor>> conv_steps(bool device_path, bool chan
   dtrain::StrategyOptions so;
   so.fuse_grad_size_in_MB = 512.0 / (1 << 20);
   std::vector<std::vector<::torch::Tensor>> grads(kWorld);
-  dtrain::test::run_rank_threads(
-      "gloo", kWorld, seconds(60), [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
-        auto net = make_conv_net(r, channels_last);
-        dtrain::torch::DataParallel dp(net->ptr(), comm, so);
-        for (int64_t step = 0; step < 2; ++step) {
-          if (step == 1)
-            for (auto& p : (*net)->parameters()) {
-              if (drop_grads)
-                p.mutable_grad() = ::torch::Tensor();
-              else
-                p.mutable_grad().zero_();
-            }
-          dp.begin_step(step);
-          conv_loss(*net, r, channels_last).backward();
-          dp.end_backward(step);
-        }
-        for (auto& p : (*net)->parameters()) {
-          ASSERT_TRUE(p.grad().defined());
-          grads[r].push_back(p.grad().clone(::torch::MemoryFormat::Contiguous));
-        }
-      });
+  dtrain::test::run_rank_threads("gloo", kWorld, seconds(60),
+                                 [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
+                                   auto net = make_conv_net(r, channels_last);
+                                   dtrain::torch::DataParallel dp(net->ptr(), comm, so);
+                                   for (int64_t step = 0; step < 2; ++step) {
+                                     if (step == 1)
+                                       for (auto& p : (*net)->parameters()) {
+                                         if (drop_grads)
+                                           p.mutable_grad() = ::torch::Tensor();
+                                         else
+                                           p.mutable_grad().zero_();
+                                       }
+                                     dp.begin_step(step);
+                                     conv_loss(*net, r, channels_last).backward();
+                                     dp.end_backward(step);
+                                   }
+                                   for (auto& p : (*net)->parameters()) {
+                                     ASSERT_TRUE(p.grad().defined());
+                                     grads[r].push_back(p.grad().clone(::torch::MemoryFormat::Contiguous));
+                                   }
+                                 });
   unsetenv("DTRAIN_TORCH_DEVICE_BUCKETS");
   return grads;
 }
