@@ -10,8 +10,9 @@
 //           bf16 = false             forward under bf16 autocast (CUDA; on the CPU
 //                                    oneDNN's bf16 kernels, fast where the CPU has
 //                                    AVX512-BF16 or AMX, emulated and slower elsewhere)
-//           channels_last = false    batches in channels-last layout (oneDNN's and
-//                                    cuDNN's fast convolution layout)
+//           channels_last = false    batches and the model's 4-D weights in
+//                                    channels-last layout (oneDNN's and cuDNN's
+//                                    fast convolution layout)
 
 #include <cstdlib>
 #include <fstream>

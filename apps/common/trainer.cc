@@ -44,7 +44,7 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("train.device", ConfigType::String, "\"auto\"",
         "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
   s.add("train.bf16", ConfigType::Bool, "false", "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
-  s.add("train.channels_last", ConfigType::Bool, "false", "batches in channels-last layout");
+  s.add("train.channels_last", ConfigType::Bool, "false", "batches and 4-D weights in channels-last layout");
   s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
   s.add("eval.only", ConfigType::Bool, "false",
         "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");

@@ -81,12 +81,14 @@ std::vector<Outcome> run_step(const dtrain::StrategyOptions& so, bool device_pat
   return out;
 }
 
-// The exact average of both ranks' gradients, from rank 0's weights.
-std::vector<::torch::Tensor> expected_grads() {
+// The exact average of both ranks' gradients, from rank 0's weights: make()
+// builds rank 0's net, loss(net, r) is rank r's loss.
+template <typename Make, typename Loss>
+std::vector<::torch::Tensor> average_of_ranks(Make make, Loss loss) {
   std::vector<::torch::Tensor> avg;
   for (int r = 0; r < kWorld; ++r) {
-    auto net = make_net(0);
-    loss_of(*net, r).backward();
+    auto net = make();
+    loss(*net, r).backward();
     auto params = (*net)->parameters();
     for (size_t i = 0; i < params.size(); ++i) {
       auto g = params[i].grad() / kWorld;
@@ -97,6 +99,10 @@ std::vector<::torch::Tensor> expected_grads() {
     }
   }
   return avg;
+}
+
+std::vector<::torch::Tensor> expected_grads() {
+  return average_of_ranks([] { return make_net(0); }, [](auto& net, int r) { return loss_of(net, r); });
 }
 
 int64_t numel_all() {
@@ -214,20 +220,8 @@ std::vector<std::vector<::torch::Tensor>> conv_steps(bool device_path, bool chan
 }
 
 std::vector<::torch::Tensor> expected_conv_grads() {
-  std::vector<::torch::Tensor> avg;
-  for (int r = 0; r < kWorld; ++r) {
-    auto net = make_conv_net(0, false);
-    conv_loss(*net, r, false).backward();
-    auto params = (*net)->parameters();
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto g = params[i].grad() / kWorld;
-      if (r == 0)
-        avg.push_back(g);
-      else
-        avg[i] += g;
-    }
-  }
-  return avg;
+  return average_of_ranks([] { return make_conv_net(0, false); },
+                          [](auto& net, int r) { return conv_loss(net, r, false); });
 }
 
 }  // namespace
