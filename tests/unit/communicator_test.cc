@@ -100,12 +100,13 @@ TEST_P(CommunicatorTest, TimeoutIsWrittenToTheErrorFileAsAPeerLoss) {
   std::string path = ::testing::TempDir() + "dtrain-error-file-" + GetParam() + "-" + std::to_string(getpid());
   std::remove(path.c_str());
   ASSERT_EQ(setenv("DTRAIN_ERROR_FILE", path.c_str(), 1), 0);
+  auto* buffers = lasting_buffers(1, 16);  // a failed op's buffer outlives the communicator (work.h)
   run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
     if (r == 1) {
       std::this_thread::sleep_for(milliseconds(1500));
       return;
     }
-    std::vector<float> v(16, 1.0f);
+    std::vector<float>& v = (*buffers)[0];
     try {
       comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, CallOptions{milliseconds(400)})->wait();
       ADD_FAILURE() << "allreduce completed without rank 1";
@@ -180,12 +181,16 @@ TEST_P(CommunicatorTest, DroppedWorkStillCompletes) {
 }
 
 TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
+  // The aborted op's buffer outlives the communicator (work.h): the backend's
+  // worker read it when the op started, and the abort, not that worker,
+  // completes the Work (TSan saw a local vector freed here race with that read).
+  auto* buffers = lasting_buffers(1, 16);
   run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
     if (r == 1) {
       std::this_thread::sleep_for(milliseconds(800));
       return;
     }
-    std::vector<float> v(16);
+    std::vector<float>& v = (*buffers)[0];
     auto w = comm.allreduce(Buffer::of(v.data(), v.size()));
     std::thread aborter([&] {
       std::this_thread::sleep_for(milliseconds(100));
@@ -246,12 +251,13 @@ TEST_P(CommunicatorTest, BlockingOpsCompleteAndTimeOutNamingTheWithheldRank) {
 }
 
 TEST_P(CommunicatorTest, ApplicationAbortEndsABlockingOp) {
+  auto* buffers = lasting_buffers(1, 2);  // a failed op's buffer outlives the communicator (work.h)
   run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
     if (r == 1) {
       std::this_thread::sleep_for(milliseconds(800));
       return;
     }
-    std::vector<float> v(2);
+    std::vector<float>& v = (*buffers)[0];
     std::thread aborter([&] {
       std::this_thread::sleep_for(milliseconds(100));
       comm.abort("test says stop");
