@@ -82,10 +82,13 @@ SceneOptions scene_options(const Config& cfg, bool train) {
   o.size = static_cast<int>(positive(cfg, "data.scene_size", 64));
   o.min_items = static_cast<int>(cfg.get_int("data.min_items", 2));
   o.max_items = static_cast<int>(cfg.get_int("data.max_items", 3));
-  if (train && cfg.get_int("data.train_min_items", -1) >= 0)
-    o.min_items = static_cast<int>(cfg.get_int("data.train_min_items", -1));
-  if (train && cfg.get_int("data.train_max_items", -1) >= 0)
-    o.max_items = static_cast<int>(cfg.get_int("data.train_max_items", -1));
+  if (train)
+    for (auto [key, items] :
+         {std::pair{"data.train_min_items", &o.min_items}, {"data.train_max_items", &o.max_items}}) {
+      int64_t n = cfg.get_int(key, -1);
+      if (n < -1) config_error(cfg, key, "must be >= 0, or -1 for as many as the evaluation scenes");
+      if (n >= 0) *items = static_cast<int>(n);
+    }
   o.min_scale = cfg.get_float("data.min_item_scale", 0.9);
   o.max_scale = cfg.get_float("data.max_item_scale", 1.3);
   o.max_overlap = cfg.get_float("data.max_overlap", 0.3);

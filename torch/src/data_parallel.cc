@@ -29,6 +29,12 @@ Buffer f32_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr<float>(), static_cast<size_t>(t.numel()), DType::F32);
 }
 
+// Parameter p's gradient as a view of its place in a host bucket, with p's
+// strides (a channels-last weight gets a channels-last gradient in place).
+::torch::Tensor host_slot_view(float* slot, const ::torch::Tensor& p) {
+  return ::torch::from_blob(slot, p.sizes(), p.strides(), p.options().requires_grad(false));
+}
+
 void* current_stream(const ::torch::Device& d) {
 #ifdef DTRAIN_HAVE_CUDA_STREAMS
   return c10::cuda::getCurrentCUDAStream(d.index()).stream();
@@ -242,13 +248,13 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   // The gradients live in their buckets (c10d's gradient_as_bucket_view):
   // backward accumulates into the bucket and the all-reduce averages it in
   // place, with no copy in or out. zero_grad() zeroes in place and keeps the
-  // view; a gradient replaced by another tensor is copied as before.
+  // view; a gradient replaced by another tensor is copied into the view once
+  // and given it back (on_grad_ready).
   {
     ::torch::NoGradGuard ng;
     for (size_t i = 0; i < params_.size(); ++i) {
       auto& p = params_[i];
-      // The parameter's own strides: a channels-last weight gets a channels-last gradient in place.
-      auto view = ::torch::from_blob(buckets_->slot(i), p.sizes(), p.strides(), p.options().requires_grad(false));
+      auto view = host_slot_view(buckets_->slot(i), p);
       if (p.grad().defined())
         view.copy_(p.grad());
       else
@@ -341,17 +347,18 @@ void DataParallel::on_grad_ready(size_t index, bool from_backward) {
   auto& p = params_[index];
   auto& g = p.mutable_grad();
   if (!g.defined()) return;
+  // A gradient that replaced its bucket view (libtorch 2.x's zero_grad() sets
+  // them to none) is copied in and gets the view, which will hold the average, back.
   if (cuda_buckets_) {
     cuda_buckets_->mark_ready(*comm_, index, g);
-    g = cuda_buckets_->slots[index];  // a gradient that replaced its view gets the view (the average) back
+    g = cuda_buckets_->slots[index];
     return;
   }
-  // The bucket holds the raw memory of a gradient laid out as its parameter.
-  if (g.strides() != p.strides()) {
+  if (g.data_ptr() != buckets_->slot(index)) {
     ::torch::NoGradGuard ng;
-    auto t = ::torch::empty_like(p);
-    t.copy_(g);
-    g = t;
+    auto view = host_slot_view(buckets_->slot(index), p);
+    view.copy_(g);
+    g = view;
   }
   buckets_->mark_ready(index, f32_view(g));
 }
