@@ -51,7 +51,7 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
   s.add("checkpoint.dir", ConfigType::String, "\"" + default_checkpoint_dir + "\"", "");
   s.add("checkpoint.every_epochs", ConfigType::Int, "1", "0: only at the end");
   s.add("checkpoint.every_steps", ConfigType::Int, "0", "also every N micro-steps (0: off)");
-  s.add("checkpoint.resume", ConfigType::String, "false", "false | true (latest in dir) | a checkpoint path");
+  s.add("checkpoint.resume", ConfigType::String, "\"false\"", "false | true (latest in dir) | a checkpoint path");
   s.add("log.every_steps", ConfigType::Int, "50", "progress line every N steps");
   s.add("log.tensorboard", ConfigType::String, "\"\"", "folder for TensorBoard event files");
   s.add("debug.dump_params", ConfigType::String, "\"\"", "write raw parameters at the end; {rank} is replaced");

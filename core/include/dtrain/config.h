@@ -18,23 +18,36 @@ namespace dtrain {
 //
 // Validation against a ConfigSchema: every key in the document must be known
 // (else ConfigError "unknown key 'train.epoch'; did you mean 'train.epochs'?"
-// with its file/line/column), and every known key's value must have its type
-// (else "key 'train.epochs' must be int, got string"). Ints are accepted where a
-// float is expected. Tables declared open (e.g. a plugin's own table, checked
-// by the plugin's key list) are skipped by validate().
+// with its file/line/column), every known key's value must have its type
+// (else "key 'train.epochs' must be int, got string") and lie in its declared
+// range. Ints are accepted where a float is expected. Tables declared open
+// (e.g. a plugin's own table, checked by the plugin's key list) are skipped.
+//
+// Defaults live in the schema, once: validate() keeps the schema, and a getter
+// called without a fallback returns the declared default of an absent key. A
+// Config never validated falls back to the core's own keys ([job],
+// [communicator], [strategy], [ps]). A key with no value and no declared
+// default is an InvalidUsage naming it (a read site's typo, not the user's).
 enum class ConfigType { String, Int, Float, Bool, StringList, IntList, Table, FloatList };
 const char* to_string(ConfigType t);
 
 struct ConfigKey {
   std::string path;  // dotted: "communicator.timeout_s"
   ConfigType type;
-  std::string default_text;  // TOML literal, "" if none (documentation only)
+  std::string default_text;  // TOML literal, "" if the key has no default
   std::string description;
+  std::optional<double> min, max;  // inclusive bounds of an Int or Float key
 };
 
 class ConfigSchema {
  public:
+  // Declares a key once: a second declaration of the same path, or a default
+  // that is not a literal of the key's type, throws InvalidUsage (so an app
+  // cannot restate a key the trainer or the core declares with another default).
   ConfigSchema& add(std::string path, ConfigType type, std::string default_text = "", std::string description = "");
+  // Bounds of the key added last (validate() checks values; the default must lie inside).
+  ConfigSchema& at_least(double min);
+  ConfigSchema& in_range(double min, double max);
   // Declares a table whose contents validate() does not check (validated elsewhere).
   ConfigSchema& add_open_table(std::string path);
   const std::vector<ConfigKey>& keys() const { return keys_; }
@@ -72,16 +85,25 @@ class Config {
   void validate(const ConfigSchema& schema) const;
 
   bool has(const std::string& path) const;
-  // Typed getters: a missing key gives the fallback; a present key of the wrong
-  // type throws ConfigError naming the expected type.
-  std::string get_string(const std::string& path, const std::string& fallback = "") const;
-  int64_t get_int(const std::string& path, int64_t fallback = 0) const;
-  double get_float(const std::string& path, double fallback = 0.0) const;
-  bool get_bool(const std::string& path, bool fallback = false) const;
+  // Typed getters. Without a fallback, a missing key gives its declared
+  // default (see above); with one, the fallback (for keys no schema declares,
+  // such as a user's own). A present key of the wrong type throws ConfigError
+  // naming the expected type.
+  std::string get_string(const std::string& path) const;
+  int64_t get_int(const std::string& path) const;
+  double get_float(const std::string& path) const;
+  bool get_bool(const std::string& path) const;
+  std::string get_string(const std::string& path, const std::string& fallback) const;
+  int64_t get_int(const std::string& path, int64_t fallback) const;
+  double get_float(const std::string& path, double fallback) const;
+  bool get_bool(const std::string& path, bool fallback) const;
+  // Lists: a missing key gives its declared default, else an empty list.
   std::vector<std::string> get_string_list(const std::string& path) const;
   std::vector<int64_t> get_int_list(const std::string& path) const;
   // Floats and integers alike, as doubles.
   std::vector<double> get_float_list(const std::string& path) const;
+  // The schema validate() kept (null before).
+  const ConfigSchema* schema() const;
   // Sets a value from a TOML literal (as an override, but without the parse
   // fallback to string).
   void set_literal(const std::string& path, const std::string& toml_literal);

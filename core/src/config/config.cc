@@ -11,13 +11,17 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
 #include <toml++/toml.h>
 
 #include "dtrain/error.h"
+#include "dtrain/job.h"
+#include "dtrain/ps.h"
 #include "dtrain/sdk/strings.h"
+#include "dtrain/strategy.h"
 
 namespace dtrain {
 
@@ -203,8 +207,55 @@ const char* to_string(ConfigType t) {
   return "unknown";
 }
 
+namespace {
+std::optional<toml::table> parse_literal(const std::string& text);
+
+double number_of(const toml::node& n) {
+  return n.is_integer() ? static_cast<double>(n.as_integer()->get()) : n.as_floating_point()->get();
+}
+
+std::string literal_number(double d) {
+  if (d == std::floor(d) && std::fabs(d) < 1e15) return std::to_string(static_cast<long long>(d));
+  return format_float(d);
+}
+
+bool outside(const ConfigKey& k, double v) { return (k.min && v < *k.min) || (k.max && v > *k.max); }
+
+std::string range_text(const ConfigKey& k) {
+  if (k.min && k.max) return "in [" + literal_number(*k.min) + ", " + literal_number(*k.max) + "]";
+  if (k.min) return ">= " + literal_number(*k.min);
+  return "<= " + literal_number(*k.max);
+}
+}  // namespace
+
 ConfigSchema& ConfigSchema::add(std::string path, ConfigType type, std::string default_text, std::string description) {
-  keys_.push_back(ConfigKey{std::move(path), type, std::move(default_text), std::move(description)});
+  if (find(path)) throw InvalidUsage("config key '" + path + "' is declared twice (a key has one declaration)");
+  if (!default_text.empty()) {
+    auto parsed = parse_literal(default_text);
+    if (!parsed || !matches(type, *parsed->get("v")))
+      throw InvalidUsage("config key '" + path + "': default " + default_text + " is not a " + to_string(type));
+  }
+  keys_.push_back(ConfigKey{std::move(path), type, std::move(default_text), std::move(description), {}, {}});
+  return *this;
+}
+
+ConfigSchema& ConfigSchema::at_least(double min) {
+  if (keys_.empty()) throw InvalidUsage("ConfigSchema::at_least before any key");
+  return in_range(min, HUGE_VAL);
+}
+
+ConfigSchema& ConfigSchema::in_range(double min, double max) {
+  if (keys_.empty()) throw InvalidUsage("ConfigSchema::in_range before any key");
+  ConfigKey& k = keys_.back();
+  if (k.type != ConfigType::Int && k.type != ConfigType::Float)
+    throw InvalidUsage("config key '" + k.path + "' has a range but is a " + to_string(k.type));
+  k.min = min;
+  if (max != HUGE_VAL) k.max = max;
+  if (!k.default_text.empty()) {
+    double d = number_of(*parse_literal(k.default_text)->get("v"));
+    if (outside(k, d))
+      throw InvalidUsage("config key '" + k.path + "': default " + k.default_text + " is not " + range_text(k));
+  }
   return *this;
 }
 
@@ -240,6 +291,20 @@ std::string closest_match(const std::string& word, const std::vector<std::string
   return best_distance <= limit ? best : "";
 }
 
+namespace {
+// The core's own keys, the defaults of a Config that was never validated.
+const ConfigSchema& core_schema() {
+  static const ConfigSchema schema = [] {
+    ConfigSchema s;
+    add_job_keys(s);
+    add_strategy_keys(s);
+    ps::add_ps_keys(s);
+    return s;
+  }();
+  return schema;
+}
+}  // namespace
+
 struct Config::Impl {
   struct Entry {
     ConfigLocation value;  // where the value starts
@@ -251,6 +316,25 @@ struct Config::Impl {
   std::string source;
   std::map<std::string, Entry> locations;
   uint64_t next_order = kOverrideOrderBase;
+  mutable std::shared_ptr<const ConfigSchema> schema;  // set by validate()
+
+  // The declaration of a key: the validated schema's, else the core's own.
+  const ConfigKey* declared(const std::string& path) const {
+    if (schema)
+      if (const ConfigKey* k = schema->find(path)) return k;
+    return core_schema().find(path);
+  }
+
+  // The value of path, else its declared default (parsed into holder); an
+  // undeclared absent key, or one declared without a default, is a read site's bug.
+  const toml::node& value_or_default(const std::string& path, std::optional<toml::table>& holder) const {
+    if (const toml::node* node = find(path)) return *node;
+    const ConfigKey* k = declared(path);
+    if (!k) throw InvalidUsage("config key '" + path + "' has no value and is declared by no schema");
+    if (k->default_text.empty()) throw InvalidUsage("config key '" + path + "' has no value and no default");
+    holder = parse_literal(k->default_text);
+    return *holder->get("v");
+  }
 
   void index_parsed(const toml::table& table, const std::string& prefix) {
     for (auto&& [k, v] : table) {
@@ -523,6 +607,11 @@ void Config::validate(const ConfigSchema& schema) const {
       }
       if (const ConfigKey* k = schema.find(path)) {
         if (!matches(k->type, *node)) impl_->type_error(path, *node, to_string(k->type));
+        if ((k->min || k->max) && outside(*k, number_of(*node))) {
+          ConfigLocation loc = impl_->value_location(path);
+          throw ConfigError(loc.file, loc.line, loc.column, path,
+                            "must be " + range_text(*k) + ", got " + literal(*node));
+        }
         if (k->type == ConfigType::Table && prefixes.count(path)) walk(*node->as_table(), path);
         continue;
       }
@@ -538,64 +627,101 @@ void Config::validate(const ConfigSchema& schema) const {
     }
   };
   walk(impl_->doc, "");
+  impl_->schema = std::make_shared<const ConfigSchema>(schema);
 }
+
+const ConfigSchema* Config::schema() const { return impl_->schema.get(); }
 
 bool Config::has(const std::string& path) const { return impl_->find(path) != nullptr; }
 
+std::string Config::get_string(const std::string& path) const {
+  std::optional<toml::table> d;
+  const toml::node& node = impl_->value_or_default(path, d);
+  if (!node.is_string()) impl_->type_error(path, node, "string");
+  return node.as_string()->get();
+}
+
+int64_t Config::get_int(const std::string& path) const {
+  std::optional<toml::table> d;
+  const toml::node& node = impl_->value_or_default(path, d);
+  if (!node.is_integer()) impl_->type_error(path, node, "int");
+  return node.as_integer()->get();
+}
+
+double Config::get_float(const std::string& path) const {
+  std::optional<toml::table> d;
+  const toml::node& node = impl_->value_or_default(path, d);
+  if (!node.is_integer() && !node.is_floating_point()) impl_->type_error(path, node, "float");
+  return number_of(node);
+}
+
+bool Config::get_bool(const std::string& path) const {
+  std::optional<toml::table> d;
+  const toml::node& node = impl_->value_or_default(path, d);
+  if (!node.is_boolean()) impl_->type_error(path, node, "bool");
+  return node.as_boolean()->get();
+}
+
 std::string Config::get_string(const std::string& path, const std::string& fallback) const {
-  const toml::node* node = impl_->find(path);
-  if (!node) return fallback;
-  if (!node->is_string()) impl_->type_error(path, *node, "string");
-  return node->as_string()->get();
+  return has(path) ? get_string(path) : fallback;
 }
 
 int64_t Config::get_int(const std::string& path, int64_t fallback) const {
-  const toml::node* node = impl_->find(path);
-  if (!node) return fallback;
-  if (!node->is_integer()) impl_->type_error(path, *node, "int");
-  return node->as_integer()->get();
+  return has(path) ? get_int(path) : fallback;
 }
 
 double Config::get_float(const std::string& path, double fallback) const {
-  const toml::node* node = impl_->find(path);
-  if (!node) return fallback;
-  if (node->is_integer()) return static_cast<double>(node->as_integer()->get());
-  if (!node->is_floating_point()) impl_->type_error(path, *node, "float");
-  return node->as_floating_point()->get();
+  return has(path) ? get_float(path) : fallback;
 }
 
 bool Config::get_bool(const std::string& path, bool fallback) const {
-  const toml::node* node = impl_->find(path);
-  if (!node) return fallback;
-  if (!node->is_boolean()) impl_->type_error(path, *node, "bool");
-  return node->as_boolean()->get();
+  return has(path) ? get_bool(path) : fallback;
 }
+
+namespace {
+// The array at path, else its declared default, else none.
+const toml::array* list_at(const toml::node* node, const std::string& path, std::optional<toml::table>& holder,
+                           const ConfigSchema* schema) {
+  if (!node) {
+    const ConfigKey* k = schema ? schema->find(path) : nullptr;
+    if (!k) k = core_schema().find(path);
+    if (!k || k->default_text.empty()) return nullptr;
+    holder = parse_literal(k->default_text);
+    node = holder->get("v");
+  }
+  return node->as_array();
+}
+}  // namespace
 
 std::vector<std::string> Config::get_string_list(const std::string& path) const {
   std::vector<std::string> out;
+  std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
-  if (!node) return out;
-  if (!matches(ConfigType::StringList, *node)) impl_->type_error(path, *node, to_string(ConfigType::StringList));
-  for (const toml::node& e : *node->as_array()) out.push_back(e.as_string()->get());
+  if (node && !matches(ConfigType::StringList, *node))
+    impl_->type_error(path, *node, to_string(ConfigType::StringList));
+  if (const toml::array* a = list_at(node, path, d, schema()))
+    for (const toml::node& e : *a) out.push_back(e.as_string()->get());
   return out;
 }
 
 std::vector<int64_t> Config::get_int_list(const std::string& path) const {
   std::vector<int64_t> out;
+  std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
-  if (!node) return out;
-  if (!matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
-  for (const toml::node& e : *node->as_array()) out.push_back(e.as_integer()->get());
+  if (node && !matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
+  if (const toml::array* a = list_at(node, path, d, schema()))
+    for (const toml::node& e : *a) out.push_back(e.as_integer()->get());
   return out;
 }
 
 std::vector<double> Config::get_float_list(const std::string& path) const {
   std::vector<double> out;
+  std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
-  if (!node) return out;
-  if (!matches(ConfigType::FloatList, *node)) impl_->type_error(path, *node, to_string(ConfigType::FloatList));
-  for (const toml::node& e : *node->as_array())
-    out.push_back(e.is_integer() ? static_cast<double>(e.as_integer()->get()) : e.as_floating_point()->get());
+  if (node && !matches(ConfigType::FloatList, *node))
+    impl_->type_error(path, *node, to_string(ConfigType::FloatList));
+  if (const toml::array* a = list_at(node, path, d, schema()))
+    for (const toml::node& e : *a) out.push_back(number_of(e));
   return out;
 }
 

@@ -29,10 +29,10 @@ RoleInfo resolve_role(const Config* config) {
 
 JobOptions JobOptions::from_config(const Config& config) {
   JobOptions o;
-  o.backend = config.get_string("job.backend", "gloo");
+  o.backend = config.get_string("job.backend");
   o.config_toml = config.table_as_flat_toml(o.backend);
   if (config.has("plugins.path")) o.plugin_dirs = config.get_string_list("plugins.path");
-  double secs = config.get_float("communicator.timeout_s", 300.0);
+  double secs = config.get_float("communicator.timeout_s");
   if (secs <= 0) {
     ConfigLocation loc = config.location_of("communicator.timeout_s");
     throw ConfigError(loc.file, loc.line, loc.column, "communicator.timeout_s",

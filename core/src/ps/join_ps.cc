@@ -45,13 +45,13 @@ bool single_host(const RoleInfo& role) {
 PsJob join_ps(const Config& config, const RoleInfo& role) {
   PsJob job;
   job.role = role;
-  std::string backend_name = config.get_string("ps.backend", "ps_grpc");
-  std::string collective = config.get_string("ps.collective", "gloo");
+  std::string backend_name = config.get_string("ps.backend");
+  std::string collective = config.get_string("ps.collective");
   auto timeout = seconds_key(config, "ps.timeout_s", 60.0);
   auto comm_timeout = seconds_key(config, "communicator.timeout_s", 300.0);
   CheckpointOptions ckpt;
-  ckpt.dir = config.get_string("ps.checkpoint_dir", "");
-  ckpt.save_on_exit = config.get_bool("ps.save_on_exit", false);
+  ckpt.dir = config.get_string("ps.checkpoint_dir");
+  ckpt.save_on_exit = config.get_bool("ps.save_on_exit");
   ckpt.restart_count = role.restart_count;
   ModeOptions mode = StrategyOptions::from_config(config).ps_mode;
 

@@ -40,31 +40,31 @@ size_t StrategyOptions::bucket_bytes() const {
 
 StrategyOptions StrategyOptions::from_config(const Config& c) {
   StrategyOptions o;
-  o.fuse_all_reduce_ops = c.get_bool("strategy.fuse_all_reduce_ops", o.fuse_all_reduce_ops);
-  o.fuse_grad_size_in_MB = c.get_float("strategy.fuse_grad_size_in_MB", o.fuse_grad_size_in_MB);
+  o.fuse_all_reduce_ops = c.get_bool("strategy.fuse_all_reduce_ops");
+  o.fuse_grad_size_in_MB = c.get_float("strategy.fuse_grad_size_in_MB");
   if (!(o.fuse_grad_size_in_MB > 0)) bad_value(c, "strategy.fuse_grad_size_in_MB", "must be > 0");
-  o.fp16_allreduce = c.get_bool("strategy.fp16_allreduce", o.fp16_allreduce);
-  std::string wd = c.get_string("strategy.fp16_allreduce_dtype", "f16");
+  o.fp16_allreduce = c.get_bool("strategy.fp16_allreduce");
+  std::string wd = c.get_string("strategy.fp16_allreduce_dtype");
   if (wd == "f16" || wd == "fp16" || wd == "float16")
     o.wire_dtype = DType::F16;
   else if (wd == "bf16" || wd == "bfloat16")
     o.wire_dtype = DType::BF16;
   else
     bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
-  int64_t k = c.get_int("strategy.gradient_merge.k_steps", 1);
+  int64_t k = c.get_int("strategy.gradient_merge.k_steps");
   if (k < 1) bad_value(c, "strategy.gradient_merge.k_steps", "must be >= 1, got " + std::to_string(k));
   o.gradient_merge_k_steps = static_cast<int>(k);
-  o.gradient_merge_avg = c.get_bool("strategy.gradient_merge.avg", true);
-  k = c.get_int("strategy.localsgd.k_steps", 1);
+  o.gradient_merge_avg = c.get_bool("strategy.gradient_merge.avg");
+  k = c.get_int("strategy.localsgd.k_steps");
   if (k < 1) bad_value(c, "strategy.localsgd.k_steps", "must be >= 1, got " + std::to_string(k));
   o.localsgd_k_steps = static_cast<int>(k);
-  k = c.get_int("strategy.localsgd.begin_step", 1);
+  k = c.get_int("strategy.localsgd.begin_step");
   if (k < 0) bad_value(c, "strategy.localsgd.begin_step", "must be >= 0");
   o.localsgd_begin_step = static_cast<int>(k);
   if (o.localsgd() && o.gradient_merge_k_steps > 1)
     bad_value(c, "strategy.localsgd.k_steps", "local SGD and gradient_merge cannot be combined; set one of them to 1");
-  o.a_sync = c.get_bool("strategy.a_sync", false);
-  k = c.get_int("strategy.a_sync_configs.k_steps", 0);
+  o.a_sync = c.get_bool("strategy.a_sync");
+  k = c.get_int("strategy.a_sync_configs.k_steps");
   if (k < 0) bad_value(c, "strategy.a_sync_configs.k_steps", "must be >= 0, got " + std::to_string(k));
   if (k > INT32_MAX) bad_value(c, "strategy.a_sync_configs.k_steps", "is too large");
   if (k > 0 && !o.a_sync)

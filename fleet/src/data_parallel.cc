@@ -14,7 +14,7 @@
 // The one place that knows whether this libtorch has CUDA: the current
 // stream of a CUDA libtorch (a PyTorch wheel's) orders the backend's op after
 // the kernels that produced a gradient. Debian's CPU libtorch ships the c10/cuda
-// headers without the library, hence DTRAIN_TORCH_CUDA (torch/CMakeLists.txt:
+// headers without the library, hence DTRAIN_TORCH_CUDA (fleet/CMakeLists.txt:
 // set when libtorch has c10_cuda) beside __has_include.
 #if defined(DTRAIN_TORCH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
 #include <c10/cuda/CUDAStream.h>
