@@ -12,15 +12,14 @@ namespace dtrain::apps {
 void add_cls_keys(ConfigSchema& s) {
   s.add("data.dataset", ConfigType::String, "\"fashion-mnist\"", "fashion-mnist | list");
   s.add("data.dir", ConfigType::String, "\"/usr/share/datasets/fashion-mnist\"", "IDX files folder");
-  s.add("data.train_list", ConfigType::String, "", "PaddleClas list file for training");
-  s.add("data.val_list", ConfigType::String, "", "PaddleClas list file for evaluation");
-  s.add("data.root", ConfigType::String, "", "folder the list files' paths are relative to");
+  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleClas list file for training");
+  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleClas list file for evaluation");
+  s.add("data.root", ConfigType::String, "\"\"", "folder the list files' paths are relative to");
   s.add("data.image_size", ConfigType::Int, "32", "list images are resized to this square size");
   s.add("data.channels", ConfigType::Int, "3", "1 (grey) or 3 (RGB) for list images");
   s.add("data.num_classes", ConfigType::Int, "10", "classes of a list dataset");
   s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training images (0: all)");
   s.add("data.limit_eval", ConfigType::Int, "0", "use only the first N evaluation images (0: all)");
-  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread");
   s.add("augment.crop_padding", ConfigType::Int, "2", "random crop after padding (0: off)");
   s.add("augment.flip", ConfigType::Bool, "true", "random horizontal flip");
   s.add("augment.mean", ConfigType::Float, "0.286", "normalisation mean (all channels)");
@@ -45,19 +44,19 @@ class ClsTrainer : public Trainer {
  protected:
   void build() override {
     const Config& cfg = cfg_;
-    std::string ds = cfg.get_string("data.dataset", "fashion-mnist");
-    size_t limit_train = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_train", 0)));
-    size_t limit_eval = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_eval", 0)));
+    std::string ds = cfg.get_string("data.dataset");
+    size_t limit_train = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_train")));
+    size_t limit_eval = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_eval")));
     if (ds == "fashion-mnist" || ds == "mnist") {
-      std::string dir = cfg.get_string("data.dir", "/usr/share/datasets/fashion-mnist");
+      std::string dir = cfg.get_string("data.dir");
       train_set_ = load_idx_dataset(dir, true, limit_train);
       eval_set_ = load_idx_dataset(dir, false, limit_eval);
     } else if (ds == "list") {
       if (std::string why = list_datasets_unavailable(); !why.empty()) config_error(cfg, "data.dataset", why);
-      int classes = static_cast<int>(positive(cfg, "data.num_classes", 10));
-      int size = static_cast<int>(positive(cfg, "data.image_size", 32));
-      int ch = static_cast<int>(cfg.get_int("data.channels", 3));
-      std::string root = cfg.get_string("data.root", "");
+      int classes = static_cast<int>(positive(cfg, "data.num_classes"));
+      int size = static_cast<int>(positive(cfg, "data.image_size"));
+      int ch = static_cast<int>(cfg.get_int("data.channels"));
+      std::string root = cfg.get_string("data.root");
       std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
       if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
       if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
@@ -66,14 +65,14 @@ class ClsTrainer : public Trainer {
     } else {
       config_error(cfg, "data.dataset", "unknown dataset '" + ds + "'; known: fashion-mnist, mnist, list");
     }
-    augment_.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding", 2));
-    augment_.flip = cfg.get_bool("augment.flip", true);
-    augment_.mean = static_cast<float>(cfg.get_float("augment.mean", 0.286));
-    augment_.std = static_cast<float>(cfg.get_float("augment.std", 0.353));
+    augment_.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding"));
+    augment_.flip = cfg.get_bool("augment.flip");
+    augment_.mean = static_cast<float>(cfg.get_float("augment.mean"));
+    augment_.std = static_cast<float>(cfg.get_float("augment.std"));
     if (!(augment_.std > 0)) config_error(cfg, "augment.std", "must be > 0");
 
-    name_ = cfg.get_string("model.name", "resnet20");
-    width_ = cfg.get_float("model.width", 1.0);
+    name_ = cfg.get_string("model.name");
+    width_ = cfg.get_float("model.width");
     try {
       any_ = make_model(name_, width_, train_set_->channels(), train_set_->num_classes());
     } catch (const InvalidUsage& e) {

@@ -73,7 +73,7 @@ inline bool cpu_has_bf16() {
 template <typename Fail>
 DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
   DeviceChoice d;
-  std::string want = cfg.get_string("train.device", "auto");
+  std::string want = cfg.get_string("train.device");
   std::string from;
   int index = -1;
   if (want == "auto" || want == "cuda") {
@@ -91,8 +91,8 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
     fail(cfg, "train.device", "\"" + want + "\" is not a device; use \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"");
   }
   d.source = from.empty() ? "train.device = \"" + want + "\"" : from;
-  d.bf16 = cfg.get_bool("train.bf16", false);
-  d.channels_last = cfg.get_bool("train.channels_last", false);
+  d.bf16 = cfg.get_bool("train.bf16");
+  d.channels_last = cfg.get_bool("train.channels_last");
   if (index < 0) {
     if (d.bf16 && !cpu_has_bf16()) {
       d.bf16 = false;

@@ -45,6 +45,7 @@ void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir
         "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
   s.add("train.bf16", ConfigType::Bool, "false", "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
   s.add("train.channels_last", ConfigType::Bool, "false", "batches and 4-D weights in channels-last layout");
+  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread").at_least(1);
   s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
   s.add("eval.only", ConfigType::Bool, "false",
         "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
@@ -83,8 +84,8 @@ void config_error(const Config& c, const std::string& key, const std::string& ms
   throw ConfigError(loc.file, loc.line, loc.column, key, msg);
 }
 
-int64_t positive(const Config& c, const std::string& key, int64_t fallback) {
-  int64_t v = c.get_int(key, fallback);
+int64_t positive(const Config& c, const std::string& key) {
+  int64_t v = c.get_int(key);
   if (v < 1) config_error(c, key, "must be >= 1, got " + std::to_string(v));
   return v;
 }
@@ -102,13 +103,13 @@ void log_line(const std::string& line) {
 
 LrSchedule LrSchedule::from_config(const Config& cfg, int64_t epochs, int64_t steps_per_epoch, int64_t k_merge) {
   LrSchedule l;
-  l.base_lr = cfg.get_float("train.lr", 0.1);
-  l.warmup_epochs = cfg.get_float("train.warmup_epochs", 0);
-  l.schedule = cfg.get_string("train.schedule", "cosine");
+  l.base_lr = cfg.get_float("train.lr");
+  l.warmup_epochs = cfg.get_float("train.warmup_epochs");
+  l.schedule = cfg.get_string("train.schedule");
   if (l.schedule != "cosine" && l.schedule != "piecewise")
     config_error(cfg, "train.schedule", "must be \"cosine\" or \"piecewise\", got \"" + l.schedule + "\"");
-  if (cfg.has("train.milestones")) l.milestones = cfg.get_int_list("train.milestones");
-  l.gamma = cfg.get_float("train.gamma", 0.1);
+  l.milestones = cfg.get_int_list("train.milestones");
+  l.gamma = cfg.get_float("train.gamma");
   l.epochs = epochs;
   l.steps_per_epoch = steps_per_epoch;
   l.k_merge = k_merge;
@@ -234,12 +235,12 @@ std::vector<size_t> Trainer::eval_indices() const {
 
 void Trainer::run() {
   setup();
-  if (cfg_.get_bool("eval.only", false)) {
+  if (cfg_.get_bool("eval.only")) {
     evaluate();
   } else {
     train();
   }
-  std::string dump = cfg_.get_string("debug.dump_params", "");
+  std::string dump = cfg_.get_string("debug.dump_params");
   if (!dump.empty()) {
     uint64_t h = dump_parameters(dump, rank_, *model_);
     std::string path = dump;
@@ -254,8 +255,8 @@ void Trainer::setup() {
   fleet::init(io);
   rank_ = fleet::worker_index();
   world_ = fleet::worker_num();
-  torch::set_num_threads(static_cast<int>(positive(cfg_, "train.threads", 1)));
-  seed_ = static_cast<uint64_t>(cfg_.get_int("train.seed", 42));
+  torch::set_num_threads(static_cast<int>(positive(cfg_, "train.threads")));
+  seed_ = static_cast<uint64_t>(cfg_.get_int("train.seed"));
   torch::manual_seed(seed_);
   device_ = choose_device(cfg_, config_error);
 
@@ -269,17 +270,17 @@ void Trainer::setup() {
   }
 
   dp_ = fleet::distributed_model(model_);
-  std::string optimizer = cfg_.get_string("train.optimizer", "momentum");
+  std::string optimizer = cfg_.get_string("train.optimizer");
   if (optimizer == "momentum") {
     sgd_ = std::make_shared<torch::optim::SGD>(model_->parameters(),
-                                               torch::optim::SGDOptions(cfg_.get_float("train.lr", 0.1))
-                                                   .momentum(cfg_.get_float("train.momentum", 0.9))
-                                                   .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+                                               torch::optim::SGDOptions(cfg_.get_float("train.lr"))
+                                                   .momentum(cfg_.get_float("train.momentum"))
+                                                   .weight_decay(cfg_.get_float("train.weight_decay")));
   } else if (optimizer == "adam") {
     sgd_ = std::make_shared<torch::optim::Adam>(
-        model_->parameters(), torch::optim::AdamOptions(cfg_.get_float("train.lr", 0.1))
-                                  .betas({cfg_.get_float("train.beta1", 0.9), cfg_.get_float("train.beta2", 0.999)})
-                                  .weight_decay(cfg_.get_float("train.weight_decay", 1e-4)));
+        model_->parameters(), torch::optim::AdamOptions(cfg_.get_float("train.lr"))
+                                  .betas({cfg_.get_float("train.beta1"), cfg_.get_float("train.beta2")})
+                                  .weight_decay(cfg_.get_float("train.weight_decay")));
   } else {
     config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + optimizer + "\"");
   }
@@ -287,11 +288,11 @@ void Trainer::setup() {
   const auto& so = fleet::strategy();
   k_merge_ = so.gradient_merge_k_steps;
 
-  epochs_ = positive(cfg_, "train.epochs", 10);
-  batch_ = positive(cfg_, "train.batch_size", 128);
-  eval_batch_ = positive(cfg_, "train.eval_batch_size", 500);
-  log_every_ = positive(cfg_, "log.every_steps", 50);
-  ckpt_dir_ = cfg_.get_string("checkpoint.dir", "output/" + app_);
+  epochs_ = positive(cfg_, "train.epochs");
+  batch_ = positive(cfg_, "train.batch_size");
+  eval_batch_ = positive(cfg_, "train.eval_batch_size");
+  log_every_ = positive(cfg_, "log.every_steps");
+  ckpt_dir_ = cfg_.get_string("checkpoint.dir");
 
   size_t per_rank = (train_set_->size() + world_ - 1) / world_;
   steps_per_epoch_ = static_cast<int64_t>(per_rank) / batch_;
@@ -304,7 +305,7 @@ void Trainer::setup() {
     config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
   lr_ = LrSchedule::from_config(cfg_, epochs_, steps_per_epoch_, k_merge_);
 
-  std::string tbdir = cfg_.get_string("log.tensorboard", ""), no_tb;
+  std::string tbdir = cfg_.get_string("log.tensorboard"), no_tb;
   if (!tbdir.empty() && !event_files_supported(&no_tb)) config_error(cfg_, "log.tensorboard", no_tb);
   if (!tbdir.empty() && rank_ == 0) tb_ = std::make_unique<EventWriter>(tbdir);
 
@@ -335,8 +336,8 @@ void Trainer::checkpoint() {
 }
 
 void Trainer::resume() {
-  const bool eval_only = cfg_.get_bool("eval.only", false);
-  std::string r = cfg_.get_string("checkpoint.resume", "false");
+  const bool eval_only = cfg_.get_bool("eval.only");
+  std::string r = cfg_.get_string("checkpoint.resume");
   if (eval_only && (r == "false" || r.empty())) r = "true";
   if (r == "false" || r.empty()) return;
   std::string path = r == "true" ? (fs::path(ckpt_dir_) / "latest.pt").string() : r;
@@ -362,11 +363,11 @@ void Trainer::resume() {
 }
 
 void Trainer::train() {
-  const int64_t max_steps = cfg_.get_int("train.max_steps", 0);
-  const int64_t kill_at = cfg_.get_int("debug.kill_at_step", 0);
-  const int64_t ckpt_epochs = cfg_.get_int("checkpoint.every_epochs", 1);
-  const int64_t ckpt_steps = cfg_.get_int("checkpoint.every_steps", 0);
-  const int64_t eval_epochs = cfg_.get_int("eval.every_epochs", 1);
+  const int64_t max_steps = cfg_.get_int("train.max_steps");
+  const int64_t kill_at = cfg_.get_int("debug.kill_at_step");
+  const int64_t ckpt_epochs = cfg_.get_int("checkpoint.every_epochs");
+  const int64_t ckpt_steps = cfg_.get_int("checkpoint.every_steps");
+  const int64_t eval_epochs = cfg_.get_int("eval.every_epochs");
   const int64_t total_steps = steps_per_epoch_ * epochs_;
   auto& st = state_;
   model_->train();
@@ -376,7 +377,7 @@ void Trainer::train() {
   for (; st.epoch < epochs_ && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
     auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true);
     BatchLoader loader(train_set_, idx, batch_, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
-                       static_cast<int>(cfg_.get_int("data.prefetch", 4)));
+                       static_cast<int>(cfg_.get_int("data.prefetch")));
     double win_loss = 0, win_correct = 0, win_count = 0, win_data = loader.wait_seconds();
     auto win_start = Clock::now();
     opt_->reset_stats();

@@ -28,7 +28,10 @@ namespace fleet = ::dtrain::torch;
 // loop skeleton. Everything distributed goes through dtrain/torch/ (fleet).
 
 // ---- job-file keys ----------------------------------------------------------
-// The trainer's keys (an app adds its own [data], [augment], [model] tables):
+// The trainer's keys (an app adds its own [data], [augment], [model] tables).
+// Each key is declared once, with its default: an app cannot declare a
+// trainer key again (ConfigSchema::add refuses it), and read sites call the
+// getters without a fallback.
 //
 //   [train]      epochs, batch_size (per worker), eval_batch_size, optimizer
 //                ("momentum" | "adam"), lr, momentum, beta1, beta2, weight_decay,
@@ -36,6 +39,7 @@ namespace fleet = ::dtrain::torch;
 //                (epochs), gamma, seed, threads (intra-op), max_steps,
 //                device ("auto" | "cpu" | "cuda" | "cuda:N"), bf16, channels_last
 //                (common/device.h)
+//   [data]       prefetch (batches prepared ahead by the loader thread)
 //   [eval]       every_epochs (0: only at the end), only (evaluate the checkpoint
 //                checkpoint.resume names, else the latest in checkpoint.dir, and
 //                stop: PaddleSeg's val.py, PaddleClas's eval.py)
@@ -52,8 +56,8 @@ Config load_job_config(const std::string& path, const std::vector<std::string>& 
 
 // ConfigError at the key's file:line.
 [[noreturn]] void config_error(const Config& c, const std::string& key, const std::string& msg);
-// An integer key that must be >= 1.
-int64_t positive(const Config& c, const std::string& key, int64_t fallback);
+// An integer key that must be >= 1 (its default comes from the schema).
+int64_t positive(const Config& c, const std::string& key);
 // "h:mm:ss", or "-" for an unknown duration.
 std::string hms(double seconds);
 // One line to stdout, flushed (the launcher's workerlog.N).

@@ -38,7 +38,6 @@ void add_ctr_keys(ConfigSchema& s) {
   s.add("data.on_error", ConfigType::String, "\"skip\"", "malformed lines: skip (and count) | fail");
   s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training lines (0: all)");
   s.add("data.limit_test", ConfigType::Int, "0", "use only the first N test lines (0: all)");
-  s.add("data.prefetch", ConfigType::Int, "8", "batches parsed ahead");
   s.add("model.embedding_dim", ConfigType::Int, "8", "deep embedding width");
   s.add("model.hidden", ConfigType::IntList, "[64, 32]", "MLP layer sizes");
   s.add("model.interaction", ConfigType::String, "\"none\"",
@@ -65,15 +64,15 @@ std::vector<std::string> files_of(const Config& c, const std::string& key, const
 
 ReaderOptions reader_options(const Config& c, int rank, int world, int64_t batch, int64_t limit) {
   ReaderOptions o;
-  o.format = parse_format(c.get_string("data.format", "criteo"));
-  const std::string on_error = c.get_string("data.on_error", "skip");
+  o.format = parse_format(c.get_string("data.format"));
+  const std::string on_error = c.get_string("data.on_error");
   if (on_error != "skip" && on_error != "fail") config_error(c, "data.on_error", "must be \"skip\" or \"fail\"");
   o.on_error = on_error == "skip" ? OnError::Skip : OnError::Fail;
   o.rank = rank;
   o.world = world;
   o.batch_size = batch;
   o.limit = limit;
-  o.prefetch = static_cast<int>(positive(c, "data.prefetch", 8));
+  o.prefetch = static_cast<int>(positive(c, "data.prefetch"));
   return o;
 }
 
@@ -85,7 +84,7 @@ struct Net {
   int64_t dim = 8;
 
   explicit Net(const Config& c) {
-    dim = positive(c, "model.embedding_dim", 8);
+    dim = positive(c, "model.embedding_dim");
     auto wide_cfg = fleet::sparse_table_config("wide");
     auto deep_cfg = fleet::sparse_table_config("deep");
     if (wide_cfg.dim != 1) config_error(c, "ps.tables.wide.dim", "the wide table has one value per feature (dim = 1)");
@@ -93,7 +92,7 @@ struct Net {
       config_error(c, "ps.tables.deep.dim", "must equal model.embedding_dim (" + std::to_string(dim) + ")");
     wide = fleet::SparseEmbedding(wide_cfg);
     deep = fleet::SparseEmbedding(deep_cfg);
-    const std::string interaction = c.get_string("model.interaction", "none");
+    const std::string interaction = c.get_string("model.interaction");
     if (interaction != "none" && interaction != "dot")
       config_error(c, "model.interaction", "must be \"none\" or \"dot\"");
     model = WideDeep(dim, c.get_int_list("model.hidden"), interaction == "dot");
@@ -132,12 +131,12 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
   for (const auto& f : train) missing |= !fs::exists(f);
   for (const auto& f : test) missing |= !fs::exists(f);
   if (!missing || fleet::worker_index() != 0) return;
-  if (!c.get_bool("data.generate", true)) return;  // the reader names the missing file
+  if (!c.get_bool("data.generate")) return;  // the reader names the missing file
   GenOptions g;
-  g.dir = c.get_string("data.dir", "output/ctr/data");
-  g.train_lines = positive(c, "data.gen_train_lines", 400000);
-  g.test_lines = positive(c, "data.gen_test_lines", 50000);
-  g.seed = static_cast<uint64_t>(c.get_int("data.gen_seed", 1));
+  g.dir = c.get_string("data.dir");
+  g.train_lines = positive(c, "data.gen_train_lines");
+  g.test_lines = positive(c, "data.gen_test_lines");
+  g.seed = static_cast<uint64_t>(c.get_int("data.gen_seed"));
   auto t0 = Clock::now();
   auto r = generate(g);
   log_line(
@@ -153,11 +152,11 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
 // geo_sparse_lr and geo_dense_lr.
 Config with_geo_rates(const Config& c) {
   Config job = c;
-  if (!c.get_bool("strategy.a_sync", false) || c.get_int("strategy.a_sync_configs.k_steps", 0) <= 0) return job;
-  const std::string sparse = fmt::format("{:.6e}", c.get_float("train.geo_sparse_lr", 2.0));
+  if (!c.get_bool("strategy.a_sync") || c.get_int("strategy.a_sync_configs.k_steps") <= 0) return job;
+  const std::string sparse = fmt::format("{:.6e}", c.get_float("train.geo_sparse_lr"));
   job.set_literal("ps.tables.wide.learning_rate", sparse);
   job.set_literal("ps.tables.deep.learning_rate", sparse);
-  job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr", 0.1)));
+  job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr")));
   for (const char* t : {"wide", "deep", "dense"})
     job.set_literal(std::string("ps.tables.") + t + ".optimizer", "\"sgd\"");
   return job;
@@ -181,148 +180,138 @@ void train(const Config& job) {
   }
 }
 
-void train_impl(const Config& job) {
-  const Config c = with_geo_rates(job);
-  fleet::InitOptions io;
-  io.is_collective = false;
-  io.config = std::make_shared<Config>(c);
-  fleet::init(io);
-  if (fleet::is_server()) {
-    fleet::init_server();
-    log_line(fmt::format("ctr: server {} of {} serving (pid {})", fleet::server_index(), fleet::server_num(),
-                         static_cast<long>(::getpid())));
-    fleet::run_server();
-    log_line("ctr: server done");
-    return;
+void serve() {
+  fleet::init_server();
+  log_line(fmt::format("ctr: server {} of {} serving (pid {})", fleet::server_index(), fleet::server_num(),
+                       static_cast<long>(::getpid())));
+  fleet::run_server();
+  log_line("ctr: server done");
+}
+
+// What a worker trains: its files, sizes and schedule, read once from the job.
+struct Plan {
+  int rank = 0, world = 1;
+  std::string dir;
+  std::vector<std::string> train_files, test_files;
+  int64_t batch = 0, epochs = 0, log_every = 0, ckpt_every = 0, sleep_ms = 0, kill_at = 0;
+  int64_t lines = 0, per_worker = 0, steps_per_epoch = 0, total_steps = 0;
+
+  explicit Plan(const Config& c) : rank(fleet::worker_index()), world(fleet::worker_num()) {
+    dir = c.get_string("data.dir");
+    train_files = files_of(c, "data.train_files", dir + "/train.txt");
+    test_files = files_of(c, "data.test_files", dir + "/test.txt");
+    ensure_data(c, train_files, test_files);
+    fleet::barrier_worker();
+    batch = positive(c, "train.batch_size");
+    epochs = positive(c, "train.epochs");
+    log_every = positive(c, "log.every_steps");
+    ckpt_every = c.get_int("checkpoint.every_steps");
+    sleep_ms = c.get_int("debug.sleep_ms");
+    kill_at = c.get_int("debug.kill_at_step");
+    lines = count_lines(train_files, c.get_int("data.limit_train"));
+    per_worker = lines / world;
+    if (per_worker == 0)
+      throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " + std::to_string(world) + " workers");
+    steps_per_epoch = (per_worker + batch - 1) / batch;
+    total_steps = steps_per_epoch * epochs;
   }
-  const int rank = fleet::worker_index(), world = fleet::worker_num();
-  torch::set_num_threads(static_cast<int>(positive(c, "train.threads", 1)));
-  torch::manual_seed(static_cast<uint64_t>(c.get_int("train.seed", 42)));
-  const std::string dir = c.get_string("data.dir", "output/ctr/data");
-  auto train_files = files_of(c, "data.train_files", dir + "/train.txt");
-  auto test_files = files_of(c, "data.test_files", dir + "/test.txt");
-  ensure_data(c, train_files, test_files);
-  fleet::barrier_worker();
+};
 
-  const int64_t batch = positive(c, "train.batch_size", 512);
-  const int64_t epochs = positive(c, "train.epochs", 1);
-  const int64_t log_every = positive(c, "log.every_steps", 100);
-  const int64_t ckpt_every = c.get_int("checkpoint.every_steps", 0);
-  const int64_t sleep_ms = c.get_int("debug.sleep_ms", 0);
-  const int64_t lines = count_lines(train_files, c.get_int("data.limit_train", 0));
-  const int64_t per_worker = lines / world;
-  if (per_worker == 0)
-    throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " + std::to_string(world) + " workers");
-  const int64_t steps_per_epoch = (per_worker + batch - 1) / batch;
-  const int64_t total_steps = steps_per_epoch * epochs;
-
-  Net net(c);
-  auto& worker = fleet::ps_worker();
-  // The servers' per-row AdaGrad wants per-example gradients summed over the
-  // global batch (its initial_g2sum is then in examples); a sync step
-  // averages the workers' pushes, so each worker scales by the worker count.
-  // GEO trains local copies with SGD, whose rate fits the mean.
-  const ps::Mode mode = worker.mode().mode;
-  std::string reduction = c.get_string("train.loss_reduction", "auto");
-  if (reduction != "auto" && reduction != "sum" && reduction != "mean")
+// The servers' per-row AdaGrad wants per-example gradients summed over the
+// global batch (its initial_g2sum is then in examples); a sync step averages
+// the workers' pushes, so each worker scales by the worker count. GEO trains
+// local copies with SGD, whose rate fits the mean. Returns the factor per
+// example (0: the batch mean) and sets *reduction to the rule chosen.
+double grad_scale_per_example(const Config& c, ps::Mode mode, int world, std::string* reduction) {
+  *reduction = c.get_string("train.loss_reduction");
+  if (*reduction != "auto" && *reduction != "sum" && *reduction != "mean")
     config_error(c, "train.loss_reduction", "must be \"sum\", \"mean\" or \"auto\"");
-  if (reduction == "auto") reduction = mode == ps::Mode::Geo ? "mean" : "sum";
-  const double grad_scale_per_example =
-      reduction == "mean" ? 0.0 : (mode == ps::Mode::Sync ? static_cast<double>(world) : 1.0);
-  int64_t step = 0;
-  if (int64_t restored = worker.restored_step(); restored >= 0) {
-    step = restored;
-    log_line(fmt::format("ctr: worker {} restored step {} from the checkpoint", rank, step));
-  }
-  std::unique_ptr<EventWriter> tb;
-  if (const std::string tbdir = c.get_string("log.tensorboard", ""); !tbdir.empty() && rank == 0)
-    tb = std::make_unique<EventWriter>(tbdir);
-  log_line(
-      fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
-                  "emb {} hidden [{}], gradients {}",
-                  rank, world, ps::to_string(worker.mode().mode), worker.mode().geo_k_steps, lines, steps_per_epoch,
-                  batch, net.dim, fmt::join(c.get_int_list("model.hidden"), ", "), reduction));
+  if (*reduction == "auto") *reduction = mode == ps::Mode::Geo ? "mean" : "sum";
+  return *reduction == "mean" ? 0.0 : (mode == ps::Mode::Sync ? static_cast<double>(world) : 1.0);
+}
 
-  const auto t_start = Clock::now();
+// Time and loss since the last progress line, and examples since the start.
+struct Progress {
+  Clock::time_point start = Clock::now();
   double t_pull = 0, t_push = 0, t_compute = 0, loss_sum = 0;
-  int64_t loss_n = 0, examples = 0, done_since_start = 0;
-  for (int64_t epoch = step / steps_per_epoch; epoch < epochs; ++epoch) {
-    auto ro = reader_options(c, rank, world, batch, c.get_int("data.limit_train", 0));
-    ro.per_worker = per_worker;
-    Reader reader(train_files, ro);
-    ctr::Batch b;
-    for (int64_t i = 0; reader.next(&b); ++i) {
-      if (epoch * steps_per_epoch + i < step) continue;  // resumed: already trained
-      const auto n = static_cast<int64_t>(b.size());
-      auto t0 = Clock::now();
-      auto keys = torch::from_blob(b.keys.data(), {n, kSparse}, torch::kLong);
-      auto wide_rows = net.wide->forward(keys);
-      auto deep_rows = net.deep->forward(keys);
-      auto t1 = Clock::now();
-      auto dense = torch::from_blob(b.dense.data(), {n, kDense}, torch::kFloat);
-      auto labels = torch::from_blob(b.labels.data(), {n}, torch::kFloat);
-      auto logit = net.model->forward(wide_rows, deep_rows, dense);
-      auto loss = torch::binary_cross_entropy_with_logits(logit, labels);
-      if (n > 0) {
-        if (grad_scale_per_example > 0)
-          (loss * (grad_scale_per_example * static_cast<double>(n))).backward();
-        else
-          loss.backward();
-      }
-      auto t2 = Clock::now();
-      net.opt->step();
-      net.opt->zero_grad();
-      auto t3 = Clock::now();
-      t_pull += std::chrono::duration<double>(t1 - t0).count();
-      t_compute += std::chrono::duration<double>(t2 - t1).count();
-      t_push += std::chrono::duration<double>(t3 - t2).count();
-      if (n > 0) loss_sum += loss.item<double>() * static_cast<double>(n);
-      loss_n += n;
-      examples += n;
-      ++step;
-      ++done_since_start;
-      if (step % log_every == 0 || step == total_steps) {
-        const double el = std::chrono::duration<double>(Clock::now() - t_start).count();
-        const double eps = static_cast<double>(examples) / el * world;
-        const double eta = el / static_cast<double>(done_since_start) * static_cast<double>(total_steps - step);
-        const double avg = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
-        log_line(
-            fmt::format("ctr: epoch {}/{} step {}/{} loss {:.4f} examples/s {:.0f} (all workers) per step: "
-                        "pull {:.2f} ms compute {:.2f} ms push {:.2f} ms ETA {}",
-                        epoch + 1, epochs, step, total_steps, avg, eps, 1e3 * t_pull / done_since_start,
-                        1e3 * t_compute / done_since_start, 1e3 * t_push / done_since_start, hms(eta)));
-        if (tb) {
-          tb->add_scalar("train/loss", static_cast<float>(avg), step);
-          tb->add_scalar("train/examples_per_s", static_cast<float>(eps), step);
-        }
-        loss_sum = 0;
-        loss_n = 0;
-      }
-      if (ckpt_every > 0 && step % ckpt_every == 0) {
-        worker.save_checkpoint(step);
-        if (rank == 0) log_line(fmt::format("ctr: checkpoint step {} saved", step));
-      }
-      if (sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-      if (c.get_int("debug.kill_at_step", 0) == step && rank == 0) {
-        log_line(fmt::format("ctr: debug.kill_at_step {}: exiting", step));
-        std::fflush(stdout);
-        std::_Exit(3);
-      }
-    }
-    if (reader.skipped() > 0)
-      log_line(fmt::format("ctr: worker {} skipped {} malformed lines (first: {})", rank, reader.skipped(),
-                           reader.first_error()));
-  }
-  const double train_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  int64_t loss_n = 0, examples = 0, done = 0;
 
-  // Every worker's pushes are in before anyone evaluates, and the dense
-  // weights are the servers' final ones: the evaluation scores the model
-  // that [ps] save_on_exit saves (GEO: the workers' local copies).
+  void log(const Plan& p, int64_t epoch, int64_t step, EventWriter* tb) {
+    const double el = std::chrono::duration<double>(Clock::now() - start).count();
+    const double eps = static_cast<double>(examples) / el * p.world;
+    const double eta = el / static_cast<double>(done) * static_cast<double>(p.total_steps - step);
+    const double avg = loss_n ? loss_sum / static_cast<double>(loss_n) : 0.0;
+    log_line(
+        fmt::format("ctr: epoch {}/{} step {}/{} loss {:.4f} examples/s {:.0f} (all workers) per step: "
+                    "pull {:.2f} ms compute {:.2f} ms push {:.2f} ms ETA {}",
+                    epoch + 1, p.epochs, step, p.total_steps, avg, eps, 1e3 * t_pull / done, 1e3 * t_compute / done,
+                    1e3 * t_push / done, hms(eta)));
+    if (tb) {
+      tb->add_scalar("train/loss", static_cast<float>(avg), step);
+      tb->add_scalar("train/examples_per_s", static_cast<float>(eps), step);
+    }
+    loss_sum = 0;
+    loss_n = 0;
+  }
+};
+
+// One batch: pull its rows (forward of the embeddings), the dense part and
+// backward, then the optimizer's push; timings go into progress.
+void train_batch(Net& net, const ctr::Batch& b, double scale_per_example, Progress& progress) {
+  const auto n = static_cast<int64_t>(b.size());
+  auto t0 = Clock::now();
+  auto keys = torch::from_blob(const_cast<uint64_t*>(b.keys.data()), {n, kSparse}, torch::kLong);
+  auto wide_rows = net.wide->forward(keys);
+  auto deep_rows = net.deep->forward(keys);
+  auto t1 = Clock::now();
+  auto dense = torch::from_blob(const_cast<float*>(b.dense.data()), {n, kDense}, torch::kFloat);
+  auto labels = torch::from_blob(const_cast<float*>(b.labels.data()), {n}, torch::kFloat);
+  auto loss = torch::binary_cross_entropy_with_logits(net.model->forward(wide_rows, deep_rows, dense), labels);
+  if (n > 0) {
+    if (scale_per_example > 0)
+      (loss * (scale_per_example * static_cast<double>(n))).backward();
+    else
+      loss.backward();
+  }
+  auto t2 = Clock::now();
+  net.opt->step();
+  net.opt->zero_grad();
+  auto t3 = Clock::now();
+  progress.t_pull += std::chrono::duration<double>(t1 - t0).count();
+  progress.t_compute += std::chrono::duration<double>(t2 - t1).count();
+  progress.t_push += std::chrono::duration<double>(t3 - t2).count();
+  if (n > 0) progress.loss_sum += loss.item<double>() * static_cast<double>(n);
+  progress.loss_n += n;
+  progress.examples += n;
+  ++progress.done;
+}
+
+// After a step: progress line, checkpoint, the tests' sleep and kill.
+void after_step(const Plan& p, int64_t epoch, int64_t step, Progress& progress, EventWriter* tb) {
+  if (step % p.log_every == 0 || step == p.total_steps) progress.log(p, epoch, step, tb);
+  if (p.ckpt_every > 0 && step % p.ckpt_every == 0) {
+    fleet::ps_worker().save_checkpoint(step);
+    if (p.rank == 0) log_line(fmt::format("ctr: checkpoint step {} saved", step));
+  }
+  if (p.sleep_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(p.sleep_ms));
+  if (p.kill_at == step && p.rank == 0) {
+    log_line(fmt::format("ctr: debug.kill_at_step {}: exiting", step));
+    std::fflush(stdout);
+    std::_Exit(3);
+  }
+}
+
+// Every worker's pushes are in before anyone evaluates, and the dense
+// weights are the servers' final ones: the evaluation scores the model that
+// [ps] save_on_exit saves (GEO: the workers' local copies).
+void evaluate_and_report(const Config& c, const Plan& p, Net& net, ps::Mode mode, const Progress& progress,
+                         int64_t step, EventWriter* tb) {
+  const double train_s = std::chrono::duration<double>(Clock::now() - progress.start).count();
   fleet::barrier_worker();
   if (mode != ps::Mode::Geo) net.opt->dense()->pull();
   EvalStats stats;
-  auto ro = reader_options(c, rank, world, 4096, c.get_int("data.limit_test", 0));
-  evaluate_into(net, test_files, ro, &stats);
+  auto ro = reader_options(c, p.rank, p.world, 4096, c.get_int("data.limit_test"));
+  evaluate_into(net, p.test_files, ro, &stats);
   const double auc = fleet::metrics::auc(stats.pos, stats.neg);
   std::vector<double> ll{stats.loss_sum, stats.count};
   fleet::metrics::sum(ll);
@@ -330,13 +319,60 @@ void train_impl(const Config& job) {
   log_line(
       fmt::format("ctr: test auc {:.4f} logloss {:.4f} over {:.0f} examples ({}); trained {:.1f} s, "
                   "{:.0f} examples/s",
-                  auc, logloss, ll[1], teacher_line(dir), train_s,
-                  static_cast<double>(examples) * world / std::max(train_s, 1e-9)));
+                  auc, logloss, ll[1], teacher_line(p.dir), train_s,
+                  static_cast<double>(progress.examples) * p.world / std::max(train_s, 1e-9)));
   if (tb) {
     tb->add_scalar("test/auc", static_cast<float>(auc), step);
     tb->add_scalar("test/logloss", static_cast<float>(logloss), step);
     tb->flush();
   }
+}
+
+void train_impl(const Config& job) {
+  const Config c = with_geo_rates(job);
+  fleet::InitOptions io;
+  io.is_collective = false;
+  io.config = std::make_shared<Config>(c);
+  fleet::init(io);
+  if (fleet::is_server()) return serve();
+  torch::set_num_threads(static_cast<int>(positive(c, "train.threads")));
+  torch::manual_seed(static_cast<uint64_t>(c.get_int("train.seed")));
+  const Plan p(c);
+  Net net(c);
+  auto& worker = fleet::ps_worker();
+  const ps::Mode mode = worker.mode().mode;
+  std::string reduction;
+  const double scale = grad_scale_per_example(c, mode, p.world, &reduction);
+  int64_t step = 0;
+  if (int64_t restored = worker.restored_step(); restored >= 0) {
+    step = restored;
+    log_line(fmt::format("ctr: worker {} restored step {} from the checkpoint", p.rank, step));
+  }
+  std::unique_ptr<EventWriter> tb;
+  if (const std::string tbdir = c.get_string("log.tensorboard"); !tbdir.empty() && p.rank == 0)
+    tb = std::make_unique<EventWriter>(tbdir);
+  log_line(
+      fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
+                  "emb {} hidden [{}], gradients {}",
+                  p.rank, p.world, ps::to_string(mode), worker.mode().geo_k_steps, p.lines, p.steps_per_epoch, p.batch,
+                  net.dim, fmt::join(c.get_int_list("model.hidden"), ", "), reduction));
+
+  Progress progress;
+  for (int64_t epoch = step / p.steps_per_epoch; epoch < p.epochs; ++epoch) {
+    auto ro = reader_options(c, p.rank, p.world, p.batch, c.get_int("data.limit_train"));
+    ro.per_worker = p.per_worker;
+    Reader reader(p.train_files, ro);
+    ctr::Batch b;
+    for (int64_t i = 0; reader.next(&b); ++i) {
+      if (epoch * p.steps_per_epoch + i < step) continue;  // resumed: already trained
+      train_batch(net, b, scale, progress);
+      after_step(p, epoch, ++step, progress, tb.get());
+    }
+    if (reader.skipped() > 0)
+      log_line(fmt::format("ctr: worker {} skipped {} malformed lines (first: {})", p.rank, reader.skipped(),
+                           reader.first_error()));
+  }
+  evaluate_and_report(c, p, net, mode, progress, step, tb.get());
   fleet::stop_worker();
 }
 

@@ -165,7 +165,6 @@ int main(int argc, char** argv) {
       if (lo.backend.empty()) lo.backend = cfg.get_string("job.backend");
       command = {resolve_program(program), fs::absolute(job_file).string()};
       for (auto& ov : overrides) command.insert(command.end(), {"-o", ov});
-      if (!lo.backend.empty()) command.insert(command.end(), {"-o", "job.backend=\"" + lo.backend + "\""});
       if (cfg.has("job.args"))
         for (auto& a : cfg.get_string_list("job.args")) command.push_back(a);
     } else if (!command.empty()) {

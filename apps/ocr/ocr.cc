@@ -32,7 +32,6 @@ void add_ocr_keys(ConfigSchema& s) {
   s.add("data.use_space_char", ConfigType::Bool, "false", "add ' ' to the dictionary");
   s.add("data.max_text_length", ConfigType::Int, "25", "longest label in characters");
   s.add("data.image_shape", ConfigType::IntList, "[1, 32, 128]", "model input [channels (1|3), 32, width]");
-  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread");
   s.add("data.words", ConfigType::String, "\"/usr/share/dict/words\"", "word list, one per line (render)");
   s.add("data.fonts", ConfigType::StringList, "[]", "font files the training and test words are rendered in");
   s.add("data.heldout_fonts", ConfigType::StringList, "[]", "font files never trained on: a second test set");
@@ -87,8 +86,8 @@ const std::vector<std::string>& builtin_en_dict() {
 }
 
 CharDict ocr_dictionary(const Config& cfg) {
-  std::string path = cfg.get_string("data.character_dict_path", "");
-  bool space = cfg.get_bool("data.use_space_char", false);
+  std::string path = cfg.get_string("data.character_dict_path");
+  bool space = cfg.get_bool("data.use_space_char");
   if (!path.empty()) return CharDict::load(path, space);
   auto chars = builtin_en_dict();
   if (space) chars.push_back(" ");
@@ -116,19 +115,19 @@ Shape image_shape(const Config& cfg) {
 
 ocr::RenderOptions render_options(const Config& cfg) {
   ocr::RenderOptions o;
-  o.min_font_px = int(positive(cfg, "augment.min_font_px", 22));
-  o.max_font_px = int(positive(cfg, "augment.max_font_px", 40));
+  o.min_font_px = int(positive(cfg, "augment.min_font_px"));
+  o.max_font_px = int(positive(cfg, "augment.max_font_px"));
   if (o.max_font_px < o.min_font_px) config_error(cfg, "augment.max_font_px", "must be >= augment.min_font_px");
-  o.slant = cfg.get_float("augment.slant", 0.2);
-  o.rotate = cfg.get_float("augment.rotate", 2);
-  o.spacing = cfg.get_float("augment.spacing", 0.06);
-  o.blur = cfg.get_float("augment.blur", 0.4);
-  o.noise = cfg.get_float("augment.noise", 10);
-  o.min_contrast = int(cfg.get_int("augment.min_contrast", 70));
+  o.slant = cfg.get_float("augment.slant");
+  o.rotate = cfg.get_float("augment.rotate");
+  o.spacing = cfg.get_float("augment.spacing");
+  o.blur = cfg.get_float("augment.blur");
+  o.noise = cfg.get_float("augment.noise");
+  o.min_contrast = int(cfg.get_int("augment.min_contrast"));
   if (o.min_contrast < 0 || o.min_contrast > 255) config_error(cfg, "augment.min_contrast", "must be in [0, 255]");
-  o.texture = cfg.get_float("augment.texture", 0.5);
-  o.margin = cfg.get_float("augment.margin", 0.3);
-  o.tight = cfg.get_float("augment.tight", 0.3);
+  o.texture = cfg.get_float("augment.texture");
+  o.margin = cfg.get_float("augment.margin");
+  o.tight = cfg.get_float("augment.tight");
   return o;
 }
 
@@ -157,22 +156,21 @@ std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, con
 
 OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
   Shape shape = image_shape(cfg);
-  std::string ds = cfg.get_string("data.dataset", "render");
+  std::string ds = cfg.get_string("data.dataset");
   OcrData d;
   if (ds == "render") {
-    size_t min_len = size_t(positive(cfg, "data.min_length", 1)),
-           max_len = size_t(positive(cfg, "data.max_length", 12));
-    if (max_len > size_t(positive(cfg, "data.max_text_length", 25)))
+    size_t min_len = size_t(positive(cfg, "data.min_length")), max_len = size_t(positive(cfg, "data.max_length"));
+    if (max_len > size_t(positive(cfg, "data.max_text_length")))
       config_error(cfg, "data.max_length", "must be <= data.max_text_length");
     if (int(max_len) > shape.width / 4 / 2)
       config_error(cfg, "data.max_length",
                    fmt::format("words of {} characters do not fit {} CTC steps (image width / 4): at most {}", max_len,
                                shape.width / 4, shape.width / 8));
-    double pct = cfg.get_float("data.test_percent", 10);
+    double pct = cfg.get_float("data.test_percent");
     if (!(pct > 0 && pct < 100)) config_error(cfg, "data.test_percent", "must be in (0, 100)");
     ocr::WordSplit split;
     try {
-      split = ocr::split_words(cfg.get_string("data.words", "/usr/share/dict/words"), dict, min_len, max_len, pct);
+      split = ocr::split_words(cfg.get_string("data.words"), dict, min_len, max_len, pct);
     } catch (const Error& e) {
       config_error(cfg, "data.words", e.what());
     }
@@ -191,7 +189,7 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     std::vector<std::string> test = split.test;
     std::mt19937_64 gen(seed * 7919 + 17);
     std::shuffle(test.begin(), test.end(), gen);
-    size_t n_eval = std::min(test.size(), size_t(positive(cfg, "data.eval_samples", 2000)));
+    size_t n_eval = std::min(test.size(), size_t(positive(cfg, "data.eval_samples")));
     test.resize(n_eval);
     ocr::RenderedSetOptions o;
     o.render = render_options(cfg);
@@ -200,7 +198,7 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     o.width = shape.width;
     o.words = split.train;
     o.fonts = fonts;
-    o.size = size_t(positive(cfg, "data.train_samples", 20000));
+    o.size = size_t(positive(cfg, "data.train_samples"));
     o.seed = seed * 2;
     d.train = std::make_shared<ocr::RenderedDataset>(o, dict);
     o.words = test;
@@ -217,13 +215,13 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     return d;
   }
   if (ds == "list") {
-    std::string tl = cfg.get_string("data.train_list", ""), vl = cfg.get_string("data.val_list", "");
+    std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
     if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
     if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
-    std::string policy = cfg.get_string("data.unknown_chars", "error");
+    std::string policy = cfg.get_string("data.unknown_chars");
     if (policy != "error" && policy != "skip") config_error(cfg, "data.unknown_chars", "must be \"error\" or \"skip\"");
-    size_t max_len = size_t(positive(cfg, "data.max_text_length", 25));
-    std::string root = cfg.get_string("data.root", "");
+    size_t max_len = size_t(positive(cfg, "data.max_text_length"));
+    std::string root = cfg.get_string("data.root");
     auto limit = [&](const char* key) { return size_t(std::max<int64_t>(0, cfg.get_int(key, 0))); };
     auto tr = ocr::read_rec_list(tl, root, dict, max_len, policy == "skip", limit("data.limit_train"));
     auto va = ocr::read_rec_list(vl, root, dict, max_len, policy == "skip", limit("data.limit_eval"));
@@ -239,9 +237,9 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
 }
 
 ocr::Crnn model_from(const Config& cfg, int channels, int classes, std::string* described) {
-  std::string name = cfg.get_string("model.backbone", "vgg");
-  int width = int(cfg.get_int("model.width", 32)), hidden = int(cfg.get_int("model.hidden", 96));
-  int layers = int(cfg.get_int("model.layers", 2));
+  std::string name = cfg.get_string("model.backbone");
+  int width = int(cfg.get_int("model.width")), hidden = int(cfg.get_int("model.hidden"));
+  int layers = int(cfg.get_int("model.layers"));
   try {
     auto m = ocr::make_crnn(name, channels, width, hidden, layers, classes);
     *described = fmt::format("model crnn {} width {} bilstm {}x{}", name, width, layers, hidden);
@@ -304,8 +302,8 @@ class OcrTrainer : public Trainer {
     heldout_ = d.heldout;
     log_line("data: " + d.describe + fmt::format(", dictionary {} characters", dict_->size()));
     augment_ = normalisation();
-    metric_.ignore_space = cfg_.get_bool("eval.ignore_space", true);
-    metric_.filter = cfg_.get_bool("eval.filter", false);
+    metric_.ignore_space = cfg_.get_bool("eval.ignore_space");
+    metric_.filter = cfg_.get_bool("eval.filter");
     net_ = model_from(cfg_, train_set_->channels(), int(dict_->num_classes()), &described_);
     model_ = net_.ptr();
   }
@@ -334,9 +332,8 @@ class OcrTrainer : public Trainer {
     sync_buffers();
     model_->eval();
     torch::NoGradGuard ng;
-    bool final_eval =
-        state_.epoch + 1 >= positive(cfg_, "train.epochs", 10) ||
-        (cfg_.get_int("train.max_steps", 0) > 0 && state_.global_step >= cfg_.get_int("train.max_steps", 0));
+    bool final_eval = state_.epoch + 1 >= positive(cfg_, "train.epochs") ||
+                      (cfg_.get_int("train.max_steps") > 0 && state_.global_step >= cfg_.get_int("train.max_steps"));
     evaluate_set(eval_set_, "test", final_eval);
     if (heldout_) evaluate_set(heldout_, "heldout_fonts", final_eval);
   }
@@ -348,10 +345,10 @@ class OcrTrainer : public Trainer {
     for (size_t i = size_t(rank_); i < set->size(); i += size_t(world_)) idx.push_back(i);
     ocr::TextMetric m = metric_;
     double loss_sum = 0;
-    int pictures = rank_ == 0 ? int(cfg_.get_int("eval.pictures", 0)) : 0;
-    int mistakes = rank_ == 0 && final_eval ? int(cfg_.get_int("eval.mistakes", 10)) : 0;
-    std::string pic_dir = cfg_.get_string("eval.picture_dir", "");
-    if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir", "output/ocr")) / "pictures").string();
+    int pictures = rank_ == 0 ? int(cfg_.get_int("eval.pictures")) : 0;
+    int mistakes = rank_ == 0 && final_eval ? int(cfg_.get_int("eval.mistakes")) : 0;
+    std::string pic_dir = cfg_.get_string("eval.picture_dir");
+    if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> shown, wrong;
     if (!idx.empty()) {
       BatchLoader loader(set, idx, eval_batch_, false, augment_, false, seed_, 0);
@@ -436,7 +433,7 @@ int predict_main(int argc, char** argv) {
     Shape shape = image_shape(cfg);
     std::string described;
     auto net = model_from(cfg, shape.channels, int(dict.num_classes()), &described);
-    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir", "output/ocr")) / "latest.pt").string();
+    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir")) / "latest.pt").string();
     if (!fs::exists(ckpt)) throw IoError("checkpoint '" + ckpt + "' does not exist (train first, or --checkpoint)");
     {
       torch::serialize::InputArchive ar, m;
@@ -448,9 +445,9 @@ int predict_main(int argc, char** argv) {
     torch::NoGradGuard ng;
     std::vector<std::string> paths = images, labels(images.size());
     if (!list.empty()) {
-      auto lf = ocr::read_rec_list(list, cfg.get_string("data.root", ""), dict,
-                                   size_t(positive(cfg, "data.max_text_length", 25)),
-                                   cfg.get_string("data.unknown_chars", "error") == "skip");
+      auto lf =
+          ocr::read_rec_list(list, cfg.get_string("data.root"), dict, size_t(positive(cfg, "data.max_text_length")),
+                             cfg.get_string("data.unknown_chars") == "skip");
       for (auto& e : lf.entries) {
         paths.push_back(e.path);
         labels.push_back(e.label);
@@ -458,8 +455,8 @@ int predict_main(int argc, char** argv) {
     }
     AugmentOptions a = normalisation();
     ocr::TextMetric metric;
-    metric.ignore_space = cfg.get_bool("eval.ignore_space", true);
-    metric.filter = cfg.get_bool("eval.filter", false);
+    metric.ignore_space = cfg.get_bool("eval.ignore_space");
+    metric.filter = cfg.get_bool("eval.filter");
     for (size_t start = 0; start < paths.size(); start += size_t(batch)) {
       size_t end = std::min(paths.size(), start + size_t(batch));
       auto x = torch::empty({int64_t(end - start), shape.channels, shape.height, shape.width});
@@ -502,10 +499,10 @@ int render_main(int argc, char** argv) {
   CLI11_PARSE(cli, argc, argv);
   return guarded("render", [&] {
     Config cfg = load_ocr_config(job, overrides);
-    if (cfg.get_string("data.dataset", "render") != "render")
+    if (cfg.get_string("data.dataset") != "render")
       config_error(cfg, "data.dataset", "dtrain-ocr render needs data.dataset = \"render\"");
     CharDict dict = ocr_dictionary(cfg);
-    uint64_t seed = uint64_t(cfg.get_int("train.seed", 42));
+    uint64_t seed = uint64_t(cfg.get_int("train.seed"));
     OcrData d = make_data(cfg, dict, seed);
     auto ds = std::dynamic_pointer_cast<ocr::RenderedDataset>(split == "train"  ? d.train
                                                               : split == "test" ? d.test

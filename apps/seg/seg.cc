@@ -36,16 +36,15 @@ void add_seg_keys(ConfigSchema& s) {
   s.add("data.max_item_scale", ConfigType::Float, "1.3", "");
   s.add("data.max_overlap", ConfigType::Float, "0.3", "largest share of an item's box covered by earlier ones");
   s.add("data.item_threshold", ConfigType::Int, "12", "an item covers the pixels where its grey value exceeds this");
-  s.add("data.train_list", ConfigType::String, "", "PaddleSeg list file for training");
-  s.add("data.val_list", ConfigType::String, "", "PaddleSeg list file for evaluation");
-  s.add("data.root", ConfigType::String, "", "folder the list files' paths are relative to");
+  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleSeg list file for training");
+  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleSeg list file for evaluation");
+  s.add("data.root", ConfigType::String, "\"\"", "folder the list files' paths are relative to");
   s.add("data.image_size", ConfigType::Int, "64", "list images are resized to this square size");
   s.add("data.channels", ConfigType::Int, "3", "1 (grey) or 3 (RGB) for list images");
   s.add("data.num_classes", ConfigType::Int, "11", "classes of a list dataset (background included)");
   s.add("data.ignore_index", ConfigType::Int, "255", "label value of pixels without a class");
   s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training samples (0: all)");
   s.add("data.limit_eval", ConfigType::Int, "0", "use only the first N evaluation samples (0: all)");
-  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread");
   s.add("augment.min_scale", ConfigType::Float, "0.8", "random scale, image and labels alike");
   s.add("augment.max_scale", ConfigType::Float, "1.25", "");
   s.add("augment.crop_padding", ConfigType::Int, "4", "random crop offset jitter in pixels");
@@ -78,10 +77,10 @@ size_t limit_of(const Config& cfg, const std::string& key) {
 
 SceneOptions scene_options(const Config& cfg, bool train) {
   SceneOptions o;
-  o.count = static_cast<size_t>(positive(cfg, train ? "data.train_scenes" : "data.eval_scenes", train ? 4000 : 500));
-  o.size = static_cast<int>(positive(cfg, "data.scene_size", 64));
-  o.min_items = static_cast<int>(cfg.get_int("data.min_items", 2));
-  o.max_items = static_cast<int>(cfg.get_int("data.max_items", 3));
+  o.count = static_cast<size_t>(positive(cfg, train ? "data.train_scenes" : "data.eval_scenes"));
+  o.size = static_cast<int>(positive(cfg, "data.scene_size"));
+  o.min_items = static_cast<int>(cfg.get_int("data.min_items"));
+  o.max_items = static_cast<int>(cfg.get_int("data.max_items"));
   if (train)
     for (auto [key, items] :
          {std::pair{"data.train_min_items", &o.min_items}, {"data.train_max_items", &o.max_items}}) {
@@ -89,20 +88,20 @@ SceneOptions scene_options(const Config& cfg, bool train) {
       if (n < -1) config_error(cfg, key, "must be >= 0, or -1 for as many as the evaluation scenes");
       if (n >= 0) *items = static_cast<int>(n);
     }
-  o.min_scale = cfg.get_float("data.min_item_scale", 0.9);
-  o.max_scale = cfg.get_float("data.max_item_scale", 1.3);
-  o.max_overlap = cfg.get_float("data.max_overlap", 0.3);
-  o.threshold = static_cast<int>(cfg.get_int("data.item_threshold", 12));
+  o.min_scale = cfg.get_float("data.min_item_scale");
+  o.max_scale = cfg.get_float("data.max_item_scale");
+  o.max_overlap = cfg.get_float("data.max_overlap");
+  o.threshold = static_cast<int>(cfg.get_int("data.item_threshold"));
   // Test scenes come from other seeds than training scenes (and other items).
-  o.seed = static_cast<uint64_t>(cfg.get_int("train.seed", 42)) * 2 + (train ? 0 : 1);
+  o.seed = static_cast<uint64_t>(cfg.get_int("train.seed")) * 2 + (train ? 0 : 1);
   return o;
 }
 
 // The data sets a job file names: (train, eval).
 std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> make_datasets(const Config& cfg) {
-  std::string ds = cfg.get_string("data.dataset", "scenes");
+  std::string ds = cfg.get_string("data.dataset");
   if (ds == "scenes") {
-    std::string dir = cfg.get_string("data.dir", "/usr/share/datasets/fashion-mnist");
+    std::string dir = cfg.get_string("data.dir");
     auto wrap = [&](bool train) {
       try {
         return make_scene_dataset(load_idx_dataset(dir, train), scene_options(cfg, train));
@@ -113,11 +112,11 @@ std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> make_datasets(cons
     return {wrap(true), wrap(false)};
   }
   if (ds == "list") {
-    int classes = static_cast<int>(positive(cfg, "data.num_classes", 11));
-    int size = static_cast<int>(positive(cfg, "data.image_size", 64));
-    int ch = static_cast<int>(cfg.get_int("data.channels", 3));
-    int ignore = static_cast<int>(cfg.get_int("data.ignore_index", 255));
-    std::string root = cfg.get_string("data.root", "");
+    int classes = static_cast<int>(positive(cfg, "data.num_classes"));
+    int size = static_cast<int>(positive(cfg, "data.image_size"));
+    int ch = static_cast<int>(cfg.get_int("data.channels"));
+    int ignore = static_cast<int>(cfg.get_int("data.ignore_index"));
+    std::string root = cfg.get_string("data.root");
     std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
     if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
     if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
@@ -129,14 +128,14 @@ std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> make_datasets(cons
 
 // Channels and classes of the job's data without loading it (predict).
 std::pair<int, int> data_shape(const Config& cfg) {
-  if (cfg.get_string("data.dataset", "scenes") == "list")
-    return {static_cast<int>(cfg.get_int("data.channels", 3)), static_cast<int>(positive(cfg, "data.num_classes", 11))};
+  if (cfg.get_string("data.dataset") == "list")
+    return {static_cast<int>(cfg.get_int("data.channels")), static_cast<int>(positive(cfg, "data.num_classes"))};
   return {3, 11};
 }
 
 std::shared_ptr<SegNetImpl> model_from(const Config& cfg, int channels, int classes, std::string* described) {
-  std::string name = cfg.get_string("model.name", "unet");
-  int width = static_cast<int>(cfg.get_int("model.width", 16)), depth = static_cast<int>(cfg.get_int("model.depth", 3));
+  std::string name = cfg.get_string("model.name");
+  int width = static_cast<int>(cfg.get_int("model.width")), depth = static_cast<int>(cfg.get_int("model.depth"));
   try {
     auto m = make_seg_model(name, width, depth, channels, classes);
     *described = fmt::format("model {} width {} depth {}", name, width, depth);
@@ -148,13 +147,13 @@ std::shared_ptr<SegNetImpl> model_from(const Config& cfg, int channels, int clas
 
 AugmentOptions augment_options(const Config& cfg) {
   AugmentOptions a;
-  a.min_scale = static_cast<float>(cfg.get_float("augment.min_scale", 0.8));
-  a.max_scale = static_cast<float>(cfg.get_float("augment.max_scale", 1.25));
-  a.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding", 4));
-  a.flip = cfg.get_bool("augment.flip", true);
-  a.mean = static_cast<float>(cfg.get_float("augment.mean", 0.4));
-  a.std = static_cast<float>(cfg.get_float("augment.std", 0.25));
-  a.ignore_index = static_cast<int>(cfg.get_int("data.ignore_index", 255));
+  a.min_scale = static_cast<float>(cfg.get_float("augment.min_scale"));
+  a.max_scale = static_cast<float>(cfg.get_float("augment.max_scale"));
+  a.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding"));
+  a.flip = cfg.get_bool("augment.flip");
+  a.mean = static_cast<float>(cfg.get_float("augment.mean"));
+  a.std = static_cast<float>(cfg.get_float("augment.std"));
+  a.ignore_index = static_cast<int>(cfg.get_int("data.ignore_index"));
   if (!(a.std > 0)) config_error(cfg, "augment.std", "must be > 0");
   if (!(a.min_scale > 0) || a.max_scale < a.min_scale)
     config_error(cfg, "augment.max_scale", "need 0 < augment.min_scale <= augment.max_scale");
@@ -211,9 +210,9 @@ class SegTrainer : public Trainer {
       throw InvalidUsage("training and evaluation data differ in channels or classes");
     classes_ = train_set_->num_classes();
     augment_ = augment_options(cfg_);
-    dice_ = cfg_.get_float("loss.dice_weight", 0);
-    flip_eval_ = cfg_.get_bool("eval.flip", false);
-    eval_scales_ = cfg_.has("eval.scales") ? cfg_.get_float_list("eval.scales") : std::vector<double>{1.0};
+    dice_ = cfg_.get_float("loss.dice_weight");
+    flip_eval_ = cfg_.get_bool("eval.flip");
+    eval_scales_ = cfg_.get_float_list("eval.scales");
     if (eval_scales_.empty()) config_error(cfg_, "eval.scales", "needs at least one factor, e.g. [1.0]");
     for (double f : eval_scales_)
       if (!(f > 0.0 && f <= 4.0)) config_error(cfg_, "eval.scales", fmt::format("factor {} is not in (0, 4]", f));
@@ -260,9 +259,9 @@ class SegTrainer : public Trainer {
     const int64_t C = classes_;
     std::vector<double> conf(size_t(C * C), 0.0), sums(2, 0.0);                        // loss, images
     std::vector<double> region_conf(size_t(C * C), 0.0), regions(size_t(2 * C), 0.0);  // right, then total
-    int pictures = rank_ == 0 ? static_cast<int>(cfg_.get_int("eval.pictures", 4)) : 0;
-    std::string pic_dir = cfg_.get_string("eval.picture_dir", "");
-    if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir", "output/seg")) / "pictures").string();
+    int pictures = rank_ == 0 ? static_cast<int>(cfg_.get_int("eval.pictures")) : 0;
+    std::string pic_dir = cfg_.get_string("eval.picture_dir");
+    if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> written;
     if (!idx.empty()) {
       BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);
@@ -393,7 +392,7 @@ int predict_main(int argc, char** argv) {
     auto [channels, classes] = data_shape(cfg);
     std::string described;
     auto net = model_from(cfg, channels, classes, &described);
-    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir", "output/seg")) / "latest.pt").string();
+    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir")) / "latest.pt").string();
     if (!fs::exists(ckpt)) throw IoError("checkpoint '" + ckpt + "' does not exist (train first, or --checkpoint)");
     {
       torch::serialize::InputArchive ar, m;

@@ -83,11 +83,10 @@ void init(const InitOptions& o) {
         "a collective job (is_collective = true); remove a_sync, or start servers (dtrain --server_num S "
         "--worker_num W) and call init(false)");
   JobOptions jo = JobOptions::from_config(*cfg);
-  if (!o.backend.empty())
+  if (!o.backend.empty()) {
     jo.backend = o.backend;
-  else if (const char* env = std::getenv("DTRAIN_BACKEND"); env && *env)
-    jo.backend = env;
-  if (jo.backend != cfg->get_string("job.backend", "gloo")) jo.config_toml = cfg->table_as_flat_toml(jo.backend);
+    jo.config_toml = cfg->table_as_flat_toml(jo.backend);
+  }
   if (o.timeout.count() > 0) jo.timeout = o.timeout;
 
   auto s = std::make_unique<detail::FleetState>();

@@ -66,7 +66,7 @@ void init_standalone(std::shared_ptr<const Config> config) {
   s->strategy = StrategyOptions::from_config(*config);
   std::vector<std::string> dirs;
   if (config->has("plugins.path")) dirs = config->get_string_list("plugins.path");
-  auto backend = PluginRegistry(dirs).load(config->get_string("ps.backend", "ps_grpc"));
+  auto backend = PluginRegistry(dirs).load(config->get_string("ps.backend"));
   CommOptions co;
   co.store = std::make_shared<MemoryStore>();
   co.num_servers = 1;

@@ -368,5 +368,62 @@ TEST(ConfigTest, ConfigTypeNames) {
   EXPECT_EQ(s.find("train.nope"), nullptr);
 }
 
+TEST(ConfigDefaultsTest, GettersWithoutFallbackReturnTheDeclaredDefault) {
+  Config c = Config::from_string("[train]\nlr = 0.5\n", "job.toml");
+  c.validate(train_schema());
+  EXPECT_EQ(c.get_int("train.epochs"), 10);  // absent: the schema's default
+  EXPECT_DOUBLE_EQ(c.get_float("train.lr"), 0.5);
+  EXPECT_EQ(c.get_int("train.epochs", 3), 3);  // an explicit fallback still wins for an absent key
+  ASSERT_NE(c.schema(), nullptr);
+  // Declared without a default, or not declared at all: the read site's bug, named.
+  try {
+    c.get_bool("train.shuffle");
+    ADD_FAILURE() << "no throw";
+  } catch (const InvalidUsage& e) {
+    EXPECT_THAT(e.what(), HasSubstr("train.shuffle"));
+    EXPECT_THAT(e.what(), HasSubstr("no default"));
+  }
+  EXPECT_THROW(c.get_int("train.nope"), InvalidUsage);
+  EXPECT_TRUE(c.get_string_list("train.files").empty());
+}
+
+TEST(ConfigDefaultsTest, AnUnvalidatedConfigTakesTheCoresDefaults) {
+  Config c;
+  EXPECT_EQ(c.get_string("job.backend"), "gloo");
+  EXPECT_DOUBLE_EQ(c.get_float("communicator.timeout_s"), 300.0);
+  EXPECT_EQ(c.get_int("strategy.gradient_merge.k_steps"), 1);
+  EXPECT_EQ(c.get_string("ps.backend"), "ps_grpc");
+}
+
+TEST(ConfigDefaultsTest, AKeyIsDeclaredOnceWithADefaultOfItsType) {
+  ConfigSchema s = train_schema();
+  // An app cannot restate a key the trainer declares, with the same or another default.
+  try {
+    s.add("train.epochs", ConfigType::Int, "1");
+    ADD_FAILURE() << "no throw";
+  } catch (const InvalidUsage& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'train.epochs' is declared twice"));
+  }
+  EXPECT_THROW(s.add("train.a", ConfigType::Int, "\"ten\""), InvalidUsage);
+  EXPECT_THROW(s.add("train.b", ConfigType::String, "false"), InvalidUsage);
+  EXPECT_THROW(s.add("train.c", ConfigType::IntList, "[1.5]"), InvalidUsage);
+  EXPECT_NO_THROW(s.add("train.d", ConfigType::Float, "1"));  // an int is a float
+  EXPECT_THROW(s.add("train.e", ConfigType::Int, "0").at_least(1), InvalidUsage);  // default out of its range
+  EXPECT_THROW(s.add("train.f", ConfigType::String, "\"x\"").at_least(1), InvalidUsage);
+}
+
+TEST(ConfigDefaultsTest, ValidateChecksRangesAndNamesTheLine) {
+  ConfigSchema s;
+  s.add("train.batch", ConfigType::Int, "8").at_least(1);
+  s.add("train.p", ConfigType::Float, "0.5").in_range(0, 1);
+  Config::from_string("[train]\nbatch = 1\np = 1\n", "ok.toml").validate(s);
+  ConfigError e = config_error([&] { Config::from_string("[train]\nbatch = 0\n", "job.toml").validate(s); });
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_THAT(e.what(), HasSubstr("train.batch"));
+  EXPECT_THAT(e.what(), HasSubstr(">= 1, got 0"));
+  e = config_error([&] { Config::from_string("[train]\np = 1.5\n", "job.toml").validate(s); });
+  EXPECT_THAT(e.what(), HasSubstr("in [0, 1], got 1.5"));
+}
+
 }  // namespace
 }  // namespace dtrain

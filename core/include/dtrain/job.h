@@ -43,6 +43,9 @@ struct JobOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   std::string name = "default";  // communicator name (store scope)
   // Reads backend, timeout, plugin path and the backend's table from a job file.
+  // The backend has one channel from the launcher: DTRAIN_BACKEND (set by
+  // `dtrain` from --backend or the job file's [job] backend) wins over the
+  // file's [job] backend, whose declared default is "gloo".
   static JobOptions from_config(const Config& config);
 };
 

@@ -674,9 +674,7 @@ double Config::get_float(const std::string& path, double fallback) const {
   return has(path) ? get_float(path) : fallback;
 }
 
-bool Config::get_bool(const std::string& path, bool fallback) const {
-  return has(path) ? get_bool(path) : fallback;
-}
+bool Config::get_bool(const std::string& path, bool fallback) const { return has(path) ? get_bool(path) : fallback; }
 
 namespace {
 // The array at path, else its declared default, else none.
@@ -718,8 +716,7 @@ std::vector<double> Config::get_float_list(const std::string& path) const {
   std::vector<double> out;
   std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
-  if (node && !matches(ConfigType::FloatList, *node))
-    impl_->type_error(path, *node, to_string(ConfigType::FloatList));
+  if (node && !matches(ConfigType::FloatList, *node)) impl_->type_error(path, *node, to_string(ConfigType::FloatList));
   if (const toml::array* a = list_at(node, path, d, schema()))
     for (const toml::node& e : *a) out.push_back(number_of(e));
   return out;

@@ -1,5 +1,7 @@
 #include "dtrain/job.h"
 
+#include <cstdlib>
+
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/log.h"
@@ -11,10 +13,10 @@ namespace dtrain {
 
 void add_job_keys(ConfigSchema& schema) {
   schema.add("job.backend", ConfigType::String, "\"gloo\"", "transport plugin (dtrain --backend overrides)")
-      .add("job.program", ConfigType::String, "", "program the launcher starts for `dtrain JOB.toml`")
+      .add("job.program", ConfigType::String, "\"\"", "program the launcher starts for `dtrain JOB.toml`")
       .add("job.args", ConfigType::StringList, "[]", "extra arguments after the job file")
       .add("job.nproc_per_node", ConfigType::Int, "1", "processes per machine")
-      .add("job.job_id", ConfigType::String, "", "job id (default: a fresh one)")
+      .add("job.job_id", ConfigType::String, "\"\"", "job id (default: a fresh one)")
       .add("communicator.timeout_s", ConfigType::Float, "300", "default deadline of every collective")
       .add("plugins.path", ConfigType::StringList, "[]", "extra folders searched for plugins")
       .add_open_table("role");
@@ -29,7 +31,8 @@ RoleInfo resolve_role(const Config* config) {
 
 JobOptions JobOptions::from_config(const Config& config) {
   JobOptions o;
-  o.backend = config.get_string("job.backend");
+  const char* launched = std::getenv("DTRAIN_BACKEND");
+  o.backend = launched && *launched ? launched : config.get_string("job.backend");
   o.config_toml = config.table_as_flat_toml(o.backend);
   if (config.has("plugins.path")) o.plugin_dirs = config.get_string_list("plugins.path");
   double secs = config.get_float("communicator.timeout_s");

@@ -19,9 +19,10 @@
 // collective: every worker calls them in the same order.
 //
 // Parameter-server mode (Paddle's fleet.init(is_collective=False),
-// init_worker/init_server/run_server) is not built yet: it will live beside
-// this in dtrain/torch/ps.h. Until then init() with is_collective = false, or
-// in a process whose role is a server, throws NotSupported.
+// init_worker/init_server/run_server) is in dtrain/torch/ps.h (docs/api.md):
+// init() with is_collective = false joins the PS job; init() with
+// is_collective = true in a process whose role is a server throws
+// InvalidUsage.
 
 #include <chrono>
 #include <memory>
@@ -53,8 +54,8 @@ struct InitOptions {
   // An already loaded (and validated) job file instead of job_file; an app with
   // its own keys passes it here.
   std::shared_ptr<const Config> config;
-  // The transport plugin. Empty: DTRAIN_BACKEND (set by `dtrain --backend`),
-  // else the job file's [job] backend, else "gloo".
+  // The transport plugin. Empty: as JobOptions::from_config reads it
+  // (DTRAIN_BACKEND from the launcher, else the job file's [job] backend).
   std::string backend;
   // Overrides the job file's [strategy] when set.
   std::optional<DistributedStrategy> strategy;

@@ -1,0 +1,416 @@
+// The client's table operations: declare, dense and sparse pull and push,
+// save (parts on every server, then the MANIFEST), load, shrink, the worker
+// barrier and finish; each an Op fanned out by client.cc's run_unary and
+// run_streams.
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "service/client.h"
+#include "service/wire.h"
+
+namespace dtrain::ps_grpc {
+
+namespace {
+
+std::string fresh_generation() {
+  std::random_device rd;
+  uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(r));
+  return buf;
+}
+
+void check_f32(const char* op, const std::string& table, uint64_t count, uint64_t want, const char* what) {
+  if (count != want)
+    sdk::fail(DT_ERR_INVALID_USAGE, std::string(op) + " of table '" + table + "': " + what + " has " +
+                                        std::to_string(count) + " values, " + std::to_string(want) + " expected");
+}
+
+}  // namespace
+
+std::shared_ptr<sdk::Work> PsClient::declare(const sdk::TableDesc& desc, uint32_t* id, const Opts& o) {
+  check_open("ps_table");
+  check_desc(desc);
+  // A name declared before keeps its id: the same descriptor returns the same
+  // declaration; a declaration that failed may be retried with another.
+  uint32_t slot = static_cast<uint32_t>(tables_.size());
+  for (uint32_t i = 0; i < tables_.size(); ++i) {
+    if (tables_[i].desc.name != desc.name) continue;
+    DeclareRequest a, b;
+    to_proto(tables_[i].desc, a.mutable_desc());
+    to_proto(desc, b.mutable_desc());
+    dt_status_t before = tables_[i].declared->test();
+    bool failed = before != DT_OK && before != DT_IN_PROGRESS;
+    if (a.SerializeAsString() == b.SerializeAsString() && !failed) {
+      *id = i;
+      return tables_[i].declared;
+    }
+    if (!failed)
+      sdk::fail(DT_ERR_INVALID_USAGE, "ps_table: table '" + desc.name + "' was already declared here differently");
+    slot = i;
+  }
+  auto op = new_op("the declaration of table '" + desc.name + "'", num_servers_, o);
+  auto req = std::make_shared<DeclareRequest>();
+  req->set_worker(rank_);
+  to_proto(desc, req->mutable_desc());
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().DeclareTable(&ctx, *req, &reply);
+    });
+  *id = slot;
+  if (slot == tables_.size())
+    tables_.push_back(ClientTable{desc, op, nullptr});
+  else
+    tables_[slot] = ClientTable{desc, op, nullptr};
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::pull_dense(uint32_t id, float* values, uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_pull_dense");
+  check_f32("ps_pull_dense", t.desc.name, count, t.desc.dim, "values");
+  auto op = new_op("a pull of dense table '" + t.desc.name + "'", num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  std::string name = t.desc.name;
+  uint64_t dim = t.desc.dim;
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    run(op, s, [this, op, name, values, begin, n](grpc::ClientContext& ctx, Server& srv) {
+      DensePull req;
+      req.set_worker(rank_);
+      req.set_table(name);
+      auto reader = srv.stub().PullDense(&ctx, req);
+      DenseChunk msg;
+      uint64_t got = 0;
+      bool bad = false;
+      while (reader->Read(&msg)) {
+        uint64_t len = msg.values().size() / sizeof(float);
+        if (msg.total() != n || msg.offset() + len > n || msg.values().size() % sizeof(float)) {
+          bad = true;
+          ctx.TryCancel();
+          break;
+        }
+        if (!op->write_out([&] { std::memcpy(values + begin + msg.offset(), msg.values().data(), len * 4); })) {
+          ctx.TryCancel();
+          break;
+        }
+        got += len;
+      }
+      grpc::Status st = reader->Finish();
+      if (bad)
+        sdk::fail(DT_ERR_REMOTE, "sent a dense chunk outside its range (total " + std::to_string(msg.total()) +
+                                     ", offset " + std::to_string(msg.offset()) + ", expected " + std::to_string(n) +
+                                     " values): is it a different dtrain version?");
+      if (st.ok() && got != n && !op->done())
+        sdk::fail(DT_ERR_REMOTE, "sent " + std::to_string(got) + " of " + std::to_string(n) + " values");
+      return st;
+    });
+  }
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads, uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_push_dense");
+  check_f32("ps_push_dense", t.desc.name, count, t.desc.dim, "grads");
+  const uint64_t dim = t.desc.dim, push = ++dense_pushes_;
+  const uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / sizeof(float));
+  // A server's range goes as several calls at once (parts of about
+  // kDensePushPartBytes, each a stream of chunks): one HTTP/2 stream's
+  // window and one server thread per part.
+  std::vector<uint64_t> parts(num_servers_);
+  int total_parts = 0;
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t n = sharding_.dense_end(dim, s) - sharding_.dense_begin(dim, s);
+    parts[s] = std::clamp<uint64_t>((n * sizeof(float) + kDensePushPartBytes - 1) / kDensePushPartBytes, 1,
+                                    kMaxDensePushParts);
+    parts[s] = std::min<uint64_t>(parts[s], std::max<uint64_t>(1, (n + per - 1) / per));
+    total_parts += static_cast<int>(parts[s]);
+  }
+  auto op = new_op("a push to dense table '" + t.desc.name + "'", total_parts, o);
+  op->after = {t.declared, t.last_push};
+  auto name = std::make_shared<grpc::Slice>(t.desc.name);
+  std::vector<StreamPart> streams;
+  for (int s = 0; s < num_servers_; ++s) {
+    const uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    // The values staged in reused memory, each chunk a slice of it (no page
+    // faults on fresh memory); each chunk's values are copied in just before
+    // it is written, guarded like a write into the caller's memory (the
+    // caller may reuse grads once the op is done, aborted ops included).
+    grpc::Slice all = lease_slice(staging_->get(n * sizeof(float)), n * sizeof(float));
+    char* dst = reinterpret_cast<char*>(const_cast<uint8_t*>(all.begin()));
+    const float* src = grads + begin;
+    for (uint64_t p = 0; p < parts[s]; ++p) {
+      const uint64_t pb = n * p / parts[s], pe = n * (p + 1) / parts[s];
+      // A message is built once its values are in (a sub-slice under 24
+      // bytes is an inlined copy, not a reference).
+      StreamPart& part = streams.emplace_back();
+      part.server = s;
+      part.count = 1 + (pe - pb + per - 1) / per;
+      part.make = [this, op, name, all, dst, src, n, pb, pe, per, push](size_t i, RawMessage* m) {
+        if (i == 0) {  // the headers of every part go out before any values
+          m->add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
+          m->add_bytes(DenseChunk::kTableFieldNumber, *name);
+          m->add_varint(DenseChunk::kTotalFieldNumber, n);
+          m->add_varint(DenseChunk::kPushFieldNumber, push);
+          m->add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
+          m->add_varint(DenseChunk::kOffsetFieldNumber, pb);
+          return !op->done();
+        }
+        const uint64_t off = pb + (i - 1) * per, len = std::min(per, pe - off);
+        if (!op->write_out([&] { std::memcpy(dst + off * sizeof(float), src + off, len * sizeof(float)); }))
+          return false;
+        m->add_varint(DenseChunk::kOffsetFieldNumber, off);
+        m->add_bytes(DenseChunk::kValuesFieldNumber, all.sub(off * sizeof(float), (off + len) * sizeof(float)));
+        return true;
+      };
+    }
+  }
+  run_streams(op, kPushDenseMethod, std::move(streams));
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* keys, uint64_t n, float* values,
+                                                 uint64_t count, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_pull_sparse");
+  uint64_t dim = t.desc.dim;
+  check_f32("ps_pull_sparse", t.desc.name, count, n * dim, "values");
+  if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_pull_sparse: keys is null");
+  // A call's request carries its keys and its reply their rows: each
+  // message within chunk_bytes. A server's keys split evenly over its calls.
+  const uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / std::max<uint64_t>(sizeof(uint64_t), dim * sizeof(float)));
+  // Positions of each server's keys in the caller's order (none with one server).
+  std::vector<std::shared_ptr<std::vector<uint64_t>>> pos(num_servers_);
+  std::vector<uint64_t> per_server(num_servers_, 0);
+  if (num_servers_ == 1) {
+    per_server[0] = n;
+  } else {
+    for (auto& p : pos) p = std::make_shared<std::vector<uint64_t>>();
+    for (uint64_t i = 0; i < n; ++i) pos[sharding_.server_of(keys[i])]->push_back(i);
+    for (int s = 0; s < num_servers_; ++s) per_server[s] = pos[s]->size();
+  }
+  int parts = 0;
+  for (int s = 0; s < num_servers_; ++s) parts += static_cast<int>((per_server[s] + per - 1) / per);
+  auto op = new_op("a pull of sparse table '" + t.desc.name + "'", parts, o);
+  op->after = {t.declared, t.last_push};
+  std::vector<UnaryPart> calls;
+  calls.reserve(static_cast<size_t>(parts));
+  for (int s = 0; s < num_servers_; ++s) {
+    uint64_t total = per_server[s];
+    const uint64_t n_calls = (total + per - 1) / per;
+    std::shared_ptr<std::vector<uint64_t>> p = pos[s];
+    for (uint64_t c = 0; c < n_calls; ++c) {
+      const uint64_t off = total * c / n_calls, len = total * (c + 1) / n_calls - off;
+      UnaryPart& part = calls.emplace_back();
+      part.server = s;
+      // The request serialized once, straight into the slice gRPC sends.
+      part.request = sparse_pull_request(rank_, t.desc.name, total, len, [&](char* dst) {
+        if (!p) {
+          std::memcpy(dst, keys + off, len * sizeof(uint64_t));
+          return;
+        }
+        for (uint64_t i = 0; i < len; ++i)
+          std::memcpy(dst + i * sizeof(uint64_t), &keys[(*p)[off + i]], sizeof(uint64_t));
+      });
+      part.on_reply = [op, p, off, len, dim, values](const grpc::ByteBuffer& reply) {
+        // The reply's bytes go from gRPC's slices straight into the caller's values.
+        BytesField v;
+        if (!v.open(reply, SparseValues::kValuesFieldNumber))
+          sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) +
+                                       " keys with a malformed reply: is it a different dtrain version?");
+        if (v.size() != len * dim * sizeof(float))
+          sdk::fail(DT_ERR_REMOTE, "answered a pull of " + std::to_string(len) + " keys with " +
+                                       std::to_string(v.size()) + " bytes, not " +
+                                       std::to_string(len * dim * sizeof(float)));
+        op->write_out([&] {
+          if (!p) {
+            v.copy_to(reinterpret_cast<char*>(values + off * dim));
+            return;
+          }
+          v.scatter(dim * sizeof(float), [&](size_t i) { return values + (*p)[off + i] * dim; });
+        });
+      };
+    }
+  }
+  if (!calls.empty()) run_unary(op, kPullSparseMethod, std::move(calls));
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::push_sparse(uint32_t id, const uint64_t* keys, uint64_t n, const float* grads,
+                                                 uint64_t count, const float* show_click, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_push_sparse");
+  uint64_t dim = t.desc.dim;
+  check_f32("ps_push_sparse", t.desc.name, count, n * dim, "grads");
+  if (n && !keys) sdk::fail(DT_ERR_INVALID_USAGE, "ps_push_sparse: keys is null");
+  bool sc = show_click != nullptr;
+  uint64_t per = std::max<uint64_t>(1, chunk_bytes_ / (sizeof(uint64_t) + (dim + (sc ? 2 : 0)) * sizeof(float)));
+  std::vector<std::vector<uint64_t>> pos(num_servers_);
+  if (num_servers_ > 1)
+    for (uint64_t i = 0; i < n; ++i) pos[sharding_.server_of(keys[i])].push_back(i);
+  // Sync mode counts every push as a step on every server, so each server
+  // gets one, empty or not.
+  bool every = t.desc.mode == DT_PS_MODE_SYNC;
+  std::vector<std::shared_ptr<std::vector<SparsePush>>> streams(num_servers_);
+  int parts = 0;
+  size_t row = dim * sizeof(float);
+  for (int s = 0; s < num_servers_; ++s) {
+    const std::vector<uint64_t>* p = num_servers_ > 1 ? &pos[s] : nullptr;
+    uint64_t total = p ? p->size() : n;
+    if (total == 0 && !every) continue;
+    auto msgs = std::make_shared<std::vector<SparsePush>>();
+    for (uint64_t off = 0; off < total || msgs->empty(); off += per) {
+      uint64_t len = std::min(per, total - off);
+      SparsePush& m = msgs->emplace_back();
+      if (off == 0) {
+        m.set_worker(rank_);
+        m.set_table(t.desc.name);
+        m.set_total_keys(total);
+        m.set_has_show_click(sc);
+      }
+      std::string* k = m.mutable_keys();
+      std::string* g = m.mutable_grads();
+      std::string* c = sc ? m.mutable_show_click() : nullptr;
+      if (!p) {
+        k->assign(reinterpret_cast<const char*>(keys + off), len * sizeof(uint64_t));
+        g->assign(reinterpret_cast<const char*>(grads + off * dim), len * row);
+        if (c) c->assign(reinterpret_cast<const char*>(show_click + 2 * off), len * 2 * sizeof(float));
+        continue;
+      }
+      k->resize(len * sizeof(uint64_t));
+      g->resize(len * row);
+      if (c) c->resize(len * 2 * sizeof(float));
+      for (uint64_t i = 0; i < len; ++i) {
+        uint64_t j = (*p)[off + i];
+        std::memcpy(&(*k)[i * sizeof(uint64_t)], &keys[j], sizeof(uint64_t));
+        std::memcpy(&(*g)[i * row], grads + j * dim, row);
+        if (c) std::memcpy(&(*c)[i * 2 * sizeof(float)], show_click + 2 * j, 2 * sizeof(float));
+      }
+    }
+    streams[s] = msgs;
+    ++parts;
+  }
+  auto op = new_op("a push to sparse table '" + t.desc.name + "'", parts, o);
+  op->after = {t.declared, t.last_push};
+  for (int s = 0; s < num_servers_; ++s) {
+    if (!streams[s]) continue;
+    run(op, s, [msgs = streams[s]](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      auto writer = srv.stub().PushSparse(&ctx, &reply);
+      for (auto& m : *msgs)
+        if (!writer->Write(m)) break;
+      writer->WritesDone();
+      return writer->Finish();
+    });
+  }
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::save(uint32_t id, const std::string& dir, int32_t mode, int32_t format,
+                                          const Opts& o) {
+  ClientTable& t = table(id, -1, "ps_save");
+  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA)
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_save of table '" + t.desc.name + "': save mode " + std::to_string(mode) + " is unknown");
+  if (format != DT_PS_FORMAT_BINARY && format != DT_PS_FORMAT_TEXT)
+    sdk::fail(DT_ERR_INVALID_USAGE,
+              "ps_save of table '" + t.desc.name + "': format " + std::to_string(format) + " is unknown");
+  if (dir.empty()) sdk::fail(DT_ERR_INVALID_USAGE, "ps_save of table '" + t.desc.name + "': the directory is empty");
+  auto op = new_op("a save of table '" + t.desc.name + "' to " + dir, num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto files = std::make_shared<std::vector<std::vector<std::string>>>(num_servers_);
+  auto req = std::make_shared<SaveRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_dir(dir);
+  req->set_mode(mode);
+  req->set_format(format);
+  req->set_generation(fresh_generation());
+  Manifest m;
+  m.table = t.desc.name;
+  m.kind = t.desc.kind;
+  m.dim = t.desc.dim;
+  m.optimizer = t.desc.optimizer;
+  m.mode = mode;
+  m.format = format;
+  m.num_servers = num_servers_;
+  m.generation = req->generation();
+  op->on_success = [m, files, dir]() mutable {
+    for (auto& f : *files) m.files.insert(m.files.end(), f.begin(), f.end());
+    m.write(dir + "/" + m.table);
+  };
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req, files, s](grpc::ClientContext& ctx, Server& srv) {
+      SaveReply reply;
+      grpc::Status st = srv.stub().Save(&ctx, *req, &reply);
+      (*files)[s].assign(reply.files().begin(), reply.files().end());
+      return st;
+    });
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::load(uint32_t id, const std::string& dir, const Opts& o) {
+  ClientTable& t = table(id, -1, "ps_load");
+  auto op = new_op("a load of table '" + t.desc.name + "' from " + dir, num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto req = std::make_shared<TableRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_dir(dir);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().Load(&ctx, *req, &reply);
+    });
+  t.last_push = op;  // later pulls see the loaded values
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::shrink(uint32_t id, uint32_t flags, const Opts& o) {
+  ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_shrink");
+  auto op = new_op("a shrink of table '" + t.desc.name + "'", num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  auto req = std::make_shared<TableRequest>();
+  req->set_worker(rank_);
+  req->set_table(t.desc.name);
+  req->set_flags(flags);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      ShrinkReply reply;
+      return srv.stub().Shrink(&ctx, *req, &reply);
+    });
+  t.last_push = op;
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::barrier(const Opts& o) {
+  check_open("ps_barrier");
+  auto op = new_op("barrier " + std::to_string(barriers_), 1, o);
+  BarrierRequest req;
+  req.set_worker(rank_);
+  req.set_generation(barriers_++);
+  run(op, 0, [req](grpc::ClientContext& ctx, Server& srv) {
+    Empty reply;
+    return srv.stub().Barrier(&ctx, req, &reply);
+  });
+  return submit(op);
+}
+
+std::shared_ptr<sdk::Work> PsClient::finish(const Opts& o) {
+  check_open("ps_finish");
+  auto op = new_op("finish", num_servers_, o);
+  for (auto& t : tables_) op->after.push_back(t.last_push);
+  FinishRequest req;
+  req.set_worker(rank_);
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
+      Empty reply;
+      return srv.stub().Finish(&ctx, req, &reply);
+    });
+  return submit(op);
+}
+
+}  // namespace dtrain::ps_grpc
