@@ -55,16 +55,17 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   auto& m = *mesh_;
   m.rank = init.rank;
   m.size = init.world_size;
-  m.algorithm = parse_algorithm(init.options.get_string("algorithm", "auto"));
+  m.algorithm = parse_algorithm(init.options.get_string("algorithm"));
   // Two ranks: bcube is one exchange of the whole buffer, the same bytes as a
   // ring in fewer steps; measured faster up to 16 MiB. More ranks: up to 1 MiB.
-  int64_t small = init.options.get_int("small_message_bytes", 0);
+  int64_t small = init.options.get_int("small_message_bytes");
   if (small < 0) throw sdk::Error(DT_ERR_INVALID_USAGE, "gloo.small_message_bytes must be >= 0");
   m.small_bytes = small > 0 ? static_cast<size_t>(small) : m.size == 2 ? size_t{16} << 20 : size_t{1} << 20;
   const int rank_ = m.rank, size_ = m.size;
   ::gloo::transport::tcp::attr attr;
-  std::string iface = init.options.get_string("iface", default_iface(init));
-  std::string host = init.options.get_string("hostname", "");
+  // iface not set: chosen here (the key table's "" stands for that choice).
+  std::string iface = init.options.has("iface") ? init.options.get_string("iface") : default_iface(init);
+  std::string host = init.options.get_string("hostname");
   if (!host.empty()) {
     attr.hostname = host;
   } else if (!iface.empty()) {
@@ -79,7 +80,7 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   try {
     m.device = ::gloo::transport::tcp::CreateDevice(attr);
     m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
-                                                              static_cast<int>(init.options.get_int("bcube_base", 2)));
+                                                              static_cast<int>(init.options.get_int("bcube_base")));
     m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
     gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
     m.context->connectFullMesh(store, m.device);

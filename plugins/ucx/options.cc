@@ -28,22 +28,21 @@ UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
   const sdk::Options& o = init.options;
   UcxOptions u;
   Settings& s = u.settings;
-  u.algorithm_name = o.get_string("algorithm", "auto");
+  u.algorithm_name = o.get_string("algorithm");
   s.algorithm = parse_algorithm(u.algorithm_name);
-  auto at_least = [&](const char* key, int64_t fallback, int64_t lowest) {
-    return std::max<int64_t>(lowest, o.get_int(key, fallback));
-  };
-  s.small_bytes = static_cast<size_t>(at_least("small_message_bytes", static_cast<int64_t>(s.small_bytes), 0));
-  s.chunk_bytes = static_cast<size_t>(at_least("chunk_bytes", static_cast<int64_t>(s.chunk_bytes), 4096));
-  s.depth = static_cast<int>(at_least("pipeline_depth", s.depth, 1));
-  s.spin = std::chrono::microseconds(at_least("spin_us", s.spin.count(), 0));
-  s.shm = o.get_bool("shared_memory", true);
-  s.stream_bytes = static_cast<size_t>(at_least("stream_bytes", static_cast<int64_t>(s.stream_bytes), 0));
-  u.tls = o.get_string("tls", "");
-  u.net_devices = o.get_string("net_devices", "");
+  // Values below a key's lowest are raised to it; the defaults are kKeys' (plugin.cc).
+  auto at_least = [&](const char* key, int64_t lowest) { return std::max<int64_t>(lowest, o.get_int(key)); };
+  s.small_bytes = static_cast<size_t>(at_least("small_message_bytes", 0));
+  s.chunk_bytes = static_cast<size_t>(at_least("chunk_bytes", 4096));
+  s.depth = static_cast<int>(at_least("pipeline_depth", 1));
+  s.spin = std::chrono::microseconds(at_least("spin_us", 0));
+  s.shm = o.get_bool("shared_memory");
+  s.stream_bytes = static_cast<size_t>(at_least("stream_bytes", 0));
+  u.tls = o.get_string("tls");
+  u.net_devices = o.get_string("net_devices");
   if (u.net_devices.empty()) u.net_devices = default_net_devices(init);
-  u.errors = parse_error_handling(o.get_string("error_handling", "auto"));
-  u.grace = std::chrono::microseconds(at_least("grace_us", 1000, 0));
+  u.errors = parse_error_handling(o.get_string("error_handling"));
+  u.grace = std::chrono::microseconds(at_least("grace_us", 0));
   return u;
 }
 

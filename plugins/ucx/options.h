@@ -13,28 +13,29 @@ namespace dtrain::ucx_backend {
 enum class Algorithm { Auto, RecursiveDoubling, Ring };
 
 // What the algorithms need; every rank must run with the same values (see
-// fingerprint()).
+// fingerprint()). UcxOptions::parse fills every field from the [ucx] table;
+// the defaults are written once, in the key table (plugin.cc).
 struct Settings {
   Algorithm algorithm = Algorithm::Auto;
-  size_t small_bytes = 8 * 1024;    // auto: recursive doubling up to here, ring above
-  size_t chunk_bytes = 128 * 1024;  // ring pipeline chunk
-  int depth = 8;                    // chunks in flight per ring step
-  std::chrono::microseconds spin{2000};
-  bool shm = true;  // shared-memory mailboxes for large messages on one host
+  size_t small_bytes = 0;  // auto: recursive doubling up to here, ring above
+  size_t chunk_bytes = 0;  // ring pipeline chunk
+  int depth = 0;           // chunks in flight per ring step
+  std::chrono::microseconds spin{0};
+  bool shm = false;  // shared-memory mailboxes for large messages on one host
   // Ops of at least this many bytes write the mailboxes with non-temporal
   // stores (0: never). A rank's own choice: the reader is the same either way.
-  size_t stream_bytes = 8u << 20;
+  size_t stream_bytes = 0;
 };
 
 // Everything the [ucx] table says, checked: an unknown name or a value out of
 // range fails with DT_ERR_INVALID_USAGE naming the key.
 struct UcxOptions {
   Settings settings;
-  std::string algorithm_name = "auto";
+  std::string algorithm_name;
   std::string tls;          // "" = UCX's default
   std::string net_devices;  // after the default (see default_net_devices())
   ErrorHandling errors = ErrorHandling::Auto;
-  std::chrono::microseconds grace{1000};
+  std::chrono::microseconds grace{0};
 
   static UcxOptions parse(const sdk::CommInit& init);
   // The options every rank must share, as text (compared at connection).

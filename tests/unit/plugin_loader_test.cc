@@ -150,3 +150,40 @@ TEST(PluginOptions, AValueThePluginCannotReadNamesTheKey) {
   EXPECT_THAT(error_of([&] { o.get_string("name", ""); }), HasSubstr("'name' = 42 is not a string"));
   EXPECT_THAT(error_of([] { sdk::Options("just words\n"); }), HasSubstr("line 1"));
 }
+
+// A getter without a fallback reads the value set, else the default the
+// plugin's key table declares (the one place a default is written); a key
+// the table does not declare, a required key not set, a getter of another
+// type and a declared default not of its type are errors that name the key.
+TEST(PluginOptions, GettersWithoutAFallbackReadTheKeyTable) {
+  static const dt_config_key_v1_t keys[] = {
+      {"chunk_bytes", "int", "131_072", ""}, {"algorithm", "string", "\"auto\"", ""},
+      {"ratio", "float", "0.5", ""},         {"on", "bool", "true", ""},
+      {"required", "int", "", ""},           {"broken", "int", "\"x\"", ""},
+  };
+  sdk::Options o("algorithm = \"ring\"\nratio = 2\n", keys, sizeof(keys) / sizeof(keys[0]));
+  EXPECT_EQ(o.get_int("chunk_bytes"), 131072);
+  EXPECT_EQ(o.get_string("algorithm"), "ring");
+  EXPECT_DOUBLE_EQ(o.get_float("ratio"), 2.0);
+  EXPECT_TRUE(o.get_bool("on"));
+  EXPECT_TRUE(o.declared("required"));
+  EXPECT_FALSE(o.has("required"));
+  EXPECT_EQ(o.get_int("chunk_bytes", 7), 7);  // a fallback still wins over the table for an unset key
+  auto error_of = [](auto&& f, dt_status_t want) -> std::string {
+    try {
+      f();
+    } catch (const sdk::Error& e) {
+      EXPECT_EQ(e.status(), want) << e.what();
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_THAT(error_of([&] { o.get_int("absent"); }, DT_ERR_INTERNAL),
+              AllOf(HasSubstr("'absent'"), HasSubstr("key table")));
+  EXPECT_THAT(error_of([&] { o.get_int("required"); }, DT_ERR_INVALID_USAGE),
+              AllOf(HasSubstr("'required'"), HasSubstr("not set")));
+  EXPECT_THAT(error_of([&] { o.get_int("broken"); }, DT_ERR_INTERNAL),
+              AllOf(HasSubstr("'broken'"), HasSubstr("\"x\""), HasSubstr("integer")));
+  EXPECT_THAT(error_of([&] { o.get_string("chunk_bytes"); }, DT_ERR_INTERNAL),
+              AllOf(HasSubstr("'chunk_bytes'"), HasSubstr("declared as int")));
+}

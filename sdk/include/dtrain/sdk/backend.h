@@ -15,6 +15,9 @@
 //   static const dt_config_key_v1_t kKeys[] = {{"algorithm", "string", "\"ring\"", "..."}};
 //   DTRAIN_EXPORT_BACKEND_V1(MyComm, "mine", "1.0.0", "what it is", DT_CAP_ALLREDUCE | DT_CAP_CPU_BUFFERS, kKeys)
 //
+//   // in MyComm's constructor: the value set in the job file, else kKeys' default
+//   std::string algorithm = init.options.get_string("algorithm");
+//
 // The rest of the SDK, all header-only: op_queue.h (the in-order op queue
 // collectives run on, inline on the waiting thread), p2p.h (posted
 // point-to-point works and their completion), clock.h (the deadline rule),
@@ -265,6 +268,11 @@ inline const dt_call_opts_v1_t& opts_or_default(const dt_call_opts_v1_t* o) {
 
 template <typename Comm>
 struct Trampolines {
+  // The plugin's key table, set once by make_backend_v1 (before the host can
+  // call comm_create): Options reads the declared defaults from it.
+  static inline const dt_config_key_v1_t* keys = nullptr;
+  static inline uint32_t num_keys = 0;
+
   static dt_status_t comm_create(const dt_comm_init_v1_t* in, dt_comm_h* out) {
     return guarded(&tls_error(), [&] {
       if (!in || !out) fail(DT_ERR_INVALID_USAGE, "comm_create: null argument");
@@ -276,7 +284,7 @@ struct Trampolines {
       init.role = in->role;
       init.timeout_ms = in->timeout_ms;
       init.store = Store(in->store);
-      init.options = Options(in->config_toml);
+      init.options = Options(in->config_toml, keys, num_keys);
       init.job_id = in->job_id ? in->job_id : "";
       if (in->struct_size >= offsetof(dt_comm_init_v1_t, reserved)) {
         init.job_token = in->job_token ? in->job_token : "";
@@ -418,6 +426,8 @@ const dt_backend_v1_t* make_backend_v1(const dt_host_v1_t* host, const char* nam
   Log::set_host(host);
   static const dt_backend_v1_t table = [&] {
     using T = Trampolines<Comm>;
+    T::keys = keys;
+    T::num_keys = nkeys;
     dt_backend_v1_t t{};
     t.abi_major = DT_BACKEND_V1_MAJOR;
     t.abi_minor = DT_BACKEND_V1_MINOR;

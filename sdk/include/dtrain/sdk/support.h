@@ -2,8 +2,8 @@
 // Small helpers for plugin authors: the host's logger and store and the
 // plugin's options; includes the rest of the header-only helpers (errors and
 // dtypes, clocks and the deadline rule, f16/bf16 conversion, reduction
-// kernels). Standard C++17 (plus POSIX clock_gettime); nothing here crosses
-// the ABI.
+// kernels). Standard C++17 (plus POSIX clock_gettime) and TOML++ (compiled
+// mode, linked through dtrain::sdk); nothing here crosses the ABI.
 
 #include <cctype>
 #include <cerrno>
@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <toml++/toml.h>
 
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/sdk/clock.h"
@@ -82,13 +85,26 @@ class Store {
 
 // The plugin's own options: the flat "key = literal" TOML text the core
 // passes (the core has already checked names and types against the plugin's
-// key list, but the text may come from any host). Values are read as typed
-// TOML literals; a value that is not of the asked type, or that does not fit,
-// fails with DT_ERR_INVALID_USAGE naming the key, never a silent 0.
+// key list, but the text may come from any host), and the plugin's key table
+// (kKeys, as passed to DTRAIN_EXPORT_BACKEND_V1), whose defaults are the one
+// place a default is written:
+//
+//   int64_t chunk = init.options.get_int("chunk_bytes");  // set, else kKeys' default
+//
+// A key the table does not declare, or declares without a default, is an
+// error that names it; the getters with a fallback stay for keys no table
+// declares. Values (and the table's defaults) are read by TOML++, the same
+// parser as the core's job files: a value that is not of the asked type, or
+// that does not fit, fails with DT_ERR_INVALID_USAGE naming the key, never a
+// silent 0.
 class Options {
  public:
   Options() = default;
-  explicit Options(const char* text) {
+  explicit Options(const char* text, const dt_config_key_v1_t* keys = nullptr, uint32_t num_keys = 0) {
+    for (uint32_t i = 0; keys && i < num_keys; ++i)
+      if (keys[i].name)
+        declared_[keys[i].name] = {keys[i].type ? keys[i].type : "",
+                                   keys[i].default_value ? keys[i].default_value : ""};
     if (!text) return;
     const char* p = text;
     int line_no = 0;
@@ -106,132 +122,105 @@ class Options {
       values_[trim(t.substr(0, eq))] = trim(t.substr(eq + 1));
     }
   }
+  // Set in the text (a declared default does not count).
   bool has(const std::string& key) const { return values_.count(key) != 0; }
+  // In the plugin's key table.
+  bool declared(const std::string& key) const { return declared_.count(key) != 0; }
 
+  // The value if set, else the key table's default.
+  std::string get_string(const std::string& key) const { return as_string(key, literal(key, "string")); }
+  // TOML integers: decimal with an optional sign, 0x / 0o / 0b, '_' between digits.
+  int64_t get_int(const std::string& key) const { return as_int(key, literal(key, "int")); }
+  // TOML floats (and integers): 1.5, -2e-3, inf, nan, '_' between digits.
+  double get_float(const std::string& key) const { return as_float(key, literal(key, "float")); }
+  bool get_bool(const std::string& key) const { return as_bool(key, literal(key, "bool")); }
+
+  // The value if set, else fallback (for keys no table declares).
   std::string get_string(const std::string& key, const std::string& fallback) const {
     auto it = values_.find(key);
-    if (it == values_.end()) return fallback;
-    const std::string& v = it->second;
-    if (v.size() < 2 || (v[0] != '"' && v[0] != '\'') || v.back() != v[0]) bad(key, v, "a string");
-    if (v[0] == '\'') return v.substr(1, v.size() - 2);
-    std::string out;
-    for (size_t i = 1; i + 1 < v.size(); ++i) {
-      if (v[i] != '\\') {
-        out += v[i];
-        continue;
-      }
-      if (i + 2 >= v.size()) bad(key, v, "a string");
-      char n = v[++i];
-      switch (n) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'e': out += '\x1b'; break;
-        case '"':
-        case '\\': out += n; break;
-        case 'u':
-        case 'U': {
-          size_t len = n == 'u' ? 4 : 8;
-          if (i + len + 1 >= v.size()) bad(key, v, "a string");
-          uint32_t cp = static_cast<uint32_t>(std::strtoul(v.substr(i + 1, len).c_str(), nullptr, 16));
-          i += len;
-          append_utf8(cp, &out);
-          break;
-        }
-        default: bad(key, v, "a string (unknown escape \\" + std::string(1, n) + ")");
-      }
-    }
-    return out;
+    return it == values_.end() ? fallback : as_string(key, {it->second, false});
   }
-
-  // TOML integers: decimal with an optional sign, 0x / 0o / 0b, '_' between digits.
   int64_t get_int(const std::string& key, int64_t fallback) const {
     auto it = values_.find(key);
-    if (it == values_.end()) return fallback;
-    const std::string& v = it->second;
-    std::string digits;
-    if (!strip_underscores(v, &digits) || digits.empty()) bad(key, v, "an integer");
-    int base = 10;
-    size_t start = (digits[0] == '+' || digits[0] == '-') ? 1 : 0;
-    if (start == 0 && digits.size() > 2 && digits[0] == '0') {
-      char b = digits[1];
-      base = b == 'x' ? 16 : b == 'o' ? 8 : b == 'b' ? 2 : 10;
-      if (base != 10) digits = digits.substr(2);
-    }
-    if (digits.size() <= start || !std::isalnum(static_cast<unsigned char>(digits[start]))) bad(key, v, "an integer");
-    errno = 0;
-    char* end = nullptr;
-    long long r = std::strtoll(digits.c_str(), &end, base);
-    if (*end != '\0') bad(key, v, "an integer");
-    if (errno == ERANGE) bad(key, v, "an integer that fits in 64 bits");
-    return r;
+    return it == values_.end() ? fallback : as_int(key, {it->second, false});
   }
-
-  // TOML floats (and integers): 1.5, -2e-3, inf, nan, '_' between digits.
   double get_float(const std::string& key, double fallback) const {
     auto it = values_.find(key);
-    if (it == values_.end()) return fallback;
-    const std::string& v = it->second;
-    std::string digits;
-    if (!strip_underscores(v, &digits) || digits.empty()) bad(key, v, "a number");
-    std::string body = digits.substr(digits[0] == '+' || digits[0] == '-' ? 1 : 0);
-    if (body == "inf" || body == "nan") return std::strtod(digits.c_str(), nullptr);
-    if (body.empty() || !std::isdigit(static_cast<unsigned char>(body[0]))) bad(key, v, "a number");
-    char* end = nullptr;
-    double r = std::strtod(digits.c_str(), &end);
-    if (*end != '\0' || body.find_first_of("xXpP") != std::string::npos) bad(key, v, "a number");
-    return r;
+    return it == values_.end() ? fallback : as_float(key, {it->second, false});
   }
-
   bool get_bool(const std::string& key, bool fallback) const {
     auto it = values_.find(key);
-    if (it == values_.end()) return fallback;
-    if (it->second == "true") return true;
-    if (it->second == "false") return false;
-    bad(key, it->second, "true or false");
+    return it == values_.end() ? fallback : as_bool(key, {it->second, false});
   }
 
  private:
-  [[noreturn]] static void bad(const std::string& key, const std::string& value, const std::string& want) {
-    fail(DT_ERR_INVALID_USAGE, "option '" + key + "' = " + value + " is not " + want);
+  struct Declared {
+    std::string type, default_value;
+  };
+  struct Literal {
+    std::string text;
+    bool from_table;  // the key table's default, not a value the user set
+  };
+
+  // The text of key's value: set, else its declared default.
+  Literal literal(const std::string& key, const char* type) const {
+    auto d = declared_.find(key);
+    if (d == declared_.end())
+      fail(DT_ERR_INTERNAL, "option '" + key +
+                                "' is not in the plugin's key table: declare it there (with its default), or read it "
+                                "with a fallback");
+    if (d->second.type != type)
+      fail(DT_ERR_INTERNAL, "option '" + key + "' is declared as " + d->second.type + " but read as " + type);
+    auto v = values_.find(key);
+    if (v != values_.end()) return {v->second, false};
+    if (d->second.default_value.empty())
+      fail(DT_ERR_INVALID_USAGE, "option '" + key + "' is not set and has no default: set it in the plugin's table");
+    return {d->second.default_value, true};
   }
-  static void append_utf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      *out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      *out += static_cast<char>(0xc0 | (cp >> 6));
-      *out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      *out += static_cast<char>(0xe0 | (cp >> 12));
-      *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      *out += static_cast<char>(0x80 | (cp & 0x3f));
-    } else {
-      *out += static_cast<char>(0xf0 | (cp >> 18));
-      *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-      *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-      *out += static_cast<char>(0x80 | (cp & 0x3f));
+
+  // The literal as TOML++ reads it ("v = <literal>"); null if it is not one.
+  static std::optional<toml::table> parse(const std::string& literal) {
+    try {
+      return toml::parse("v = " + literal);
+    } catch (const toml::parse_error&) {
+      return std::nullopt;
     }
   }
-  // Drops TOML's digit separators; false if one is not between two digits.
-  static bool strip_underscores(const std::string& v, std::string* out) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (v[i] != '_') {
-        *out += v[i];
-        continue;
-      }
-      if (i == 0 || i + 1 == v.size() || !std::isxdigit(static_cast<unsigned char>(v[i - 1])) ||
-          !std::isxdigit(static_cast<unsigned char>(v[i + 1])))
-        return false;
-    }
-    return true;
+  template <typename T>
+  static std::optional<T> read(const Literal& l) {
+    std::optional<toml::table> t = parse(l.text);
+    if (!t || t->size() != 1) return std::nullopt;
+    return (*t)["v"].value_exact<T>();
+  }
+  static std::string as_string(const std::string& key, const Literal& l) {
+    if (auto v = read<std::string>(l)) return *v;
+    bad(key, l, "a string");
+  }
+  static int64_t as_int(const std::string& key, const Literal& l) {
+    if (auto v = read<int64_t>(l)) return *v;
+    bad(key, l, "an integer (64-bit)");
+  }
+  static double as_float(const std::string& key, const Literal& l) {
+    if (auto v = read<double>(l)) return *v;
+    if (auto v = read<int64_t>(l)) return static_cast<double>(*v);
+    bad(key, l, "a number");
+  }
+  static bool as_bool(const std::string& key, const Literal& l) {
+    if (auto v = read<bool>(l)) return *v;
+    bad(key, l, "true or false");
+  }
+  [[noreturn]] static void bad(const std::string& key, const Literal& l, const std::string& want) {
+    if (l.from_table)
+      fail(DT_ERR_INTERNAL,
+           "the plugin's key table declares option '" + key + "' with default " + l.text + ", which is not " + want);
+    fail(DT_ERR_INVALID_USAGE, "option '" + key + "' = " + l.text + " is not " + want);
   }
   static std::string trim(const std::string& s) {
     size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
     return b == std::string::npos ? "" : s.substr(b, e - b + 1);
   }
   std::map<std::string, std::string> values_;
+  std::map<std::string, Declared> declared_;
 };
 
 }  // namespace dtrain::sdk
