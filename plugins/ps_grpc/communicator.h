@@ -5,10 +5,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "client.h"
+#include "service/client.h"
 #include "dtrain/sdk/backend.h"
 #include "options.h"
-#include "service.h"
+#include "service/service.h"
 
 namespace dtrain::ps_grpc {
 

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "dtrain/sdk/error.h"
+#include "engine/files.h"
 #include "engine/table.h"
 
 namespace dtrain::ps_grpc::table_test {

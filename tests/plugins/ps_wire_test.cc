@@ -1,4 +1,4 @@
-// The ps_grpc plugin's raw messages (plugins/ps_grpc/wire.h): a RawMessage
+// The ps_grpc plugin's raw messages (plugins/ps_grpc/service/wire.h): a RawMessage
 // built in place must parse as the protobuf message the client expects,
 // memory it sends without a copy must be released exactly once, after gRPC
 // has let go of it, and FieldReader must read what protobuf serializes.
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "wire.h"
+#include "service/wire.h"
 
 namespace dtrain::ps_grpc {
 namespace {

@@ -13,10 +13,11 @@
 #include <shared_mutex>
 #include <thread>
 
-#include "files.h"
-#include "init.h"
-#include "rules.h"
-#include "sync_steps.h"
+#include "engine/factories.h"
+#include "engine/files.h"
+#include "engine/init.h"
+#include "engine/rules.h"
+#include "engine/sync_steps.h"
 
 namespace dtrain::ps_grpc {
 namespace {

@@ -41,7 +41,7 @@
 //   mode (full|base|delta), format (binary|text), num_servers, generation,
 //   and one "file = <part file>" line per part.
 
-#include "files.h"
+#include "engine/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -54,7 +54,6 @@
 
 #include "dtrain/sdk/error.h"
 #include "dtrain/sdk/strings.h"
-#include "table.h"
 
 namespace dtrain::ps_grpc {
 

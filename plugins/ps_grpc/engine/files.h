@@ -106,6 +106,23 @@ bool parse_u64(std::string_view s, uint64_t* v);
 // Splits a line on blanks into views (reusing out's storage).
 void split_fields(std::string_view line, std::vector<std::string_view>& out);
 
+// The manifest: written last, atomically, by the client that asked for the
+// save (after every server reported its files). load() reads it; a directory
+// without one holds no loadable save.
+struct Manifest {
+  std::string table;
+  int kind = 0;
+  uint64_t dim = 0;
+  int optimizer = 0;
+  int mode = 0;    // DT_PS_SAVE_*
+  int format = 0;  // DT_PS_FORMAT_*
+  int num_servers = 0;
+  std::string generation;
+  std::vector<std::string> files;
+  void write(const std::string& table_dir) const;      // MANIFEST.tmp, fsync, rename to MANIFEST, fsync the dir
+  static Manifest read(const std::string& table_dir);  // names the path and the bad line
+};
+
 const char* kind_name(int kind);
 const char* optimizer_name(int optimizer);
 const char* save_mode_name(int mode);

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "init.h"
+#include "engine/init.h"
 
 namespace dtrain::ps_grpc {
 

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "files.h"
-#include "sparse_table.h"
+#include "engine/files.h"
+#include "engine/sparse_table.h"
 
 namespace dtrain::ps_grpc {
 

@@ -1,8 +1,10 @@
 // The sparse table's pull, push and shrink paths (layout: sparse_table.h).
 
-#include "sparse_table.h"
+#include "engine/sparse_table.h"
 
 #include <cstring>
+
+#include "engine/factories.h"
 
 namespace dtrain::ps_grpc {
 namespace {

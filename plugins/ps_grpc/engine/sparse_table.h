@@ -20,10 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "flat_map.h"
-#include "init.h"
-#include "rules.h"
-#include "sync_steps.h"
+#include "engine/files.h"
+#include "engine/flat_map.h"
+#include "engine/init.h"
+#include "engine/rules.h"
+#include "engine/sync_steps.h"
 
 namespace dtrain::ps_grpc {
 

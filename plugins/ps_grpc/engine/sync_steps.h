@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dtrain/sdk/error.h"
-#include "table.h"
+#include "engine/table.h"
 
 namespace dtrain::ps_grpc {
 
@@ -74,12 +74,5 @@ class SyncSteps {
   uint64_t applied_ = 0;
   std::vector<std::deque<Step>> queues_;
 };
-
-// Factories of the two table kinds (table.cc's Table::create calls them after
-// checking the descriptor).
-std::unique_ptr<Table> make_dense_table(const sdk::TableDesc& desc, const Sharding& sharding, int server, int workers);
-std::unique_ptr<Table> make_sparse_table(const sdk::TableDesc& desc, const Sharding& sharding, int server, int workers);
-// DT_ERR_INVALID_USAGE unless 0 <= worker < workers.
-void check_worker(const std::string& table, int worker, int workers);
 
 }  // namespace dtrain::ps_grpc

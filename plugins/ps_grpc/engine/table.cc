@@ -1,14 +1,14 @@
 // Sharding, the descriptor checks and Table::create. The two table kinds live
 // in dense_table.cc and sparse_table.cc, the files in files.cc.
 
-#include "table.h"
+#include "engine/table.h"
 
 #include <algorithm>
 #include <sstream>
 
-#include "files.h"
-#include "init.h"
-#include "sync_steps.h"
+#include "engine/files.h"
+#include "engine/init.h"
+#include "engine/factories.h"
 
 namespace dtrain::ps_grpc {
 

@@ -36,6 +36,9 @@ struct Sharding {
   uint64_t dense_end(uint64_t dim, int server) const { return dense_begin(dim, server + 1); }
 };
 
+// DT_ERR_INVALID_USAGE unless 0 <= worker < workers.
+void check_worker(const std::string& table, int worker, int workers);
+
 struct TableStats {
   uint64_t rows = 0;     // sparse rows held (dense: values held)
   uint64_t pending = 0;  // keys counted but not yet admitted
@@ -91,23 +94,6 @@ class Table {
  protected:
   explicit Table(sdk::TableDesc desc) : desc_(std::move(desc)) {}
   sdk::TableDesc desc_;
-};
-
-// The manifest: written last, atomically, by the client that asked for the
-// save (after every server reported its files). load() reads it; a directory
-// without one holds no loadable save.
-struct Manifest {
-  std::string table;
-  int kind = 0;
-  uint64_t dim = 0;
-  int optimizer = 0;
-  int mode = 0;    // DT_PS_SAVE_*
-  int format = 0;  // DT_PS_FORMAT_*
-  int num_servers = 0;
-  std::string generation;
-  std::vector<std::string> files;
-  void write(const std::string& table_dir) const;      // MANIFEST.tmp, fsync, rename to MANIFEST, fsync the dir
-  static Manifest read(const std::string& table_dir);  // names the path and the bad line
 };
 
 }  // namespace dtrain::ps_grpc

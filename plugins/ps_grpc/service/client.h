@@ -16,9 +16,9 @@
 
 #include "dtrain/sdk/backend.h"
 #include "options.h"
-#include "plugins/ps_grpc/ps.grpc.pb.h"
-#include "wire.h"
-#include "table.h"
+#include "plugins/ps_grpc/service/ps.grpc.pb.h"
+#include "service/wire.h"
+#include "engine/table.h"
 #include "work.h"
 
 namespace dtrain::ps_grpc {

@@ -4,6 +4,7 @@
 // run_streams.
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <random>
 

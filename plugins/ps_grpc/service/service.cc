@@ -1,4 +1,4 @@
-#include "service.h"
+#include "service/service.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "wire.h"
+#include "service/wire.h"
 
 namespace dtrain::ps_grpc {
 

@@ -15,10 +15,10 @@
 
 #include "dtrain/sdk/backend.h"
 #include "options.h"
-#include "staging.h"
-#include "plugins/ps_grpc/ps.grpc.pb.h"
-#include "table.h"
-#include "wire.h"
+#include "service/staging.h"
+#include "plugins/ps_grpc/service/ps.grpc.pb.h"
+#include "engine/table.h"
+#include "service/wire.h"
 #include "work.h"
 
 namespace dtrain::ps_grpc {

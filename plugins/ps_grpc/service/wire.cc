@@ -1,4 +1,4 @@
-#include "wire.h"
+#include "service/wire.h"
 
 #include <cctype>
 #include <cstdlib>

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "dtrain/sdk/backend.h"
-#include "files.h"
-#include "staging.h"
-#include "plugins/ps_grpc/ps.pb.h"
+#include "engine/files.h"
+#include "service/staging.h"
+#include "plugins/ps_grpc/service/ps.pb.h"
 
 namespace dtrain::ps_grpc {
 
