@@ -28,7 +28,8 @@ trap 'rm -rf "$stage"' EXIT
 name=dtrain-gpu
 pfx=$stage/$name
 
-export CCACHE_DIR=${CCACHE_DIR:-/work/.ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$src")} CCACHE_NOHASHDIR=1
+# ccache (where installed) keeps its cache in the build folder unless CCACHE_DIR names one.
+export CCACHE_DIR=${CCACHE_DIR:-$build/ccache} CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$src")} CCACHE_NOHASHDIR=1
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 if [[ ! -f $build/CMakeCache.txt ]]; then
