@@ -15,8 +15,9 @@ namespace dtrain::ps_grpc {
 
 namespace {
 
-int64_t in_range(const sdk::Options& o, const char* key, int64_t fallback, int64_t lo, int64_t hi) {
-  int64_t v = o.get_int(key, fallback);
+// The value set, else kKeys' default (plugin.cc), checked against [lo, hi].
+int64_t in_range(const sdk::Options& o, const char* key, int64_t lo, int64_t hi) {
+  int64_t v = o.get_int(key);
   if (v < lo || v > hi)
     sdk::fail(DT_ERR_INVALID_USAGE, std::string("ps_grpc.") + key + " = " + std::to_string(v) + " is out of range [" +
                                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
@@ -42,15 +43,14 @@ std::string hostname_address() {
 PsOptions PsOptions::parse(const sdk::CommInit& init) {
   const sdk::Options& o = init.options;
   PsOptions p;
-  p.shard_num = static_cast<uint32_t>(in_range(o, "shard_num", p.shard_num, 1, 1 << 20));
-  p.address = o.get_string("address", "");
-  p.port = static_cast<int>(in_range(o, "port", 0, 0, 65535));
-  p.chunk_bytes = static_cast<uint64_t>(in_range(o, "chunk_bytes", static_cast<int64_t>(p.chunk_bytes), 4096, 1 << 30));
-  p.max_request_bytes = static_cast<uint64_t>(in_range(
-      o, "max_request_bytes", static_cast<int64_t>(p.max_request_bytes), 1, std::numeric_limits<int64_t>::max()));
-  p.threads = static_cast<int>(in_range(o, "threads", 0, 0, 4096));
-  p.channels = static_cast<int>(in_range(o, "channels", 1, 1, 64));
-  p.keep_memory = o.get_bool("keep_memory", p.keep_memory);
+  p.shard_num = static_cast<uint32_t>(in_range(o, "shard_num", 1, 1 << 20));
+  p.address = o.get_string("address");
+  p.port = static_cast<int>(in_range(o, "port", 0, 65535));
+  p.chunk_bytes = static_cast<uint64_t>(in_range(o, "chunk_bytes", 4096, 1 << 30));
+  p.max_request_bytes = static_cast<uint64_t>(in_range(o, "max_request_bytes", 1, std::numeric_limits<int64_t>::max()));
+  p.threads = static_cast<int>(in_range(o, "threads", 0, 4096));
+  p.channels = static_cast<int>(in_range(o, "channels", 1, 64));
+  p.keep_memory = o.get_bool("keep_memory");
   return p;
 }
 

@@ -8,16 +8,18 @@
 
 namespace dtrain::ps_grpc {
 
-// A value out of range fails with DT_ERR_INVALID_USAGE naming the key.
+// A value out of range fails with DT_ERR_INVALID_USAGE naming the key. The
+// defaults are those of the key table (kKeys in plugin.cc), their one place;
+// parse() reads every key, so a PsOptions holds no default of its own.
 struct PsOptions {
-  uint32_t shard_num = 64;                  // sparse shards in the whole job (same on every process)
-  std::string address;                      // servers: address to bind and publish ("" = automatic)
-  int port = 0;                             // servers: port to bind (0 = any free port)
-  uint64_t chunk_bytes = 1ull << 20;        // largest message payload
-  uint64_t max_request_bytes = 1ull << 30;  // servers: largest request (all chunks) to one server
-  int threads = 0;                          // servers: most request threads (0 = gRPC's default)
-  int channels = 1;                         // workers: channels (TCP connections) per server
-  bool keep_memory = true;                  // servers: malloc keeps freed memory (keep_freed_memory)
+  uint32_t shard_num = 0;          // sparse shards in the whole job (same on every process)
+  std::string address;             // servers: address to bind and publish ("" = automatic)
+  int port = 0;                    // servers: port to bind (0 = any free port)
+  uint64_t chunk_bytes = 0;        // largest message payload
+  uint64_t max_request_bytes = 0;  // servers: largest request (all chunks) to one server
+  int threads = 0;                 // servers: most request threads (0 = gRPC's default)
+  int channels = 0;                // workers: channels (TCP connections) per server
+  bool keep_memory = false;        // servers: malloc keeps freed memory (keep_freed_memory)
 
   static PsOptions parse(const sdk::CommInit& init);
   // The address a server binds and publishes: the option, else 127.0.0.1 when

@@ -1,0 +1,156 @@
+// The Fleet API's parameter-server half (fleet/src/ps.cc) on a real ps_grpc
+// server: init_standalone runs one server in this process (gRPC on
+// loopback, a memory store) and makes this process its only worker, so
+// SparseEmbedding, ps_optimizer and save/load_persistables go through the
+// plugin's client, the wire and the server's tables like a job's workers.
+// The rule is SGD (w -= lr * g, backend_v1.h), so every expected value is
+// computed here exactly.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "dtrain/config.h"
+#include "dtrain/torch/fleet.h"
+#include "dtrain/torch/ps.h"
+
+namespace fleet = dtrain::torch;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr float kInit = 0.25f;  // the embedding's constant initial value
+constexpr float kLr = 0.5f;     // both tables' SGD rate
+
+std::shared_ptr<const dtrain::Config> job() {
+  const std::string text = std::string("[plugins]\npath = [\"") + DTRAIN_BUILT_PLUGIN_DIR +
+                           "\"]\n"
+                           "[ps]\nbackend = \"ps_grpc\"\ntimeout_s = 30\n"
+                           "[ps.tables.emb]\nkind = \"sparse\"\ndim = 4\noptimizer = \"sgd\"\n"
+                           "learning_rate = 0.5\ninitializer = \"constant\"\ninit_a = 0.25\n"
+                           "[ps.tables.dense]\nkind = \"dense\"\noptimizer = \"sgd\"\nlearning_rate = 0.5\n";
+  return std::make_shared<const dtrain::Config>(dtrain::Config::from_string(text, "fleet_ps_test.toml"));
+}
+
+std::string temp_dir() {
+  std::string t = (fs::temp_directory_path() / "fleet_ps_XXXXXX").string();
+  if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+  return t;
+}
+
+class FleetPs : public testing::Test {
+ protected:
+  void SetUp() override { fleet::init_standalone(job()); }
+  void TearDown() override {
+    fleet::stop_worker();
+    fleet::shutdown();
+  }
+};
+
+// Every row of ids (any shape) once, as a [n, dim] tensor, without gradients.
+torch::Tensor rows_of(fleet::SparseEmbedding& emb, const torch::Tensor& ids) {
+  torch::NoGradGuard no_grad;
+  return emb(ids).reshape({-1, emb->dim()});
+}
+
+TEST_F(FleetPs, SparseEmbeddingPullsRowsAndItsGradientsArePushedByTheStep) {
+  EXPECT_TRUE(fleet::is_worker());
+  fleet::SparseEmbedding emb(fleet::sparse_table_config("emb"));
+  ASSERT_EQ(emb->dim(), 4);
+  auto opt = fleet::ps_optimizer({emb}, nullptr);
+
+  // Forward: shape ids.shape + [dim], every row the initial value, a leaf of the graph.
+  const auto ids = torch::tensor({1, 2, 1, 3, 1, 2}, torch::kInt64).reshape({2, 3});
+  auto out = emb(ids);
+  EXPECT_EQ(out.sizes().vec(), (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_TRUE(out.requires_grad());
+  EXPECT_TRUE(torch::equal(out.detach(), torch::full({2, 3, 4}, kInit)));
+
+  // Backward: d(sum(out * weight))/d(row) = weight; repeated ids are summed by the push.
+  const auto weight = torch::arange(1, 5, torch::kFloat);  // 1 2 3 4 per column
+  (out * weight).sum().backward();
+  opt->step();
+  EXPECT_EQ(opt->steps(), 1);
+
+  const auto after = rows_of(emb, torch::tensor({1, 2, 3, 9}, torch::kInt64));
+  const float counts[] = {3, 2, 1, 0};  // id 1 three times, 2 twice, 3 once, 9 never pushed
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_FLOAT_EQ(after[r][j].item<float>(), kInit - kLr * counts[r] * static_cast<float>(j + 1))
+          << "row " << r << " column " << j;
+
+  // A forward without a backward pushes zeros: the values stay.
+  emb(ids);
+  opt->step();
+  EXPECT_TRUE(torch::equal(rows_of(emb, torch::tensor({1, 2, 3, 9}, torch::kInt64)), after));
+}
+
+TEST_F(FleetPs, PsOptimizerAppliesOneSgdStepToTheDenseParametersOnTheServer) {
+  torch::manual_seed(3);
+  auto model = std::make_shared<torch::nn::LinearImpl>(3, 2);
+  auto opt = fleet::ps_optimizer({}, model, "dense");
+  ASSERT_TRUE(opt->dense());
+  EXPECT_EQ(opt->dense()->count(), 3u * 2u + 2u);
+
+  // The servers' initial values were pulled in: a bias of 0, weights within +-1/sqrt(fan_in).
+  EXPECT_TRUE(torch::equal(model->bias.detach(), torch::zeros({2})));
+  EXPECT_LE(model->weight.detach().abs().max().item<float>(), 1.0f / std::sqrt(3.0f));
+  const auto w0 = model->weight.detach().clone(), b0 = model->bias.detach().clone();
+
+  const auto x = torch::tensor({1.0f, 2.0f, -1.0f, 0.5f, 0.0f, 4.0f}).reshape({2, 3});
+  model->forward(x).sum().backward();
+  const auto gw = model->weight.grad().clone(), gb = model->bias.grad().clone();
+  EXPECT_TRUE(torch::equal(gw, x.sum(0).expand({2, 3})));
+  opt->step();
+  EXPECT_TRUE(torch::allclose(model->weight.detach(), w0 - kLr * gw, 0, 1e-6));
+  EXPECT_TRUE(torch::allclose(model->bias.detach(), b0 - kLr * gb, 0, 1e-6));
+
+  // The step's values are the servers': a fresh pull brings back the same.
+  const auto w1 = model->weight.detach().clone();
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.fill_(7.0f);
+  }
+  opt->dense()->pull();
+  EXPECT_TRUE(torch::equal(model->weight.detach(), w1));
+
+  opt->zero_grad();
+  EXPECT_TRUE(!model->weight.grad().defined() || model->weight.grad().abs().sum().item<float>() == 0.0f);
+}
+
+TEST_F(FleetPs, SavePersistablesWritesEveryTableAndLoadPersistablesRestoresThem) {
+  fleet::SparseEmbedding emb(fleet::sparse_table_config("emb"));
+  auto model = std::make_shared<torch::nn::LinearImpl>(2, 1);
+  auto opt = fleet::ps_optimizer({emb}, model, "dense");
+  const auto ids = torch::tensor({5, 6, 5}, torch::kInt64);
+  auto step = [&] {
+    auto e = emb(ids);  // [3, 4]
+    (model->forward(e.narrow(1, 0, 2)).sum() + e.sum()).backward();
+    opt->step();
+    opt->zero_grad();
+  };
+  step();
+  const auto saved_rows = rows_of(emb, ids);
+  const auto saved_w = model->weight.detach().clone(), saved_b = model->bias.detach().clone();
+
+  const std::string dir = temp_dir();
+  fleet::save_persistables(dir);
+  for (const char* table : {"emb", "dense.weight", "dense.bias"})
+    EXPECT_TRUE(fs::exists(fs::path(dir) / table / "MANIFEST")) << table;
+
+  step();  // moves every table away from the save
+  ASSERT_FALSE(torch::equal(rows_of(emb, ids), saved_rows));
+
+  fleet::load_persistables(dir);
+  EXPECT_TRUE(torch::equal(rows_of(emb, ids), saved_rows));
+  opt->dense()->pull();
+  EXPECT_TRUE(torch::equal(model->weight.detach(), saved_w));
+  EXPECT_TRUE(torch::equal(model->bias.detach(), saved_b));
+  fs::remove_all(dir);
+}
+
+}  // namespace
