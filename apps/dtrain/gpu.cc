@@ -31,6 +31,15 @@ std::string driver_error(void* lib, int rc) {
 
 CudaDevices probe_cuda_devices() {
   CudaDevices d;
+  if (const char* fake = std::getenv("DTRAIN_FAKE_GPU_COUNT"); fake && *fake) {
+    char* end = nullptr;
+    long n = std::strtol(fake, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1024)
+      throw InvalidUsage(fmt::format("DTRAIN_FAKE_GPU_COUNT='{}' is not a device count", fake));
+    for (long i = 0; i < n; ++i) d.names.push_back(fmt::format("fake device {}", i));
+    if (n == 0) d.problem = "DTRAIN_FAKE_GPU_COUNT=0 shows no device";
+    return d;
+  }
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     d.problem = "no NVIDIA driver: libcuda.so.1 cannot be loaded";

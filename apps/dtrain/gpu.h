@@ -14,6 +14,9 @@ struct CudaDevices {
   std::string problem;             // why there are none: no driver, cuInit's error, ...
 };
 
+// DTRAIN_FAKE_GPU_COUNT=N (tests only) reports N devices named "fake device i"
+// without touching the driver, so the launcher's device layout is testable on
+// a machine without a GPU.
 CudaDevices probe_cuda_devices();
 
 // Refuses (InvalidUsage) a --gpus entry that is not a device of `found`, naming

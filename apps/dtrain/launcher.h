@@ -9,12 +9,15 @@ namespace dtrain::launch {
 
 // What one `dtrain` invocation runs on this machine.
 struct LaunchOptions {
-  std::vector<std::string> command;  // program and its arguments
-  int nproc_per_node = 1;            // workers on this machine (collective mode)
+  std::vector<std::string> command;      // program and its arguments
+  int nproc_per_node = 1;                // workers on this machine (collective mode)
+  std::string nproc_source = "default";  // where nproc_per_node came from, for the table and errors
   // --gpus/--devices: CUDA device ids (indices among the visible devices);
-  // workers take them in turn, nproc_per_node of them (main sets it to the
-  // number of devices unless --nproc_per_node says otherwise).
+  // workers take them in turn, nproc_per_node of them (resolve_devices sets
+  // it to the number of devices unless --nproc_per_node says otherwise). In
+  // parameter-server mode the workers take them in turn.
   std::vector<std::string> devices;
+  std::string devices_source;  // "--gpus", or "every visible GPU (--backend nccl)"
   // Machines: --ips (this machine is the entry that is one of its addresses),
   // or --master host:port with --nnodes/--rank; neither means one machine.
   std::vector<std::string> ips;

@@ -112,15 +112,17 @@ std::vector<Slot> layout_processes(const LaunchOptions& o, const MachineLayout& 
       *listed = true;
     } else {
       for (int i = 0; i < o.server_num; ++i) add_local(SlotRole::Server, "");
-      for (int i = 0; i < std::max(o.worker_num, 1); ++i) add_local(SlotRole::Worker, "");
+      const size_t k = o.devices.size();
+      for (int i = 0; i < std::max(o.worker_num, 1); ++i)
+        add_local(SlotRole::Worker, k ? o.devices[static_cast<size_t>(i) % k] : "");
     }
   } else if (!o.devices.empty()) {
     const int k = static_cast<int>(o.devices.size());
     if (o.nproc_per_node < k)
       throw InvalidUsage(
-          fmt::format("--nproc_per_node {} is fewer than the {} devices of --gpus {}: every device "
+          fmt::format("nproc_per_node {} (from {}) is fewer than the {} devices of {} ({}): every device "
                       "needs a worker",
-                      o.nproc_per_node, k, sdk::join(o.devices)));
+                      o.nproc_per_node, o.nproc_source, k, o.devices_source, sdk::join(o.devices)));
     // More workers than devices share them in turn (several NCCL ranks on one
     // GPU need distinct NCCL_HOSTIDs).
     for (int i = 0; i < o.nproc_per_node; ++i) add_local(SlotRole::Worker, o.devices[i % k]);

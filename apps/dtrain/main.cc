@@ -1,7 +1,7 @@
 // dtrain: starts a distributed training job, as paddle.distributed.launch and torchrun do.
 //
 //   dtrain [options] JOB.toml              runs the job file's [job] program
-//   dtrain [options] -- PROGRAM ARGS...    runs any program
+//   dtrain [options] PROGRAM ARGS...       runs any program (as Paddle's launch; `--` before it also works)
 //   dtrain plugins                         lists the installed backends
 //   dtrain check [--ips a,b | --master h:p --nnodes N --rank R]   pre-flight checks
 #include <unistd.h>
@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "gpu.h"
+#include "layout.h"
 #include "dtrain/config.h"
 #include "dtrain/error.h"
 #include "dtrain/log.h"
@@ -39,6 +41,52 @@ std::string resolve_program(const std::string& program) {
   return program;
 }
 
+// Paddle's launch takes the program as its first positional: the first
+// argument that is neither an option, an option's value, a subcommand nor a
+// .toml job file starts the command; everything after it is the program's.
+void split_program(CLI::App& app, std::vector<char*>& args, std::vector<std::string>& command) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string tok = args[i];
+    if (tok.size() > 1 && tok[0] == '-') {
+      const CLI::Option* opt = app.get_option_no_throw(tok.substr(0, tok.find('=')));
+      if (opt && tok.find('=') == std::string::npos && opt->get_type_size() != 0) ++i;
+      continue;
+    }
+    if (tok == "plugins" || tok == "check") return;
+    if (tok.size() > 5 && tok.compare(tok.size() - 5, 5, ".toml") == 0) continue;
+    command.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+    args.resize(i);
+    return;
+  }
+}
+
+// --gpus sets the devices and, unless --nproc_per_node is given, the worker
+// count (over the job file's nproc_per_node); --backend nccl without --gpus
+// takes every visible GPU, one worker each, as Paddle's launch does.
+void resolve_devices(LaunchOptions& lo, bool nproc_on_command_line, const std::string& gpus) {
+  if (!lo.devices.empty()) {
+    lo.devices_source = "--gpus " + gpus;
+    if (!nproc_on_command_line) {
+      lo.nproc_per_node = static_cast<int>(lo.devices.size());
+      lo.nproc_source = lo.devices_source;
+    }
+    return;
+  }
+  if (lo.backend != "nccl" || ps_mode(lo)) return;
+  CudaDevices found = probe_cuda_devices();
+  if (found.names.empty())
+    throw InvalidUsage("--backend nccl trains on GPUs, one worker each, but " + found.problem +
+                       "; use --backend gloo or --backend ucx on CPU-only machines");
+  const int n = static_cast<int>(found.names.size());
+  const int want = nproc_on_command_line ? std::min(lo.nproc_per_node, n) : n;
+  for (int i = 0; i < want; ++i) lo.devices.push_back(std::to_string(i));
+  lo.devices_source = fmt::format("every visible GPU ({}), --backend nccl", n);
+  if (!nproc_on_command_line) {
+    lo.nproc_per_node = n;
+    lo.nproc_source = lo.devices_source;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +103,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "dtrain: starts a distributed training job on one or many machines.\n\n"
       "  dtrain [options] JOB.toml              runs the job file's [job] program\n"
-      "  dtrain [options] -- PROGRAM ARGS...    runs any program\n"
+      "  dtrain [options] PROGRAM ARGS...       runs any program (or: dtrain [options] -- PROGRAM ARGS...)\n"
       "  dtrain plugins | dtrain check          installed backends | pre-flight checks\n\n"
       "Every process gets DTRAIN_RANK, DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_STORE, DTRAIN_JOB_TOKEN,\n"
       "DTRAIN_RESTART_COUNT ... and Paddle's PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,\n"
@@ -71,7 +119,8 @@ int main(int argc, char** argv) {
       app.add_option("--nproc_per_node", lo.nproc_per_node, "worker processes on this machine (collective mode)");
   app.add_option("--gpus,--devices", gpus,
                  "CUDA devices, one worker each (or --nproc_per_node workers taking them in turn), e.g. 0,1; "
-                 "sets DTRAIN_DEVICE and FLAGS_selected_gpus; a device the machine lacks is refused");
+                 "over the job file's nproc_per_node; sets DTRAIN_DEVICE and FLAGS_selected_gpus; a device the "
+                 "machine lacks is refused. Default with --backend nccl: every visible GPU");
   app.add_option("--ips", ips,
                  "every machine's address, comma separated; run the same command on each (default: this machine only)");
   app.add_option("--master", lo.master, "host:port of the job store, instead of --ips (with --nnodes and --rank)");
@@ -96,7 +145,7 @@ int main(int argc, char** argv) {
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
   app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)")
       ->allow_extra_args(false);  // one value per -o: `-o a=1 JOB.toml` keeps JOB.toml positional
-  app.add_option("--max_restarts", lo.max_restarts, "restart the whole job up to N times after a failure")
+  app.add_option("--max_restarts,--max_restart", lo.max_restarts, "restart the whole job up to N times after a failure")
       ->capture_default_str();
   app.add_option("--log_level", lo.log_level, "trace, debug, info, warn, error (DTRAIN_LOG_LEVEL of every process)");
   app.add_option("--grace_period", lo.grace_s, "seconds between SIGTERM and SIGKILL when stopping the job")
@@ -125,6 +174,7 @@ int main(int argc, char** argv) {
   check_cmd->add_option("--job_id", co.job_id, "job id");
   check_cmd->add_option("--timeout", co.timeout_s, "seconds for each network check")->capture_default_str();
 
+  if (command.empty()) split_program(app, args, command);
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::ParseError& e) {
@@ -140,7 +190,6 @@ int main(int argc, char** argv) {
     }
     lo.ips = sdk::split(ips);
     lo.devices = sdk::split(gpus);
-    bool nproc_given = nproc->count() > 0;
     lo.servers = sdk::split(servers);
     lo.workers = sdk::split(workers);
 
@@ -159,7 +208,7 @@ int main(int argc, char** argv) {
       }
       if (!nproc->count() && cfg.has("job.nproc_per_node")) {
         lo.nproc_per_node = static_cast<int>(cfg.get_int("job.nproc_per_node"));
-        nproc_given = true;
+        lo.nproc_source = "[job] nproc_per_node at " + cfg.location_of("job.nproc_per_node").str();
       }
       if (lo.job_id.empty()) lo.job_id = cfg.get_string("job.job_id");
       if (lo.backend.empty()) lo.backend = cfg.get_string("job.backend");
@@ -175,12 +224,13 @@ int main(int argc, char** argv) {
       std::cerr << app.help() << "\n";
       return 2;
     }
-    if (!lo.devices.empty() && !nproc_given) lo.nproc_per_node = static_cast<int>(lo.devices.size());
-    if (!lo.devices.empty() && lo.nproc_per_node < static_cast<int>(lo.devices.size()))
+    if (nproc->count()) lo.nproc_source = "--nproc_per_node";
+    resolve_devices(lo, nproc->count() > 0, gpus);
+    if (!lo.devices.empty() && !ps_mode(lo) && lo.nproc_per_node < static_cast<int>(lo.devices.size()))
       throw InvalidUsage(
-          fmt::format("--nproc_per_node {} is fewer than the {} devices of --gpus {}: every device "
+          fmt::format("--nproc_per_node {} is fewer than the {} devices of {}: every device "
                       "needs a worker",
-                      lo.nproc_per_node, lo.devices.size(), gpus));
+                      lo.nproc_per_node, lo.devices.size(), lo.devices_source));
     lo.command = command;
     return run_job(lo);
   } catch (const std::exception& e) {

@@ -24,14 +24,18 @@ void print_job_table(const JobPlan& p) {
   if (!o.backend.empty()) row("backend", o.backend);
   row("job_id", p.job_id);
   row("machines", fmt::format("{} (this is node {}, {})", p.machines.nnodes, p.machines.node, p.machines.my_ip));
-  row("workers", std::to_string(p.worker_eps.size()));
+  row("workers", ps_mode(o) ? std::to_string(p.worker_eps.size())
+                            : fmt::format("{} ({} on this machine, from {})", p.worker_eps.size(), o.nproc_per_node,
+                                          o.nproc_source));
   if (!p.server_eps.empty()) row("servers", std::to_string(p.server_eps.size()));
   row("store", p.store_endpoint + (p.machines.node == 0 ? " (served here)" : ""));
   row("store token", p.token_source);
   row("log_dir", o.log_dir);
   row("max_restarts", std::to_string(o.max_restarts));
   row("command", sdk::join(o.command, " "));
-  if (!o.devices.empty()) row("devices", "CUDA " + sdk::join(o.devices) + " (DTRAIN_DEVICE of each worker below)");
+  if (!o.devices.empty())
+    row("devices",
+        "CUDA " + sdk::join(o.devices) + " (from " + o.devices_source + "; DTRAIN_DEVICE of each worker below)");
   const bool gpu = !o.devices.empty();
   t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}{}\n", "role", "rank", "node", "local", "endpoint",
                    gpu ? "device  " : "", "log");

@@ -136,6 +136,69 @@ TEST(EnvRoleMakerTest, PaddleTrainer) {
   EXPECT_EQ(explicit_num.server_endpoints, (std::vector<std::string>{"127.0.0.1:7000"}));
 }
 
+TEST(EnvRoleMakerTest, PaddleCollectiveVariablesByHandHostTheStoreOnTrainerZero) {
+  // As paddle.distributed.launch and a PaddleJob set them: no DTRAIN_STORE.
+  const std::string eps = "10.0.0.1:6170,10.0.0.1:6171,10.0.0.2:6170,10.0.0.2:6171";
+  RoleInfo info = EnvRoleMaker(Env{{"PADDLE_TRAINER_ID", "3"},
+                                   {"PADDLE_TRAINERS_NUM", "4"},
+                                   {"PADDLE_TRAINER_ENDPOINTS", eps},
+                                   {"PADDLE_CURRENT_ENDPOINT", "10.0.0.2:6171"}})
+                      .resolve();
+  EXPECT_TRUE(info.self_hosted_store);
+  EXPECT_EQ(info.store_endpoint, "10.0.0.1:6170");
+  EXPECT_EQ(info.nnodes, 2);
+  EXPECT_EQ(info.node_rank, 1);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_world_size, 2);
+  // Every trainer derives the same job id from the list.
+  RoleInfo zero =
+      EnvRoleMaker(Env{{"PADDLE_TRAINER_ID", "0"}, {"PADDLE_TRAINERS_NUM", "4"}, {"PADDLE_TRAINER_ENDPOINTS", eps}})
+          .resolve();
+  EXPECT_EQ(zero.job_id, info.job_id);
+  EXPECT_EQ(zero.node_rank, 0);
+  EXPECT_EQ(zero.local_rank, 0);
+  // A launcher's store wins; a single trainer needs none.
+  RoleInfo launched =
+      EnvRoleMaker(
+          Env{{"PADDLE_TRAINER_ID", "0"}, {"PADDLE_TRAINER_ENDPOINTS", eps}, {"DTRAIN_STORE", "10.0.0.1:7000"}})
+          .resolve();
+  EXPECT_FALSE(launched.self_hosted_store);
+  EXPECT_EQ(launched.store_endpoint, "10.0.0.1:7000");
+  EXPECT_FALSE(EnvRoleMaker(Env{{"PADDLE_TRAINER_ID", "0"}, {"PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6170"}})
+                   .resolve()
+                   .self_hosted_store);
+}
+
+TEST(EnvRoleMakerTest, SlurmHostListsExpand) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(expand_slurm_hostlist("node[01-03,07],login1"), (V{"node01", "node02", "node03", "node07", "login1"}));
+  EXPECT_EQ(expand_slurm_hostlist("gpu9"), (V{"gpu9"}));
+  EXPECT_EQ(expand_slurm_hostlist("r[1-2]n[8-9]"), (V{"r1n8", "r1n9", "r2n8", "r2n9"}));
+  EXPECT_EQ(expand_slurm_hostlist("a[098-100]"), (V{"a098", "a099", "a100"}));
+  EXPECT_THROW(expand_slurm_hostlist("node[01-03"), InvalidUsage);
+  EXPECT_THROW(expand_slurm_hostlist("node[3-1]"), InvalidUsage);
+  EXPECT_THROW(expand_slurm_hostlist("node[x]"), InvalidUsage);
+}
+
+TEST(EnvRoleMakerTest, SlurmAcrossMachinesServesTheStoreOnTheFirstListedHost) {
+  Env env{{"SLURM_PROCID", "2"},    {"SLURM_NTASKS", "4"},  {"SLURM_LOCALID", "0"},
+          {"SLURM_NODEID", "1"},    {"SLURM_NNODES", "2"},  {"SLURM_TASKS_PER_NODE", "2(x2)"},
+          {"SLURM_JOB_ID", "4242"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "node[07-08]"}};
+  RoleInfo info = EnvRoleMaker(env).resolve();
+  EXPECT_TRUE(info.self_hosted_store);
+  EXPECT_EQ(info.store_endpoint.rfind("node07:", 0), 0u) << info.store_endpoint;
+  EXPECT_EQ(info.nnodes, 2);
+  EXPECT_EQ(info.local_world_size, 2);
+  // The port is the same on every task of the job (derived from the job id), or MASTER_PORT.
+  env["SLURM_PROCID"] = "0";
+  env["SLURM_NODEID"] = "0";
+  EXPECT_EQ(EnvRoleMaker(env).resolve().store_endpoint, info.store_endpoint);
+  env["MASTER_PORT"] = "29555";
+  EXPECT_EQ(EnvRoleMaker(env).resolve().store_endpoint, "node07:29555");
+  env["SLURM_JOB_NODELIST"] = "node[07-";
+  EXPECT_THROW(EnvRoleMaker(env).resolve(), InvalidUsage);
+}
+
 TEST(EnvRoleMakerTest, PaddlePserver) {
   Env env{{"TRAINING_ROLE", "PSERVER"},
           {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"},

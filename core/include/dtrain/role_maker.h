@@ -70,6 +70,14 @@ class RoleMaker {
 //   Open MPI: OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE;
 //   Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID, SLURM_NNODES,
 //     SLURM_NTASKS_PER_NODE.
+//   Paddle collective (PADDLE_TRAINER_ENDPOINTS of several trainers, no server
+//     list): without DTRAIN_STORE, trainer 0 serves the store on its own
+//     endpoint (PADDLE_TRAINER_ENDPOINTS' first entry); machines, node rank
+//     and local ranks follow the endpoints' hosts;
+//   Slurm across machines (SLURM_NNODES > 1) without MASTER_ADDR: the store
+//     on the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (compressed
+//     forms such as node[01-04,07] expanded), on MASTER_PORT or a port derived
+//     from SLURM_JOB_ID;
 // Under torchrun, mpirun and Slurm no launcher serves a store, so the role says
 // self_hosted_store and names the endpoint rank 0 serves: DTRAIN_STORE if set,
 // else MASTER_ADDR:MASTER_PORT (MASTER_PORT+1 under a real torchrun, whose own
@@ -87,6 +95,11 @@ class EnvRoleMaker : public RoleMaker {
  private:
   std::map<std::string, std::string> env_;
 };
+
+// Expands a Slurm host list: "node[01-03,07],login1" -> node01 node02 node03
+// node07 login1 (zero padding kept; several bracket groups in one name expand
+// as a product). InvalidUsage on an unmatched bracket or a bad range.
+std::vector<std::string> expand_slurm_hostlist(const std::string& list);
 
 // User-defined (Paddle's UserDefinedRoleMaker) from a TOML table, e.g.
 //   [role]  rank = 0  world_size = 2  role = "worker"

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "dtrain/config.h"
+#include "dtrain/endpoint.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
 
@@ -316,6 +317,28 @@ RoleInfo resolve_dtrain(const EnvReader& e) {
   return build(r, role, EnvNamer(names), "dtrain env");
 }
 
+// Machines from an endpoint list (Paddle sets no node rank): one machine per
+// distinct host, in order of first appearance; local ranks count this host's
+// endpoints before the rank's own.
+void place_by_hosts(const std::vector<std::string>& endpoints, int rank, RawRole& r) {
+  std::vector<std::string> hosts;
+  for (const std::string& ep : endpoints) {
+    std::string h = parse_host_port(ep).first;
+    if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+  }
+  const std::string mine = parse_host_port(endpoints[static_cast<size_t>(rank)]).first;
+  int local = 0, local_size = 0;
+  for (size_t i = 0; i < endpoints.size(); ++i)
+    if (parse_host_port(endpoints[i]).first == mine) {
+      if (static_cast<int>(i) < rank) ++local;
+      ++local_size;
+    }
+  if (!r.nnodes) r.nnodes = static_cast<int>(hosts.size());
+  if (!r.node_rank) r.node_rank = static_cast<int>(std::find(hosts.begin(), hosts.end(), mine) - hosts.begin());
+  if (!r.local_rank) r.local_rank = local;
+  if (!r.local_world_size) r.local_world_size = local_size;
+}
+
 RoleInfo resolve_paddle(const EnvReader& e) {
   RawRole r;
   read_common(e, r);
@@ -359,18 +382,23 @@ RoleInfo resolve_paddle(const EnvReader& e) {
         "TRAINING_ROLE=PSERVER needs POD_IP and PADDLE_PORT (or PADDLE_CURRENT_ENDPOINT) "
         "to find this server in PADDLE_PSERVERS_IP_PORT_LIST");
   }
-  bool self_hosted = ps_mode && !r.store;
+  // No launcher: in PS mode server 0 serves the store on its listed endpoint,
+  // in collective mode trainer 0 on its own; the job id comes from that list.
+  const bool collective_list = !ps_mode && r.worker_endpoints && r.worker_endpoints->size() > 1;
+  bool self_hosted = (ps_mode || collective_list) && !r.store;
   if (self_hosted) {
-    // No launcher: server 0 serves the store on its listed endpoint.
-    r.store = r.server_endpoints->front();
+    const auto& list = ps_mode ? *r.server_endpoints : *r.worker_endpoints;
+    r.store = list.front();
     if (r.job_id.empty()) {
       uint32_t h = 2166136261u;
-      for (unsigned char c : join(*r.server_endpoints, ",")) h = (h ^ c) * 16777619u;
+      for (unsigned char c : join(list, ",")) h = (h ^ c) * 16777619u;
       char buf[16];
       std::snprintf(buf, sizeof buf, "%08x", h);
-      r.job_id = std::string("paddle-ps-") + buf;
+      r.job_id = std::string(ps_mode ? "paddle-ps-" : "paddle-") + buf;
     }
   }
+  if (collective_list && r.rank && *r.rank >= 0 && *r.rank < static_cast<int>(r.worker_endpoints->size()))
+    place_by_hosts(*r.worker_endpoints, *r.rank, r);
   RoleInfo info = build(r, role, EnvNamer(names), "paddle env");
   info.self_hosted_store = self_hosted;
   return info;
@@ -484,10 +512,77 @@ RoleInfo resolve_slurm(const EnvReader& e) {
   names["nnodes"] = "SLURM_NNODES";
   names["local_world_size"] = "SLURM_NTASKS_PER_NODE";
   std::string id = e.get("SLURM_JOB_ID").value_or("") + "." + e.get("SLURM_STEP_ID").value_or("");
+  // Across machines without MASTER_ADDR: the store on the first host of the
+  // job's node list, on MASTER_PORT or a port derived from the job id.
+  if (r.nnodes.value_or(1) > 1 && !e.has("DTRAIN_STORE") && !e.has("MASTER_ADDR")) {
+    auto list = e.get("SLURM_STEP_NODELIST");
+    if (!list) list = e.get("SLURM_JOB_NODELIST");
+    if (!list) list = e.get("SLURM_NODELIST");
+    if (list) {
+      auto hosts = expand_slurm_hostlist(*list);
+      if (hosts.empty()) throw InvalidUsage("SLURM_JOB_NODELIST='" + *list + "' names no host");
+      auto port = e.get_int("MASTER_PORT");
+      r.store = format_host_port(
+          hosts.front(),
+          static_cast<uint16_t>(port ? *port : port_from_id("slurm" + e.get("SLURM_JOB_ID").value_or(""))));
+      if (r.job_id.empty()) r.job_id = "slurm-" + id;
+      RoleInfo info = build(r, Role::Worker, EnvNamer(names), "slurm env");
+      info.self_hosted_store = true;
+      return info;
+    }
+  }
   return resolve_scheduler(e, r, names, "slurm", id);
 }
 
 }  // namespace
+
+namespace {
+
+// One host-list item, its bracket groups expanded left to right.
+void expand_hosts(const std::string& list, const std::string& item, std::vector<std::string>& out) {
+  auto open = item.find('[');
+  if (open == std::string::npos) {
+    out.push_back(item);
+    return;
+  }
+  auto close = item.find(']', open);
+  const std::string prefix = item.substr(0, open), suffix = item.substr(close + 1);
+  for (const std::string& range : sdk::split(item.substr(open + 1, close - open - 1), ',')) {
+    auto dash = range.find('-');
+    const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    char* end = nullptr;
+    long a = std::strtol(lo.c_str(), &end, 10);
+    bool ok = !lo.empty() && *end == '\0';
+    long b = std::strtol(hi.c_str(), &end, 10);
+    if (!ok || hi.empty() || *end != '\0' || a > b || b - a >= 100000)
+      throw InvalidUsage("Slurm host list '" + list + "': '" + range + "' is not a range such as 01-04");
+    for (long v = a; v <= b; ++v) {
+      std::string num = std::to_string(v);
+      if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');
+      expand_hosts(list, prefix + num + suffix, out);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> expand_slurm_hostlist(const std::string& list) {
+  std::vector<std::string> items(1);
+  int depth = 0;
+  for (char c : list) {
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    if (depth < 0 || depth > 1) throw InvalidUsage("Slurm host list '" + list + "' has unbalanced brackets");
+    if (c == ',' && depth == 0)
+      items.emplace_back();
+    else
+      items.back() += c;
+  }
+  if (depth != 0) throw InvalidUsage("Slurm host list '" + list + "' has an unmatched '['");
+  std::vector<std::string> out;
+  for (const std::string& item : items)
+    if (!trim(item).empty()) expand_hosts(list, trim(item), out);
+  return out;
+}
 
 const char* to_string(Role r) { return r == Role::Server ? "server" : "worker"; }
 
