@@ -5,7 +5,7 @@
 // parent that runs them all (collectives.cc).
 
 #include <algorithm>
-#include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,10 +14,10 @@
 #include "dtrain/buffer.h"
 #include "dtrain/store.h"
 #include "gloo_reference.h"
+#include "stats.h"  // Clock, seconds_since, median
 
 namespace dtrain::bench::coll {
 
-using Clock = std::chrono::steady_clock;
 inline constexpr const char* kWorkerEnv = "DTRAIN_BENCH_WORKER";  // "rank:world:host:port"
 inline constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";
 // Set for the ranks when Open MPI's ranks run beside them, taking turns.
@@ -25,14 +25,6 @@ inline constexpr const char* kMpiPairedEnv = "DTRAIN_BENCH_MPI_PAIRED";
 inline constexpr size_t kSmallBytes = 64 * 1024;  // rows that show the latency difference
 inline constexpr size_t kLargeBytes = 1 << 20;    // rows the bandwidth target applies to
 inline constexpr double kTrialBudgetS = 1.2;      // --trials auto: time per size for both implementations
-
-inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 enum class Op { Allreduce, Broadcast, Allgather };
 Op parse_op(const std::string& s);

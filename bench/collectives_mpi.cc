@@ -1,36 +1,13 @@
 // `dtrain-bench collectives`: the Open MPI reference (dtrain-bench-mpi under mpirun).
 #include "collectives_internal.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <map>
-#include <memory>
-#include <optional>
-#include <regex>
-#include <sstream>
+#include <string>
+#include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "dtrain/abi/backend_v1.h"
-#include "dtrain/buffer.h"
-#include "dtrain/communicator.h"
-#include "dtrain/error.h"
-#include "dtrain/plugin_registry.h"
-#include "dtrain/sdk/support.h"
-#include "dtrain/store.h"
-#include "dtrain/work.h"
-#include "gloo_reference.h"
-#include "options.h"  // sdk/testing: --option key=value as TOML
 #include "process.h"
 
 namespace dtrain::bench::coll {

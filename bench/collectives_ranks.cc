@@ -2,41 +2,28 @@
 #include "collectives_internal.h"
 #include "collectives_turns.h"
 
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
-#include <regex>
-#include <sstream>
+#include <string>
+#include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "dtrain/abi/backend_v1.h"
-#include "dtrain/buffer.h"
 #include "dtrain/communicator.h"
+#include "dtrain/endpoint.h"
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
-#include "dtrain/sdk/support.h"
-#include "dtrain/store.h"
+#include "dtrain/sdk/half.h"
 #include "dtrain/work.h"
-#include "dtrain/endpoint.h"
-#include "gloo_reference.h"
 #ifdef DTRAIN_BENCH_HAVE_NCCL
 #include "nccl_reference.h"
 #endif
-#include "options.h"  // sdk/testing: --option key=value as TOML
-#include "process.h"
 
 namespace dtrain::bench::coll {
 

@@ -13,11 +13,9 @@
 
 #include "ps.h"
 #include "dtrain/store.h"
+#include "stats.h"  // Clock, seconds_since, median
 
 namespace dtrain::bench::psb {
-
-using Clock = std::chrono::steady_clock;
-inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 inline constexpr const char* kRoleEnv = "DTRAIN_BENCH_PS";  // "role:index:host:port", role server|worker|echo
 inline constexpr const char* kTokenEnv = "DTRAIN_BENCH_TOKEN";

@@ -10,6 +10,7 @@
 #include "dtrain/buffer.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/ps.h"
+#include "dtrain/sdk/random.h"
 
 namespace dtrain::bench::psb {
 
@@ -76,12 +77,7 @@ class DtrainImpl : public Impl {
   std::map<size_t, ps::DenseTable> dense_;
 };
 
-uint64_t key_of(size_t dim, size_t i) {
-  uint64_t x = (uint64_t(dim) << 40) + i + 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+uint64_t key_of(size_t dim, size_t i) { return sdk::splitmix64((uint64_t(dim) << 40) + i); }
 
 void call(Impl& im, const Row& r, const uint64_t* keys, float* vals, const float* grads) {
   switch (r.op) {

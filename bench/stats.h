@@ -1,16 +1,22 @@
 #pragma once
-// Statistics shared by the benchmarks: a mean with the half-width of its 95%
-// confidence interval (Student's t, for the handful of trials or rows a
-// benchmark has), and paired ratios pooled as a geometric mean with their
-// interval. Header-only, no dependencies; pure functions.
+// Timing and statistics shared by the benchmarks (the one copy of each): the
+// clock and seconds since a time point, the median, a mean with the
+// half-width of its 95% confidence interval (Student's t, for the handful of
+// trials or rows a benchmark has), and paired ratios pooled as a geometric
+// mean with their interval. Header-only, no dependencies.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <stdexcept>
 #include <vector>
 
 namespace dtrain::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The two-sided 97.5% quantile of Student's t with `df` degrees of freedom
 // (0 for df == 0: one sample has no spread; 1.96 above 30).
@@ -69,6 +75,7 @@ inline RatioCi pooled_ratio(const std::vector<double>& a, const std::vector<doub
   return r;
 }
 
+// The middle value (the mean of the two middle ones for an even count). Throws on an empty `v`.
 inline double median(std::vector<double> v) {
   if (v.empty()) throw std::invalid_argument("median of no values");
   std::sort(v.begin(), v.end());

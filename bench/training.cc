@@ -68,7 +68,7 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using dtrain::bench::Clock;
 using namespace dtrain;
 // With `using namespace dtrain`, `torch` would also name dtrain::torch (the Fleet API).
 namespace torch = ::torch;
@@ -282,7 +282,7 @@ int run_worker(const WorkerArgs& a) {
   for (int i = 0; i < a.steps; ++i) step();
   device_sync();
   barrier();
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  double secs = bench::seconds_since(t0);
   auto threads1 = sample_threads();
   double comm = dp ? dp->stats().wait_seconds : -1.0;
   std::printf("RESULT %.3f %.6f %.6f\n", double(batch) * a.world * a.steps / secs, 1e3 * secs / a.steps,

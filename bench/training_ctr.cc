@@ -24,12 +24,15 @@
 #include <fmt/format.h>
 
 #include "process.h"
+#include "stats.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using dtrain::bench::Clock;
 using dtrain::bench::dir_of;
 using dtrain::bench::run_capture;
+using dtrain::bench::seconds_since;
 using dtrain::bench::self_exe;
 
 struct Config {
@@ -170,9 +173,9 @@ int main(int argc, char** argv) {
                                      "-o",
                                      "ps.checkpoint_dir=" + dir + "/ps"};
     for (const auto& o : c.overrides) args.insert(args.end(), {"-o", o});
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     auto out = run_capture(dtrain, args, {}, std::chrono::seconds(900));
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall = seconds_since(t0);
     Result r = parse(read_file(dir + "/log/workerlog.0"));
     if (!out.failure.empty()) r.failure = out.failure;
     if (!r.failure.empty()) {

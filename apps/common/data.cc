@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 
 namespace fs = std::filesystem;
 
@@ -76,17 +77,6 @@ class InMemoryDataset : public Dataset {
 
 }  // namespace
 
-namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, size_t limit) {
   std::string prefix = train ? "train" : "t10k";
   std::string ipath = find_idx(dir, prefix + "-images-idx3-ubyte");
@@ -119,7 +109,7 @@ std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, 
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
   if (shuffle) {
-    std::mt19937_64 gen(mix(seed ^ mix(static_cast<uint64_t>(epoch))));
+    std::mt19937_64 gen(sdk::splitmix64(seed ^ sdk::splitmix64(static_cast<uint64_t>(epoch))));
     for (size_t i = n; i > 1; --i) std::swap(all[i - 1], all[gen() % i]);
   }
   size_t total = (n + world - 1) / world * world;
@@ -185,7 +175,8 @@ Batch BatchLoader::make_batch(int64_t b) const {
     int dx = 0, dy = 0;
     bool flip = false;
     if (train_) {
-      uint64_t r = mix(seed_ ^ mix(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+      uint64_t r = sdk::splitmix64(
+          seed_ ^ sdk::splitmix64(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
       if (pad > 0) {
         dx = static_cast<int>(r % (2 * pad + 1)) - pad;
         dy = static_cast<int>((r >> 16) % (2 * pad + 1)) - pad;
@@ -252,8 +243,9 @@ void BatchLoader::fill_segmentation(const Image& im, size_t idx, float* o, int64
     for (size_t i = 0; i < im.mask.size(); ++i) lab[i] = im.mask[i];
     return;
   }
-  uint64_t r = mix(seed_ ^ mix(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
-  uint64_t r2 = mix(r);
+  uint64_t r =
+      sdk::splitmix64(seed_ ^ sdk::splitmix64(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+  uint64_t r2 = sdk::splitmix64(r);
   double u = double(r2 >> 11) * (1.0 / 9007199254740992.0);
   double s = augment_.min_scale + (augment_.max_scale - augment_.min_scale) * u;
   // The scaled sample is (h*s) x (w*s); the crop's top-left corner in it.

@@ -14,6 +14,7 @@
 #include "common/image_io.h"
 #include "common/pictures.h"
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 
 namespace fs = std::filesystem;
 
@@ -31,7 +32,7 @@ class SceneDataset : public Dataset {
   Image get(size_t index, int64_t* label) const override {
     *label = -1;
     const int S = o_.size;
-    std::mt19937_64 gen(o_.seed * 0x9E3779B97F4A7C15ULL + index * 0xD1B54A32D192ED03ULL + 1);
+    std::mt19937_64 gen(o_.seed * sdk::kSplitMix64Gamma + index * 0xD1B54A32D192ED03ULL + 1);
     auto uni = [&](double a, double b) { return std::uniform_real_distribution<double>(a, b)(gen); };
     Image im{3, S, S, std::vector<uint8_t>(size_t(3) * S * S), std::vector<uint8_t>(size_t(S) * S, 0), {}};
 

@@ -8,17 +8,13 @@
 #include <utility>
 
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 
 namespace dtrain::apps::ctr {
 
 namespace {
 
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using sdk::splitmix64;  // dtrain/sdk/random.h
 
 uint64_t fnv1a(const char* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -161,7 +157,7 @@ Format parse_format(const std::string& name) {
 }
 
 uint64_t feature_sign(int slot, const char* token, size_t len) {
-  return mix(fnv1a(token, len) ^ (static_cast<uint64_t>(slot + 1) * 0x9e3779b97f4a7c15ull));
+  return splitmix64(fnv1a(token, len) ^ (static_cast<uint64_t>(slot + 1) * sdk::kSplitMix64Gamma));
 }
 
 float scale_count(double x) { return static_cast<float>(std::log1p(x > 0 ? x : 0.0)); }

@@ -11,6 +11,7 @@
 
 #include "ctr/criteo.h"
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 
 namespace dtrain::apps::ctr {
 
@@ -21,23 +22,21 @@ constexpr int kPairs = 6;
 constexpr double kZipf = 1.1;
 constexpr double kBias = -1.4;
 
-uint64_t mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+using sdk::splitmix64;  // dtrain/sdk/random.h
 double unit(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
 double hash_normal(uint64_t h) {
-  return std::sqrt(-2.0 * std::log(unit(mix(h)))) * std::cos(6.283185307179586 * unit(mix(h ^ 0x5bd1e995ull)));
+  return std::sqrt(-2.0 * std::log(unit(splitmix64(h)))) *
+         std::cos(6.283185307179586 * unit(splitmix64(h ^ 0x5bd1e995ull)));
 }
-uint64_t key3(uint64_t seed, uint64_t a, uint64_t b) { return mix(mix(mix(seed) ^ a) ^ (b * 0x9e3779b97f4a7c15ull)); }
+uint64_t key3(uint64_t seed, uint64_t a, uint64_t b) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ a) ^ (b * sdk::kSplitMix64Gamma));
+}
 
 // A counter-based stream: draw i of a line is a pure function of (seed, line, i).
 struct Stream {
   uint64_t base;
   uint64_t n = 0;
-  double uniform() { return unit(mix(base + 0x632be59bd9b4e019ull * ++n)); }
+  double uniform() { return unit(splitmix64(base + 0x632be59bd9b4e019ull * ++n)); }
   double normal() {
     const double u1 = uniform(), u2 = uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
@@ -95,7 +94,7 @@ struct Line {
 };
 
 Line make_line(const Teacher& t, uint64_t seed, uint64_t index) {
-  Stream st{mix(seed * 0x2545f4914f6cdd1dull + index)};
+  Stream st{splitmix64(seed * 0x2545f4914f6cdd1dull + index)};
   double logit = kBias;
   std::string dense_text[kDense];
   for (int j = 0; j < kDense; ++j) {

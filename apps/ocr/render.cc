@@ -17,17 +17,13 @@
 
 #include "common/image_io.h"
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 
 namespace dtrain::apps::ocr {
 
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using sdk::splitmix64;  // dtrain/sdk/random.h
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ULL;
@@ -38,8 +34,8 @@ uint64_t fnv1a(const std::string& s) {
 // A small deterministic generator (the standard distributions differ between libraries).
 struct Rng {
   uint64_t state;
-  explicit Rng(uint64_t s) : state(mix(s)) {}
-  uint64_t next() { return state = mix(state); }
+  explicit Rng(uint64_t s) : state(splitmix64(s)) {}
+  uint64_t next() { return state = splitmix64(state); }
   double uniform() { return double(next() >> 11) * (1.0 / 9007199254740992.0); }
   double uniform(double a, double b) { return a + (b - a) * uniform(); }
   int integer(int a, int b) { return a + int(next() % uint64_t(b - a + 1)); }  // [a, b]
@@ -241,7 +237,7 @@ WordSplit split_words(const std::string& words_file, const CharDict& dict, size_
       ++out.dropped;
       continue;
     }
-    (mix(fnv1a(w)) < cut ? out.test : out.train).push_back(w);
+    (splitmix64(fnv1a(w)) < cut ? out.test : out.train).push_back(w);
   }
   if (out.train.empty() || out.test.empty())
     throw InvalidUsage("word list '" + words_file + "': no " + std::string(out.train.empty() ? "training" : "test") +
@@ -262,9 +258,11 @@ RenderedDataset::RenderedDataset(RenderedSetOptions o, const CharDict& dict) : o
 }
 
 RenderedDataset::Pick RenderedDataset::pick(size_t i, bool train, uint64_t seed, int64_t epoch) const {
-  if (!train) return {i % ids_.size(), (i + i / ids_.size()) % o_.fonts.size(), mix(o_.seed ^ mix(0xE7A1ULL + i))};
-  uint64_t r = mix(o_.seed ^ mix(seed ^ mix(uint64_t(epoch) * 0x10001ULL + i * 0x9E3779B1ULL + 11)));
-  return {size_t(r % ids_.size()), size_t((r >> 32) % o_.fonts.size()), mix(r)};
+  if (!train)
+    return {i % ids_.size(), (i + i / ids_.size()) % o_.fonts.size(), splitmix64(o_.seed ^ splitmix64(0xE7A1ULL + i))};
+  uint64_t r =
+      splitmix64(o_.seed ^ splitmix64(seed ^ splitmix64(uint64_t(epoch) * 0x10001ULL + i * 0x9E3779B1ULL + 11)));
+  return {size_t(r % ids_.size()), size_t((r >> 32) % o_.fonts.size()), splitmix64(r)};
 }
 
 RenderedDataset::Raw RenderedDataset::raw(size_t i, bool train, uint64_t seed, int64_t epoch) const {

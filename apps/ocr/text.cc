@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
 
 namespace fs = std::filesystem;
 
@@ -95,19 +96,7 @@ std::vector<int64_t> ctc_greedy(const int64_t* best, int64_t steps) {
 }
 
 size_t edit_distance(const std::string& sa, const std::string& sb) {
-  auto a = utf8_chars(sa), b = utf8_chars(sb);
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
+  return sdk::levenshtein(utf8_chars(sa), utf8_chars(sb));
 }
 
 namespace {

@@ -32,6 +32,7 @@
 #include "dtrain/job.h"
 #include "dtrain/log.h"
 #include "dtrain/ps.h"
+#include "dtrain/sdk/random.h"
 #include "dtrain/strategy.h"
 
 using namespace dtrain;
@@ -94,16 +95,12 @@ Options read_options(const Config& c) {
   return o;
 }
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using sdk::splitmix64;  // dtrain/sdk/random.h
 
 // A value in [-1, 1] fixed by (seed, what, i).
 double unit(uint64_t seed, uint64_t what, uint64_t i) {
-  return static_cast<double>(mix64(seed * 0x100000001B3ull ^ mix64(what * 1000003ull + i)) >> 11) * 0x1.0p-53 * 2.0 -
+  return static_cast<double>(splitmix64(seed * 0x100000001B3ull ^ splitmix64(what * 1000003ull + i)) >> 11) *
+             0x1.0p-53 * 2.0 -
          1.0;
 }
 
@@ -118,12 +115,12 @@ class Data {
  public:
   Data(const Options& o, int dense_dim) : o_(o), dense_dim_(dense_dim) {}
 
-  static uint64_t key_of(int64_t feature) { return mix64(static_cast<uint64_t>(feature) + 1); }
+  static uint64_t key_of(int64_t feature) { return splitmix64(static_cast<uint64_t>(feature) + 1); }
 
   Batch batch(int worker, int64_t step) const {
     Batch b;
-    std::mt19937_64 rng(mix64(static_cast<uint64_t>(o_.seed) * 7919 + mix64(static_cast<uint64_t>(worker) << 32) +
-                              static_cast<uint64_t>(step)));
+    std::mt19937_64 rng(splitmix64(static_cast<uint64_t>(o_.seed) * 7919 +
+                                   splitmix64(static_cast<uint64_t>(worker) << 32) + static_cast<uint64_t>(step)));
     std::uniform_int_distribution<int64_t> feature(0, o_.num_features - 1);
     std::uniform_real_distribution<float> x(-1.f, 1.f);
     const uint64_t seed = static_cast<uint64_t>(o_.seed);

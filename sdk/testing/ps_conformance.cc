@@ -13,20 +13,17 @@
 #include "dtrain/abi/backend_v1.h"
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
+#include "dtrain/sdk/random.h"
 #include "dtrain/store.h"
 
 namespace dtrain::conformance {
 
 namespace psc {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
+  using sdk::splitmix64;
+  return splitmix64(splitmix64(splitmix64(splitmix64(a) ^ b) ^ c) ^ d);
 }
-
-uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { return mix(mix(mix(mix(a) ^ b) ^ c) ^ d); }
 
 float small_grad(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   return static_cast<float>(static_cast<int>(mix(a, b, c, d) % 65) - 32) / 128.0f;

@@ -33,7 +33,7 @@ inline Floats pull(ps::DenseTable& t) {
   return v;
 }
 
-uint64_t mix(uint64_t x);  // splitmix64's finalizer
+// splitmix64 (dtrain/sdk/random.h) of a, then of that xor b, c and d in turn.
 uint64_t mix(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0);
 // A gradient with few significant bits: k / 128 for k in [-32, 32] (products
 // and sums of a few of them are exact in f32).

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "dtrain/sdk/error.h"
+#include "dtrain/sdk/random.h"
 #include "engine/files.h"
 #include "engine/table.h"
 
@@ -31,13 +32,9 @@ using sdk::TableDesc;
 
 // ---- references, written from the ABI's comments and init.h's formulas ----
 
-inline uint64_t ref_mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+inline uint64_t ref_mix(uint64_t z) { return sdk::mix64(z); }
 inline double ref_unit(uint64_t seed, uint64_t key, uint64_t j) {
-  const uint64_t g = 0x9e3779b97f4a7c15ULL;
+  const uint64_t g = sdk::kSplitMix64Gamma;
   const uint64_t st = ref_mix(key ^ ref_mix(seed + g));
   return static_cast<double>(ref_mix(st + (j + 1) * g) >> 11) / 9007199254740992.0;
 }

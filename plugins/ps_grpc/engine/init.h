@@ -4,9 +4,9 @@
 // only on (seed, key, index in row) and a dense value's only on (seed, global
 // index): the same on any server count and in any creation order.
 //
-//   mix64(z)        the splitmix64 finalizer:
+//   mix64(z)        the splitmix64 finalizer (dtrain/sdk/random.h):
 //                   z = (z ^ z>>30) * 0xbf58476d1ce4e5b9; z = (z ^ z>>27) * 0x94d049bb133111eb; z ^ z>>31
-//   G               0x9e3779b97f4a7c15 (splitmix64's increment)
+//   G               0x9e3779b97f4a7c15 (splitmix64's increment, sdk::kSplitMix64Gamma)
 //   stream(s, key)  mix64(key ^ mix64(s + G))
 //   unit(st, j)     (mix64(st + (j + 1) * G) >> 11) * 2^-53, a double in [0, 1)
 //
@@ -23,20 +23,15 @@
 #include <cstdint>
 
 #include "dtrain/abi/backend_v1.h"
+#include "dtrain/sdk/random.h"
 
 namespace dtrain::ps_grpc {
 
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+using sdk::mix64;  // dtrain/sdk/random.h
 
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-inline uint64_t init_stream(uint64_t seed, uint64_t key) { return mix64(key ^ mix64(seed + kGolden)); }
+inline uint64_t init_stream(uint64_t seed, uint64_t key) { return mix64(key ^ sdk::splitmix64(seed)); }
 inline double init_unit(uint64_t stream, uint64_t j) {
-  return static_cast<double>(mix64(stream + (j + 1) * kGolden) >> 11) * 0x1.0p-53;
+  return static_cast<double>(mix64(stream + (j + 1) * sdk::kSplitMix64Gamma) >> 11) * 0x1.0p-53;
 }
 
 inline bool admitted_by_hash(uint64_t seed, uint64_t key, double probability) {

@@ -2,7 +2,9 @@
 // String helpers shared by the core, the SDK, the plugins, the launcher and
 // the tools. Header-only, standard C++17, no dependencies; the one copy of each.
 
+#include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +50,25 @@ std::string join(const Range& items, std::string_view sep = ",") {
 inline std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// Levenshtein distance: the fewest insertions, deletions and substitutions of
+// one element that turn a into b. Any sequence with size() and operator[]:
+// the bytes of a std::string, or code points, tokens, ... (O(|b|) memory).
+template <class Seq>
+size_t levenshtein(const Seq& a, const Seq& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
 }
 
 }  // namespace dtrain::sdk
