@@ -175,6 +175,15 @@ class JobRun {
                                              seconds_ms(o().join_timeout_s));
     root_ = client;
     store_ = std::make_shared<PrefixStore>("launch", client);
+    if (m.node == kNodeUnassigned) {
+      // Indices in the order the machines join; node 0 is the master's.
+      m.node = static_cast<int>(store_->add("node_index", 1));
+      if (m.node >= m.nnodes)
+        throw InvalidUsage(
+            fmt::format("this machine joined the job at {} as machine {} of --nnodes {}: more "
+                        "machines joined than the job has (a machine started twice?)",
+                        p_.store_endpoint, m.node + 1, m.nnodes));
+    }
   }
 
   NodeInfo wait_for_node(int n, Clock::time_point deadline) {

@@ -48,9 +48,11 @@ MachineLayout layout_machines(const MachineOptions& o) {
   } else if (!o.master.empty()) {
     auto [host, p] = parse_host_port(o.master);
     m.nnodes = o.nnodes;
-    m.node = o.node_rank < 0 ? 0 : o.node_rank;
-    if (m.nnodes > 1 && o.node_rank < 0)
-      throw InvalidUsage("--master with --nnodes > 1 needs --rank (this machine's index)");
+    m.node = o.node_rank;
+    // No --rank (a PaddleJob's pods, as Paddle's own launch): the machine that
+    // owns the master address is node 0, the others take their index from
+    // the store when they join (kNodeUnassigned).
+    if (m.node < 0) m.node = m.nnodes == 1 || !local_iface_of(resolve_host(host)).empty() ? 0 : kNodeUnassigned;
     if (m.node >= m.nnodes)
       throw InvalidUsage(fmt::format("--rank {} is out of range for --nnodes {}", m.node, m.nnodes));
     m.store_host = host;
@@ -112,9 +114,11 @@ std::vector<Slot> layout_processes(const LaunchOptions& o, const MachineLayout& 
       *listed = true;
     } else {
       for (int i = 0; i < o.server_num; ++i) add_local(SlotRole::Server, "");
+      // A machine of servers only (a PaddleJob's master pods) has no worker;
+      // elsewhere one worker at least.
+      const int workers = o.server_num > 0 && m.multi_machine() ? o.worker_num : std::max(o.worker_num, 1);
       const size_t k = o.devices.size();
-      for (int i = 0; i < std::max(o.worker_num, 1); ++i)
-        add_local(SlotRole::Worker, k ? o.devices[static_cast<size_t>(i) % k] : "");
+      for (int i = 0; i < workers; ++i) add_local(SlotRole::Worker, k ? o.devices[static_cast<size_t>(i) % k] : "");
     }
   } else if (!o.devices.empty()) {
     const int k = static_cast<int>(o.devices.size());

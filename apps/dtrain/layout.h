@@ -23,9 +23,12 @@ struct MachineOptions {
 // FLAGS_START_PORT names one (one machine takes any free port).
 constexpr int kDefaultStorePort = 6170;
 
+// A machine joined by --master without --rank, before the store gives it its index.
+constexpr int kNodeUnassigned = -2;
+
 struct MachineLayout {
   int nnodes = 1;
-  int node = 0;            // this machine's index
+  int node = 0;            // this machine's index (kNodeUnassigned until the store gives one)
   std::string my_ip;       // this machine's address in the job: its endpoints, DTRAIN_HOST_IP
   std::string store_host;  // where every machine connects to the store
   int store_port = 0;      // 0: any free port (one machine only)

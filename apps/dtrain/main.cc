@@ -123,17 +123,25 @@ int main(int argc, char** argv) {
                  "machine lacks is refused. Default with --backend nccl: every visible GPU");
   app.add_option("--ips", ips,
                  "every machine's address, comma separated; run the same command on each (default: this machine only)");
-  app.add_option("--master", lo.master, "host:port of the job store, instead of --ips (with --nnodes and --rank)");
-  app.add_option("--nnodes", lo.nnodes, "number of machines with --master")->capture_default_str();
-  app.add_option("--rank", lo.node_rank, "this machine's index (with --master; optional with --ips)");
+  app.add_option("--master", lo.master,
+                 "host:port of the job store, instead of --ips (with --nnodes; without --rank the master's machine is "
+                 "node 0 and the others are numbered as they join; default: PADDLE_MASTER)");
+  auto* nnodes_opt =
+      app.add_option("--nnodes", lo.nnodes, "number of machines with --master (default: PADDLE_NNODES, else 1)")
+          ->capture_default_str();
+  app.add_option("--rank", lo.node_rank, "this machine's index (optional with --master and --ips)");
   app.add_option(
       "--start_port", lo.start_port,
       "port of the job store (default: FLAGS_START_PORT, else 6170 on several machines, any free port on one); "
       "every other listener binds a free port");
   app.add_option("--log_dir", lo.log_dir, "folder for workerlog.N, serverlog.N and endpoints.log")
       ->capture_default_str();
-  app.add_option("--server_num", lo.server_num, "parameter servers on this machine (parameter-server mode)");
-  app.add_option("--worker_num", lo.worker_num, "workers on this machine (parameter-server mode)");
+  auto* server_num_opt = app.add_option("--server_num", lo.server_num,
+                                        "parameter servers on this machine (parameter-server mode; default: "
+                                        "PADDLE_SERVER_NUM, as a PaddleJob's master pods have it)");
+  auto* worker_num_opt = app.add_option("--worker_num", lo.worker_num,
+                                        "workers on this machine (parameter-server mode; default: PADDLE_TRAINER_NUM; "
+                                        "0 on a machine of servers only)");
   app.add_option("--servers", servers, "server endpoints ip:port,... over all machines (parameter-server mode)");
   app.add_option("--workers", workers, "worker endpoints ip:port,... over all machines (parameter-server mode)");
   app.add_option("--job_id", lo.job_id, "job id (also keeps other jobs out of this job's store on several machines)");
@@ -188,6 +196,16 @@ int main(int argc, char** argv) {
       co.machines.ips = sdk::split(check_ips);
       return run_check(co);
     }
+    // A PaddleJob's pods (Kubeflow's training operator) name the master and
+    // the machine count only in Paddle's variables, as paddle.distributed.launch reads them.
+    if (lo.master.empty() && ips.empty())
+      if (const char* m = std::getenv("PADDLE_MASTER"); m && *m) lo.master = m;
+    if (nnodes_opt->count() == 0)
+      if (const char* n = std::getenv("PADDLE_NNODES"); n && *n) lo.nnodes = std::atoi(n);
+    if (server_num_opt->count() == 0)
+      if (const char* n = std::getenv("PADDLE_SERVER_NUM"); n && *n) lo.server_num = std::atoi(n);
+    if (worker_num_opt->count() == 0)
+      if (const char* n = std::getenv("PADDLE_TRAINER_NUM"); n && *n) lo.worker_num = std::atoi(n);
     lo.ips = sdk::split(ips);
     lo.devices = sdk::split(gpus);
     lo.servers = sdk::split(servers);
