@@ -87,19 +87,25 @@ struct ModeOptions {
 //   decay_rate = 0.98          nonclk_coeff = 0.1  click_coeff = 1.0
 //   delete_threshold = 0.0     delete_after_unseen_days = 30
 struct TableConfig {
+  // Every field at its default: DTRAIN_PS_TABLE_KEYS (the SDK's
+  // dtrain/sdk/ps_table_fields.h) declares each field once, with its type,
+  // default and meaning; the members below mirror that list (the core checks
+  // at compile time that they are the same fields) and hold no default of
+  // their own.
+  TableConfig();
+
   std::string name;
-  TableKind kind = TableKind::Sparse;
-  uint64_t dim = 0;
-  Optimizer optimizer = Optimizer::Sgd;
-  double learning_rate = 0.01;
-  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, initial_g2sum = 0.0;
-  Initializer initializer = Initializer::Constant;
-  double init_a = 0.0, init_b = 0.0;
-  uint64_t seed = 0;
-  uint32_t admit_count = 0;
-  double admit_probability = 1.0;
-  double decay_rate = 1.0, nonclk_coeff = 1.0, click_coeff = 1.0, delete_threshold = 0.0;
-  uint32_t delete_after_unseen_days = 0;
+  TableKind kind;
+  uint64_t dim;  // required in a job file
+  Optimizer optimizer;
+  Initializer initializer;
+  double learning_rate, beta1, beta2, epsilon, initial_g2sum;
+  double init_a, init_b;
+  uint64_t seed;
+  uint32_t admit_count;
+  double admit_probability;
+  double decay_rate, nonclk_coeff, click_coeff, delete_threshold;
+  uint32_t delete_after_unseen_days;
 
   // Reads [ps.tables.<name>]; ConfigError names the file, line and key of a
   // bad value (unknown optimizer, dim = 0, probability outside [0, 1]...).

@@ -12,6 +12,7 @@
 #include "dtrain/error.h"
 #include "plugin/backend_impl.h"
 #include "ps/ps_internal.h"
+#include "ps/table_desc.h"
 
 namespace fs = std::filesystem;
 
@@ -20,6 +21,7 @@ namespace dtrain::ps {
 using detail::require_cap;
 using detail::submit_ps;
 using detail::TableState;
+using detail::to_desc;
 using dtrain::detail::CommState;
 
 struct PsWorker::Impl {
@@ -43,34 +45,6 @@ struct PsWorker::Impl {
 namespace {
 
 const char* kind_name(TableKind k) { return k == TableKind::Dense ? "dense" : "sparse"; }
-
-dt_ps_table_desc_v1_t to_desc(const TableConfig& c, Mode mode) {
-  dt_ps_table_desc_v1_t d{};
-  d.struct_size = sizeof(d);
-  d.kind = static_cast<int32_t>(c.kind);
-  d.name = c.name.c_str();
-  d.dim = c.dim;
-  d.dtype = DT_DTYPE_F32;
-  d.mode = static_cast<int32_t>(mode);
-  d.optimizer = static_cast<int32_t>(c.optimizer);
-  d.initializer = static_cast<int32_t>(c.initializer);
-  d.learning_rate = c.learning_rate;
-  d.beta1 = c.beta1;
-  d.beta2 = c.beta2;
-  d.epsilon = c.epsilon;
-  d.initial_g2sum = c.initial_g2sum;
-  d.init_a = c.init_a;
-  d.init_b = c.init_b;
-  d.seed = c.seed;
-  d.admit_count = c.admit_count;
-  d.admit_probability = c.admit_probability;
-  d.decay_rate = c.decay_rate;
-  d.nonclk_coeff = c.nonclk_coeff;
-  d.click_coeff = c.click_coeff;
-  d.delete_threshold = c.delete_threshold;
-  d.delete_after_unseen_days = c.delete_after_unseen_days;
-  return d;
-}
 
 // "step-<N>" -> N, else -1.
 int64_t step_of(const std::string& name) {

@@ -1,11 +1,15 @@
 // TableConfig from [ps.tables.<name>], the [ps] keys, and the enum names.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtrain/error.h"
 #include "dtrain/ps.h"
 #include "ps/ps_internal.h"
+#include "ps/table_desc.h"
 
 namespace dtrain::ps {
 
@@ -39,31 +43,40 @@ void add_ps_keys(ConfigSchema& schema) {
 
 namespace {
 
-const std::vector<std::string> kTableKeys = {"kind",
-                                             "dim",
-                                             "optimizer",
-                                             "learning_rate",
-                                             "beta1",
-                                             "beta2",
-                                             "epsilon",
-                                             "initial_g2sum",
-                                             "initializer",
-                                             "init_a",
-                                             "init_b",
-                                             "seed",
-                                             "admit_count",
-                                             "admit_probability",
-                                             "decay_rate",
-                                             "nonclk_coeff",
-                                             "click_coeff",
-                                             "delete_threshold",
-                                             "delete_after_unseen_days"};
+using sdk::ps_fields::Key;
+
+// The [ps.tables.<name>] keys, from the list.
+const std::vector<std::string> kTableKeys = {
+#define DTRAIN_PS_KEY_NAME(field, ...) #field,
+    DTRAIN_PS_TABLE_KEYS(DTRAIN_PS_KEY_NAME)
+#undef DTRAIN_PS_KEY_NAME
+};
+
+// The TOML names of an enum field's values: the conversion hook of the
+// fields whose C type is an enum (kind, optimizer, initializer).
+template <class E>
+using Names = std::vector<std::pair<const char*, E>>;
+const Names<TableKind>& names_of(TableKind) {
+  static const Names<TableKind> n = {{"sparse", TableKind::Sparse}, {"dense", TableKind::Dense}};
+  return n;
+}
+const Names<Optimizer>& names_of(Optimizer) {
+  static const Names<Optimizer> n = {
+      {"sgd", Optimizer::Sgd}, {"adagrad", Optimizer::Adagrad}, {"adam", Optimizer::Adam}};
+  return n;
+}
+const Names<Initializer>& names_of(Initializer) {
+  static const Names<Initializer> n = {
+      {"constant", Initializer::Constant}, {"uniform", Initializer::Uniform}, {"normal", Initializer::Normal}};
+  return n;
+}
 
 class TableReader {
  public:
   TableReader(const Config& c, std::string table) : c_(c), table_(std::move(table)) {}
 
   std::string path(const std::string& key) const { return table_ + "." + key; }
+  bool has(const std::string& key) const { return c_.has(path(key)); }
 
   [[noreturn]] void fail(const std::string& key, const std::string& message) const {
     ConfigLocation loc = c_.location_of(path(key));
@@ -71,9 +84,33 @@ class TableReader {
     throw ConfigError(loc.file.empty() ? c_.source() : loc.file, loc.line, loc.column, path(key), message);
   }
 
+  // Sets v from the key if the table has it; an absent key leaves v (its
+  // listed default) as it is. The key's C type decides how it is read.
+  template <class T>
+  void read(const std::string& key, T& v) const {
+    if (!has(key)) return;
+    if constexpr (std::is_enum_v<T>) {
+      v = choice(key, names_of(T{}));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      v = c_.get_float(path(key));
+      if (!std::isfinite(v)) fail(key, "must be a finite number");
+    } else {
+      static_assert(std::is_unsigned_v<T>, "a listed integer key is unsigned");
+      const uint64_t max = std::min<uint64_t>(std::numeric_limits<T>::max(), INT64_MAX);
+      v = static_cast<T>(integer(key, 0, max));
+    }
+  }
+
+  uint64_t integer(const std::string& key, uint64_t min, uint64_t max) const {
+    int64_t v = c_.get_int(path(key));
+    if (v < 0 || static_cast<uint64_t>(v) < min || static_cast<uint64_t>(v) > max)
+      fail(key, "must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
+    return static_cast<uint64_t>(v);
+  }
+
+ private:
   template <typename T>
-  T choice(const std::string& key, T fallback, const std::vector<std::pair<const char*, T>>& names) const {
-    if (!c_.has(path(key))) return fallback;
+  T choice(const std::string& key, const Names<T>& names) const {
     std::string v = c_.get_string(path(key));
     std::string known;
     for (auto& [n, value] : names) {
@@ -83,25 +120,19 @@ class TableReader {
     fail(key, "unknown " + key + " \"" + v + "\"; use one of " + known);
   }
 
-  double number(const std::string& key, double fallback) const {
-    double v = c_.get_float(path(key), fallback);
-    if (!std::isfinite(v)) fail(key, "must be a finite number");
-    return v;
-  }
-
-  int64_t integer(const std::string& key, int64_t fallback, int64_t min, int64_t max) const {
-    int64_t v = c_.get_int(path(key), fallback);
-    if (v < min || v > max)
-      fail(key, "must be in " + std::to_string(min) + ".." + std::to_string(max) + ", got " + std::to_string(v));
-    return v;
-  }
-
- private:
   const Config& c_;
   std::string table_;
 };
 
+constexpr uint64_t kMaxDim = uint64_t{1} << 40;
+
 }  // namespace
+
+TableConfig::TableConfig() {
+#define DTRAIN_PS_DEFAULT(field, type, def, ...) field = static_cast<decltype(field)>(def);
+  DTRAIN_PS_TABLE_KEYS(DTRAIN_PS_DEFAULT)
+#undef DTRAIN_PS_DEFAULT
+}
 
 TableConfig TableConfig::from_config(const Config& c, const std::string& name) {
   if (!valid_table_name(name) || name.find('.') != std::string::npos)
@@ -126,49 +157,39 @@ TableConfig TableConfig::from_config(const Config& c, const std::string& name) {
     r.fail(key, message);
   }
 
+  // Every listed key: required ones present, each read as its type, the
+  // default (TableConfig()) where absent.
   TableConfig t;
   t.name = name;
-  t.kind = r.choice<TableKind>("kind", TableKind::Sparse, {{"sparse", TableKind::Sparse}, {"dense", TableKind::Dense}});
-  if (!c.has(r.path("dim"))) r.fail("dim", "is required (values per row for a sparse table, length for a dense one)");
-  t.dim = static_cast<uint64_t>(r.integer("dim", 0, 1, int64_t(1) << 40));
-  t.optimizer =
-      r.choice<Optimizer>("optimizer", Optimizer::Sgd,
-                          {{"sgd", Optimizer::Sgd}, {"adagrad", Optimizer::Adagrad}, {"adam", Optimizer::Adam}});
-  t.learning_rate = r.number("learning_rate", t.learning_rate);
+#define DTRAIN_PS_READ(field, type, def, key, offset, doc)                                  \
+  if (Key::key == Key::Required && !r.has(#field)) r.fail(#field, "is required (" doc ")"); \
+  r.read(#field, t.field);
+  DTRAIN_PS_TABLE_KEYS(DTRAIN_PS_READ)
+#undef DTRAIN_PS_READ
+  if (t.kind == TableKind::Dense) {
+#define DTRAIN_PS_SPARSE_ONLY(field, type, def, key, ...) \
+  if (Key::key == Key::SparseOnly && r.has(#field))       \
+    r.fail(#field, "applies to sparse tables only; this table is kind = \"dense\"");
+    DTRAIN_PS_TABLE_KEYS(DTRAIN_PS_SPARSE_ONLY)
+#undef DTRAIN_PS_SPARSE_ONLY
+  }
+
+  // The values' ranges (their defaults are in range).
+  if (t.dim < 1 || t.dim > kMaxDim)
+    r.fail("dim", "must be in 1.." + std::to_string(kMaxDim) + ", got " + std::to_string(t.dim));
   if (!(t.learning_rate > 0)) r.fail("learning_rate", "must be > 0");
-  t.beta1 = r.number("beta1", t.beta1);
   if (t.beta1 < 0 || t.beta1 >= 1) r.fail("beta1", "must be in [0, 1)");
-  t.beta2 = r.number("beta2", t.beta2);
   if (t.beta2 < 0 || t.beta2 >= 1) r.fail("beta2", "must be in [0, 1)");
-  t.epsilon = r.number("epsilon", t.epsilon);
   if (!(t.epsilon > 0)) r.fail("epsilon", "must be > 0");
-  t.initial_g2sum = r.number("initial_g2sum", t.initial_g2sum);
   if (t.initial_g2sum < 0) r.fail("initial_g2sum", "must be >= 0");
-  t.initializer = r.choice<Initializer>(
-      "initializer", Initializer::Constant,
-      {{"constant", Initializer::Constant}, {"uniform", Initializer::Uniform}, {"normal", Initializer::Normal}});
-  t.init_a = r.number("init_a", t.init_a);
-  t.init_b = r.number("init_b", t.init_b);
   if (t.initializer == Initializer::Uniform && !(t.init_b > t.init_a))
-    r.fail(c.has(r.path("init_b")) ? "init_b" : "initializer",
+    r.fail(r.has("init_b") ? "init_b" : "initializer",
            "a uniform initializer needs init_b > init_a (the range [init_a, init_b)), got [" +
                std::to_string(t.init_a) + ", " + std::to_string(t.init_b) + ")");
   if (t.initializer == Initializer::Normal && t.init_b < 0)
     r.fail("init_b", "is the normal initializer's standard deviation and must be >= 0");
-  t.seed = static_cast<uint64_t>(r.integer("seed", 0, 0, INT64_MAX));
-  t.admit_count = static_cast<uint32_t>(r.integer("admit_count", 0, 0, UINT32_MAX));
-  t.admit_probability = r.number("admit_probability", t.admit_probability);
   if (t.admit_probability < 0 || t.admit_probability > 1) r.fail("admit_probability", "must be in [0, 1]");
-  t.decay_rate = r.number("decay_rate", t.decay_rate);
   if (t.decay_rate < 0 || t.decay_rate > 1) r.fail("decay_rate", "must be in [0, 1]");
-  t.nonclk_coeff = r.number("nonclk_coeff", t.nonclk_coeff);
-  t.click_coeff = r.number("click_coeff", t.click_coeff);
-  t.delete_threshold = r.number("delete_threshold", t.delete_threshold);
-  t.delete_after_unseen_days = static_cast<uint32_t>(r.integer("delete_after_unseen_days", 0, 0, UINT32_MAX));
-  if (t.kind == TableKind::Dense)
-    for (const char* key : {"admit_count", "admit_probability", "decay_rate", "nonclk_coeff", "click_coeff",
-                            "delete_threshold", "delete_after_unseen_days"})
-      if (c.has(r.path(key))) r.fail(key, "applies to sparse tables only; this table is kind = \"dense\"");
   return t;
 }
 

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 
 #include "engine/files.h"
 #include "engine/init.h"
@@ -39,6 +41,19 @@ std::string num(double v) {
   return o.str();
 }
 
+// A descriptor field's value in a message: kind and optimizer by name,
+// numbers exactly.
+template <class T>
+std::string shown(std::string_view field, T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return num(v);
+  } else {
+    if (field == "kind") return kind_name(static_cast<int>(v));
+    if (field == "optimizer") return optimizer_name(static_cast<int>(v));
+    return std::to_string(v);
+  }
+}
+
 }  // namespace
 
 uint64_t Table::begin_dense_push(int) {
@@ -53,34 +68,11 @@ std::string Table::differs(const sdk::TableDesc& o) const {
   auto diff = [](const char* field, const std::string& here, const std::string& there) {
     return std::string(field) + " is " + here + " here and " + there + " in the request";
   };
-#define DTRAIN_PS_CMP_INT(f) \
-  if (d.f != o.f) return diff(#f, std::to_string(d.f), std::to_string(o.f))
-#define DTRAIN_PS_CMP_DBL(f) \
-  if (d.f != o.f) return diff(#f, num(d.f), num(o.f))
   if (d.name != o.name) return diff("name", "'" + d.name + "'", "'" + o.name + "'");
-  if (d.kind != o.kind) return diff("kind", kind_name(d.kind), kind_name(o.kind));
-  DTRAIN_PS_CMP_INT(dim);
-  DTRAIN_PS_CMP_INT(dtype);
-  DTRAIN_PS_CMP_INT(mode);
-  if (d.optimizer != o.optimizer) return diff("optimizer", optimizer_name(d.optimizer), optimizer_name(o.optimizer));
-  DTRAIN_PS_CMP_INT(initializer);
-  DTRAIN_PS_CMP_DBL(learning_rate);
-  DTRAIN_PS_CMP_DBL(beta1);
-  DTRAIN_PS_CMP_DBL(beta2);
-  DTRAIN_PS_CMP_DBL(epsilon);
-  DTRAIN_PS_CMP_DBL(initial_g2sum);
-  DTRAIN_PS_CMP_DBL(init_a);
-  DTRAIN_PS_CMP_DBL(init_b);
-  DTRAIN_PS_CMP_INT(seed);
-  DTRAIN_PS_CMP_INT(admit_count);
-  DTRAIN_PS_CMP_DBL(admit_probability);
-  DTRAIN_PS_CMP_DBL(decay_rate);
-  DTRAIN_PS_CMP_DBL(nonclk_coeff);
-  DTRAIN_PS_CMP_DBL(click_coeff);
-  DTRAIN_PS_CMP_DBL(delete_threshold);
-  DTRAIN_PS_CMP_INT(delete_after_unseen_days);
-#undef DTRAIN_PS_CMP_INT
-#undef DTRAIN_PS_CMP_DBL
+#define DTRAIN_PS_CMP(field, ...) \
+  if (d.field != o.field) return diff(#field, shown(#field, d.field), shown(#field, o.field));
+  DTRAIN_PS_TABLE_FIELDS(DTRAIN_PS_CMP)
+#undef DTRAIN_PS_CMP
   return "";
 }
 

@@ -3,6 +3,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 namespace dtrain::ps_grpc {
 
@@ -19,55 +21,27 @@ grpc::StatusCode grpc_code(dt_status_t status) {
   }
 }
 
+// ps.proto's TableDesc holds every listed field by its name, of its listed
+// type (proto3's int32/uint32/uint64/double getters return exactly these).
+#define DTRAIN_PS_PROTO_TYPE(field, type, ...)                                                          \
+  static_assert(std::is_same_v<std::decay_t<decltype(std::declval<const TableDesc&>().field())>, type>, \
+                "ps.proto's TableDesc." #field " is not of its listed type (dtrain/sdk/ps_table_fields.h)");
+DTRAIN_PS_TABLE_FIELDS(DTRAIN_PS_PROTO_TYPE)
+#undef DTRAIN_PS_PROTO_TYPE
+
 void to_proto(const sdk::TableDesc& d, TableDesc* p) {
-  p->set_kind(d.kind);
   p->set_name(d.name);
-  p->set_dim(d.dim);
-  p->set_dtype(d.dtype);
-  p->set_mode(d.mode);
-  p->set_optimizer(d.optimizer);
-  p->set_initializer(d.initializer);
-  p->set_learning_rate(d.learning_rate);
-  p->set_beta1(d.beta1);
-  p->set_beta2(d.beta2);
-  p->set_epsilon(d.epsilon);
-  p->set_initial_g2sum(d.initial_g2sum);
-  p->set_init_a(d.init_a);
-  p->set_init_b(d.init_b);
-  p->set_seed(d.seed);
-  p->set_admit_count(d.admit_count);
-  p->set_admit_probability(d.admit_probability);
-  p->set_decay_rate(d.decay_rate);
-  p->set_nonclk_coeff(d.nonclk_coeff);
-  p->set_click_coeff(d.click_coeff);
-  p->set_delete_threshold(d.delete_threshold);
-  p->set_delete_after_unseen_days(d.delete_after_unseen_days);
+#define DTRAIN_PS_SET(field, ...) p->set_##field(d.field);
+  DTRAIN_PS_TABLE_FIELDS(DTRAIN_PS_SET)
+#undef DTRAIN_PS_SET
 }
 
 sdk::TableDesc from_proto(const TableDesc& p) {
   sdk::TableDesc d;
-  d.kind = p.kind();
   d.name = p.name();
-  d.dim = p.dim();
-  d.dtype = p.dtype();
-  d.mode = p.mode();
-  d.optimizer = p.optimizer();
-  d.initializer = p.initializer();
-  d.learning_rate = p.learning_rate();
-  d.beta1 = p.beta1();
-  d.beta2 = p.beta2();
-  d.epsilon = p.epsilon();
-  d.initial_g2sum = p.initial_g2sum();
-  d.init_a = p.init_a();
-  d.init_b = p.init_b();
-  d.seed = p.seed();
-  d.admit_count = p.admit_count();
-  d.admit_probability = p.admit_probability();
-  d.decay_rate = p.decay_rate();
-  d.nonclk_coeff = p.nonclk_coeff();
-  d.click_coeff = p.click_coeff();
-  d.delete_threshold = p.delete_threshold();
-  d.delete_after_unseen_days = p.delete_after_unseen_days();
+#define DTRAIN_PS_GET(field, ...) d.field = p.field();
+  DTRAIN_PS_TABLE_FIELDS(DTRAIN_PS_GET)
+#undef DTRAIN_PS_GET
   return d;
 }
 

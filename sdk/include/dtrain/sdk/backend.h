@@ -36,6 +36,7 @@
 
 #include "dtrain/sdk/op_queue.h"
 #include "dtrain/sdk/p2p.h"
+#include "dtrain/sdk/ps_table_fields.h"
 #include "dtrain/sdk/support.h"
 #include "dtrain/sdk/work.h"
 
@@ -61,50 +62,21 @@ struct CommInit {
 };
 
 // A parameter-server table descriptor, copied out of dt_ps_table_desc_v1_t
-// (fields past the caller's struct_size keep these defaults).
+// (fields past the caller's struct_size keep their defaults). Its fields and
+// their defaults are those of DTRAIN_PS_TABLE_FIELDS (ps_table_fields.h).
 struct TableDesc {
-  int kind = DT_PS_TABLE_DENSE;
   std::string name;
-  uint64_t dim = 0;
-  int dtype = DT_DTYPE_F32;
-  int mode = DT_PS_MODE_ASYNC;
-  int optimizer = DT_PS_OPT_SGD;
-  int initializer = DT_PS_INIT_CONSTANT;
-  double learning_rate = 0.01, beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, initial_g2sum = 0.0;
-  double init_a = 0.0, init_b = 0.0;
-  uint64_t seed = 0;
-  uint32_t admit_count = 0;
-  double admit_probability = 1.0;
-  double decay_rate = 1.0, nonclk_coeff = 1.0, click_coeff = 1.0, delete_threshold = 0.0;
-  uint32_t delete_after_unseen_days = 0;
+#define DTRAIN_SDK_FIELD(field, type, def, ...) type field = def;
+  DTRAIN_PS_TABLE_FIELDS(DTRAIN_SDK_FIELD)
+#undef DTRAIN_SDK_FIELD
 
   static TableDesc from_c(const dt_ps_table_desc_v1_t& c) {
     TableDesc d;
     auto has = [&](size_t end) { return c.struct_size >= end; };
-#define DTRAIN_SDK_TAKE(field) \
-  if (has(offsetof(dt_ps_table_desc_v1_t, field) + sizeof(c.field))) d.field = c.field
-    DTRAIN_SDK_TAKE(kind);
     if (has(offsetof(dt_ps_table_desc_v1_t, name) + sizeof(c.name)) && c.name) d.name = c.name;
-    DTRAIN_SDK_TAKE(dim);
-    DTRAIN_SDK_TAKE(dtype);
-    DTRAIN_SDK_TAKE(mode);
-    DTRAIN_SDK_TAKE(optimizer);
-    DTRAIN_SDK_TAKE(initializer);
-    DTRAIN_SDK_TAKE(learning_rate);
-    DTRAIN_SDK_TAKE(beta1);
-    DTRAIN_SDK_TAKE(beta2);
-    DTRAIN_SDK_TAKE(epsilon);
-    DTRAIN_SDK_TAKE(initial_g2sum);
-    DTRAIN_SDK_TAKE(init_a);
-    DTRAIN_SDK_TAKE(init_b);
-    DTRAIN_SDK_TAKE(seed);
-    DTRAIN_SDK_TAKE(admit_count);
-    DTRAIN_SDK_TAKE(admit_probability);
-    DTRAIN_SDK_TAKE(decay_rate);
-    DTRAIN_SDK_TAKE(nonclk_coeff);
-    DTRAIN_SDK_TAKE(click_coeff);
-    DTRAIN_SDK_TAKE(delete_threshold);
-    DTRAIN_SDK_TAKE(delete_after_unseen_days);
+#define DTRAIN_SDK_TAKE(field, ...) \
+  if (has(offsetof(dt_ps_table_desc_v1_t, field) + sizeof(c.field))) d.field = c.field;
+    DTRAIN_PS_TABLE_FIELDS(DTRAIN_SDK_TAKE)
 #undef DTRAIN_SDK_TAKE
     return d;
   }
