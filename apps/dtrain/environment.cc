@@ -1,11 +1,28 @@
 #include "environment.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <cstdlib>
 
 #include "dtrain/endpoint.h"
+#include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
 
 namespace dtrain::launch {
+
+namespace {
+
+// libdtrain_portrange.so, next to libdtrain_core (build/lib, or the install's lib folder).
+std::string port_range_preload() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&core_version), &info) == 0 || !info.dli_fname) return "";
+  auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libdtrain_portrange.so";
+  return std::filesystem::exists(lib) ? lib.string() : "";
+}
+
+}  // namespace
 
 std::map<std::string, std::string> process_environment(const JobPlan& p, const Slot& s, int attempt) {
   const LaunchOptions& o = p.options;
@@ -45,6 +62,15 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
   } else {
     env["DTRAIN_SERVER_INDEX"] = std::to_string(s.index);
     env["PADDLE_PORT"] = std::to_string(parse_host_port(s.endpoint).second);
+  }
+  if (!s.port_range.empty()) {
+    env["DTRAIN_PORT_RANGE"] = s.port_range;
+    if (!std::getenv("UCX_TCP_PORT_RANGE")) env["UCX_TCP_PORT_RANGE"] = s.port_range;
+    static const std::string preload = port_range_preload();
+    if (!preload.empty()) {
+      const char* user = std::getenv("LD_PRELOAD");
+      env["LD_PRELOAD"] = user && *user ? preload + ":" + user : preload;
+    }
   }
   if (!o.backend.empty()) env["DTRAIN_BACKEND"] = o.backend;
   if (!o.log_level.empty()) env["DTRAIN_LOG_LEVEL"] = o.log_level;

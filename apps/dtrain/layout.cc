@@ -15,8 +15,8 @@ namespace dtrain::launch {
 
 namespace {
 
-int configured_port(const MachineOptions& o) {
-  if (o.start_port != 0) return o.start_port;
+int configured_port(int start_port) {
+  if (start_port != 0) return start_port;
   if (const char* p = std::getenv("FLAGS_START_PORT")) return std::atoi(p);
   return 0;
 }
@@ -31,7 +31,7 @@ std::string address_list() {
 
 MachineLayout layout_machines(const MachineOptions& o) {
   MachineLayout m;
-  int port = configured_port(o);
+  int port = configured_port(o.start_port);
   if (!o.ips.empty()) {
     m.nnodes = static_cast<int>(o.ips.size());
     m.node = o.node_rank;
@@ -85,12 +85,20 @@ std::vector<Slot> layout_processes(const LaunchOptions& o, const MachineLayout& 
   auto count_role = [&](SlotRole role) {
     return static_cast<int>(std::count_if(slots.begin(), slots.end(), [&](const Slot& x) { return x.role == role; }));
   };
+  const int start = configured_port(o.start_port);
+  int next_port = start + 1;
+  auto endpoint_port = [&]() -> uint16_t {
+    if (start <= 0) return pick_free_port(m.my_ip);
+    while (next_port < 65536 && !port_bind_problem(m.my_ip, static_cast<uint16_t>(next_port)).empty()) ++next_port;
+    if (next_port >= 65536) throw InvalidUsage(fmt::format("--start_port {}: no free port left above it", start));
+    return static_cast<uint16_t>(next_port++);
+  };
   auto add_local = [&](SlotRole role, const std::string& device) {
     Slot s;
     s.role = role;
     s.device = device;
     s.local = count_role(role);
-    s.endpoint = format_host_port(m.my_ip, pick_free_port(m.my_ip));
+    s.endpoint = format_host_port(m.my_ip, endpoint_port());
     slots.push_back(s);
   };
   auto add_listed = [&](SlotRole role, const std::vector<std::string>& list) {
@@ -133,6 +141,13 @@ std::vector<Slot> layout_processes(const LaunchOptions& o, const MachineLayout& 
   } else {
     if (o.nproc_per_node < 1) throw InvalidUsage("--nproc_per_node must be at least 1");
     for (int i = 0; i < o.nproc_per_node; ++i) add_local(SlotRole::Worker, "");
+  }
+  if (start > 0 && !*listed) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int lo = next_port + static_cast<int>(i) * kPortsPerProcess;
+      if (lo + kPortsPerProcess > 65536) throw InvalidUsage(fmt::format("--start_port {} leaves too few ports", start));
+      slots[i].port_range = fmt::format("{}-{}", lo, lo + kPortsPerProcess - 1);
+    }
   }
   return slots;
 }

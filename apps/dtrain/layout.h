@@ -52,6 +52,9 @@ struct Slot {
   int local = 0;  // index among this machine's processes of its role
   std::string endpoint;
   std::string device;
+  // With --start_port: this process's own ports ("lo-hi", DTRAIN_PORT_RANGE)
+  // for its transports' listeners (Gloo's pairs, UCX over TCP).
+  std::string port_range;
   std::string role_name() const { return role == SlotRole::Worker ? "worker" : "server"; }
   std::string log_name() const {
     return (role == SlotRole::Worker ? "workerlog." : "serverlog.") + std::to_string(index);
@@ -60,6 +63,12 @@ struct Slot {
     return role == SlotRole::Worker ? "worker rank " + std::to_string(index) : "server " + std::to_string(index);
   }
 };
+
+// With --start_port P (or FLAGS_START_PORT) every port a machine's job opens
+// lies in one range from P: P the store (served by node 0), then one endpoint
+// per process (workers, then servers; a busy port is skipped), then a block
+// of kPortsPerProcess ports per process for its transports' own listeners.
+constexpr int kPortsPerProcess = 32;
 
 // True for parameter-server jobs (--server_num, --worker_num, --servers, --workers).
 bool ps_mode(const LaunchOptions& o);

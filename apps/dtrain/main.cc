@@ -130,10 +130,10 @@ int main(int argc, char** argv) {
       app.add_option("--nnodes", lo.nnodes, "number of machines with --master (default: PADDLE_NNODES, else 1)")
           ->capture_default_str();
   app.add_option("--rank", lo.node_rank, "this machine's index (optional with --master and --ips)");
-  app.add_option(
-      "--start_port", lo.start_port,
-      "port of the job store (default: FLAGS_START_PORT, else 6170 on several machines, any free port on one); "
-      "every other listener binds a free port");
+  app.add_option("--start_port", lo.start_port,
+                 "first port of the job's range on every machine (default: FLAGS_START_PORT): the store on it, then "
+                 "an endpoint per process, then 32 ports per process for its transports (Gloo, UCX over TCP); "
+                 "without it: the store on 6170 on several machines, any free port on one, and free ports elsewhere");
   app.add_option("--log_dir", lo.log_dir, "folder for workerlog.N, serverlog.N and endpoints.log")
       ->capture_default_str();
   auto* server_num_opt = app.add_option("--server_num", lo.server_num,

@@ -30,6 +30,11 @@ void print_job_table(const JobPlan& p) {
   if (!p.server_eps.empty()) row("servers", std::to_string(p.server_eps.size()));
   row("store", p.store_endpoint + (p.machines.node == 0 ? " (served here)" : ""));
   row("store token", p.token_source);
+  if (!p.slots.empty() && !p.slots.front().port_range.empty()) {
+    const std::string last = p.slots.back().port_range.substr(p.slots.back().port_range.find('-') + 1);
+    row("ports", fmt::format("{}-{} (store {}, an endpoint each, then {} a process: DTRAIN_PORT_RANGE)",
+                             p.machines.store_port, last, p.machines.store_port, kPortsPerProcess));
+  }
   row("log_dir", o.log_dir);
   row("max_restarts", std::to_string(o.max_restarts));
   row("command", sdk::join(o.command, " "));
