@@ -7,18 +7,8 @@
 #   slurm_sbatch.sh BUILD_DIR SOURCE_DIR
 source "$(dirname "$0")/../launcher/lib.sh"
 SRC=$(cd "$2" && pwd)
-NA=dsla$$ NB=dslb$$
-new_ns $NA
-new_ns $NB
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.13.1 B=10.$sub.13.2
-link_ns $NA $A $NB $B q$$
-host=sl$sub
-for ns in $NA $NB; do
-  ip=$([ $ns = $NA ] && echo $A || echo $B)
-  mkdir -p /etc/netns/$ns && CLEANUP+=("rm -rf /etc/netns/$ns")
-  printf '127.0.0.1 localhost\n%s %s1\n%s %s2\n%s %s\n' $A $host $B $host $ip "$(hostname)" >/etc/netns/$ns/hosts
-done
+named_nodes 13
+host=$HOST
 mkdir -p shim prefix && ln -s "$BIN" prefix/bin && ln -s "$SRC/apps" prefix/apps
 cat >shim/srun <<SH
 #!/bin/bash
@@ -27,7 +17,7 @@ pids=()
 for r in 0 1; do
   ns=\$([ \$r = 0 ] && echo $NA || echo $NB)
   ip netns exec \$ns env SLURM_PROCID=\$r SLURM_NTASKS=2 SLURM_NODEID=\$r SLURM_NNODES=2 SLURM_LOCALID=0 \
-    SLURM_TASKS_PER_NODE="1(x2)" SLURM_JOB_ID=$((5000 + sub)) SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$host[1-2]" \
+    SLURM_TASKS_PER_NODE="1(x2)" SLURM_JOB_ID=$((5000 + RANDOM % 1000)) SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$host[1-2]" \
     "\$@" >task.\$r.txt 2>&1 &
   pids+=(\$!)
 done

@@ -42,25 +42,16 @@ for i in 0 1; do wait "${pids[$i]}" || fail "torchrun rank $i failed: $(tail -5 
 both_pass torchrun
 
 # Slurm across two machines: srun -N 2 -n 2 gives each task these variables.
-NA=dsa$$ NB=dsb$$
-new_ns $NA
-new_ns $NB
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.11.1 B=10.$sub.11.2
-link_ns $NA $A $NB $B s$$
-host=sn$sub
-for ns in $NA $NB; do
-  mkdir -p /etc/netns/$ns && CLEANUP+=("rm -rf /etc/netns/$ns")
-  printf '127.0.0.1 localhost\n%s %s1\n%s %s2\n' $A $host $B $host >/etc/netns/$ns/hosts
-done
+named_nodes 11
+host=$HOST
 make_secret secret
-declare -A ip_of=([$NA]=$A [$NB]=$B)
+jobid=$((4000 + RANDOM % 1000))
 pids=()
 for r in 0 1; do
   ns=$([ $r = 0 ] && echo $NA || echo $NB)
   ip netns exec $ns env SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NODEID=$r SLURM_NNODES=2 \
-    SLURM_TASKS_PER_NODE="1(x2)" SLURM_JOB_ID=$((4000 + sub)) SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$host[1-2]" \
-    DTRAIN_TOKEN_FILE=secret DTRAIN_HOST_IP=${ip_of[$ns]} timeout 120 "${conf[@]}" >out.slurm.$r.txt 2>&1 &
+    SLURM_TASKS_PER_NODE="1(x2)" SLURM_JOB_ID=$jobid SLURM_STEP_ID=0 SLURM_JOB_NODELIST="$host[1-2]" \
+    DTRAIN_TOKEN_FILE=secret timeout 120 "${conf[@]}" >out.slurm.$r.txt 2>&1 &
   pids+=($!)
 done
 for i in 0 1; do wait "${pids[$i]}" || fail "slurm rank $i failed: $(tail -5 out.slurm.$i.txt)"; done

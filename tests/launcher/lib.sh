@@ -58,6 +58,24 @@ link_ns() {
   [ -z "$a2" ] || ip -n "$n2" addr add "$a2"/24 dev "$name"b || fail "address $a2"
   ip -n "$n1" link set "$name"a up && ip -n "$n2" link set "$name"b up || fail "link up $name"
 }
+# named_nodes NET: two machines in namespaces NA and NB with addresses A and B
+# on 10.<random>.NET.0/24, named ${HOST}1 and ${HOST}2 in each one's own
+# /etc/netns/NS/hosts (ip netns exec mounts it over /etc/hosts), where this
+# machine's host name is the namespace's own address, as on a real node.
+named_nodes() {
+  NA=dna$$ NB=dnb$$
+  new_ns $NA
+  new_ns $NB
+  local sub=$((RANDOM % 200 + 20))
+  A=10.$sub.$1.1 B=10.$sub.$1.2 HOST=n$sub
+  link_ns $NA $A $NB $B nn$$
+  local ns ip
+  for ns in $NA $NB; do
+    ip=$([ $ns = $NA ] && echo $A || echo $B)
+    mkdir -p /etc/netns/$ns && CLEANUP+=("rm -rf /etc/netns/$ns")
+    printf '127.0.0.1 localhost\n%s %s1\n%s %s2\n%s %s\n' $A $HOST $B $HOST $ip "$(hostname)" >/etc/netns/$ns/hosts
+  done
+}
 # A secret for jobs on several machines, readable only by its owner.
 make_secret() {
   head -c 32 /dev/urandom | base64 >"$1" && chmod 600 "$1"
