@@ -16,8 +16,9 @@ namespace dtrain::ps {
 
 namespace {
 
-std::chrono::milliseconds seconds_key(const Config& c, const std::string& key, double fallback) {
-  double s = c.get_float(key, fallback);
+// A positive number of seconds: the key's value, else its declared default.
+std::chrono::milliseconds seconds_key(const Config& c, const std::string& key) {
+  double s = c.get_float(key);
   if (!(s > 0)) {
     ConfigLocation loc = c.location_of(key);
     throw ConfigError(loc.file.empty() ? c.source() : loc.file, loc.line, loc.column, key, "must be positive");
@@ -47,8 +48,8 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
   job.role = role;
   std::string backend_name = config.get_string("ps.backend");
   std::string collective = config.get_string("ps.collective");
-  auto timeout = seconds_key(config, "ps.timeout_s", 60.0);
-  auto comm_timeout = seconds_key(config, "communicator.timeout_s", 300.0);
+  auto timeout = seconds_key(config, "ps.timeout_s");
+  auto comm_timeout = seconds_key(config, "communicator.timeout_s");
   CheckpointOptions ckpt;
   ckpt.dir = config.get_string("ps.checkpoint_dir");
   ckpt.save_on_exit = config.get_bool("ps.save_on_exit");
