@@ -24,40 +24,49 @@ namespace dtrain::apps {
 
 using Clock = std::chrono::steady_clock;
 
+const ConfigTable<TrainOptions>& trainer_table() {
+  static const ConfigTable<TrainOptions> table = [] {
+    using T = TrainOptions;
+    ConfigTable<T> t;
+    t.add("train.epochs", &T::epochs, "").at_least(1);
+    t.add("train.batch_size", &T::batch_size, "per worker").at_least(1);
+    t.add("train.eval_batch_size", &T::eval_batch_size, "per worker").at_least(1);
+    t.add("train.lr", &T::lr, "peak learning rate");
+    t.add("train.optimizer", &T::optimizer, "momentum (SGD) | adam");
+    t.add("train.momentum", &T::momentum, "momentum: its coefficient");
+    t.add("train.beta1", &T::beta1, "adam");
+    t.add("train.beta2", &T::beta2, "adam");
+    t.add("train.weight_decay", &T::weight_decay, "L2 decay");
+    t.add("train.warmup_epochs", &T::warmup_epochs, "linear warm-up length").at_least(0);
+    t.add("train.schedule", &T::schedule, "cosine | piecewise");
+    t.add("train.milestones", &T::milestones, "piecewise: epochs where lr is multiplied by gamma");
+    t.add("train.gamma", &T::gamma, "piecewise decay factor");
+    t.add("train.seed", &T::seed, "shared by all workers");
+    t.add("train.threads", &T::threads, "intra-op threads per worker").at_least(1);
+    t.add("train.max_steps", &T::max_steps, "stop after this many micro-steps (0: no limit)").at_least(0);
+    t.add("train.device", &T::device, "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
+    t.add("train.bf16", &T::bf16, "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
+    t.add("train.channels_last", &T::channels_last, "batches and 4-D weights in channels-last layout");
+    t.add("data.prefetch", &T::prefetch, "batches prepared ahead by the loader thread").at_least(1);
+    t.add("eval.every_epochs", &T::eval_every_epochs, "evaluate every N epochs (0: only at the end)").at_least(0);
+    t.add("eval.only", &T::eval_only,
+          "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
+    t.add("checkpoint.every_epochs", &T::checkpoint_every_epochs, "0: only at the end").at_least(0);
+    t.add("checkpoint.every_steps", &T::checkpoint_every_steps, "also every N micro-steps (0: off)").at_least(0);
+    t.add("checkpoint.resume", &T::resume, "false | true (latest in dir) | a checkpoint path");
+    t.add("log.every_steps", &T::log_every_steps, "progress line every N steps").at_least(1);
+    t.add("log.tensorboard", &T::tensorboard, "folder for TensorBoard event files");
+    t.add("debug.dump_params", &T::dump_params, "write raw parameters at the end; {rank} is replaced");
+    t.add("debug.kill_at_step", &T::kill_at_step,
+          "SIGKILL every worker after this micro-step, first attempt only (tests)");
+    return t;
+  }();
+  return table;
+}
+
 void add_trainer_keys(ConfigSchema& s, const std::string& default_checkpoint_dir) {
-  s.add("train.epochs", ConfigType::Int, "10", "");
-  s.add("train.batch_size", ConfigType::Int, "128", "per worker");
-  s.add("train.eval_batch_size", ConfigType::Int, "500", "per worker");
-  s.add("train.lr", ConfigType::Float, "0.1", "peak learning rate");
-  s.add("train.optimizer", ConfigType::String, "\"momentum\"", "momentum (SGD) | adam");
-  s.add("train.momentum", ConfigType::Float, "0.9", "momentum: its coefficient");
-  s.add("train.beta1", ConfigType::Float, "0.9", "adam");
-  s.add("train.beta2", ConfigType::Float, "0.999", "adam");
-  s.add("train.weight_decay", ConfigType::Float, "1e-4", "L2 decay");
-  s.add("train.warmup_epochs", ConfigType::Float, "0", "linear warm-up length");
-  s.add("train.schedule", ConfigType::String, "\"cosine\"", "cosine | piecewise");
-  s.add("train.milestones", ConfigType::IntList, "[]", "piecewise: epochs where lr is multiplied by gamma");
-  s.add("train.gamma", ConfigType::Float, "0.1", "piecewise decay factor");
-  s.add("train.seed", ConfigType::Int, "42", "shared by all workers");
-  s.add("train.threads", ConfigType::Int, "1", "intra-op threads per worker");
-  s.add("train.max_steps", ConfigType::Int, "0", "stop after this many micro-steps (0: no limit)");
-  s.add("train.device", ConfigType::String, "\"auto\"",
-        "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
-  s.add("train.bf16", ConfigType::Bool, "false", "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
-  s.add("train.channels_last", ConfigType::Bool, "false", "batches and 4-D weights in channels-last layout");
-  s.add("data.prefetch", ConfigType::Int, "4", "batches prepared ahead by the loader thread").at_least(1);
-  s.add("eval.every_epochs", ConfigType::Int, "1", "evaluate every N epochs (0: only at the end)");
-  s.add("eval.only", ConfigType::Bool, "false",
-        "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
+  trainer_table().declare(s);
   s.add("checkpoint.dir", ConfigType::String, "\"" + default_checkpoint_dir + "\"", "");
-  s.add("checkpoint.every_epochs", ConfigType::Int, "1", "0: only at the end");
-  s.add("checkpoint.every_steps", ConfigType::Int, "0", "also every N micro-steps (0: off)");
-  s.add("checkpoint.resume", ConfigType::String, "\"false\"", "false | true (latest in dir) | a checkpoint path");
-  s.add("log.every_steps", ConfigType::Int, "50", "progress line every N steps");
-  s.add("log.tensorboard", ConfigType::String, "\"\"", "folder for TensorBoard event files");
-  s.add("debug.dump_params", ConfigType::String, "\"\"", "write raw parameters at the end; {rank} is replaced");
-  s.add("debug.kill_at_step", ConfigType::Int, "0",
-        "SIGKILL every worker after this micro-step, first attempt only (tests)");
 }
 
 Config load_job_config(const std::string& path, const std::vector<std::string>& overrides,
@@ -103,13 +112,14 @@ void log_line(const std::string& line) {
 
 LrSchedule LrSchedule::from_config(const Config& cfg, int64_t epochs, int64_t steps_per_epoch, int64_t k_merge) {
   LrSchedule l;
-  l.base_lr = cfg.get_float("train.lr");
-  l.warmup_epochs = cfg.get_float("train.warmup_epochs");
-  l.schedule = cfg.get_string("train.schedule");
+  const TrainOptions o = trainer_table().read(cfg);
+  l.base_lr = o.lr;
+  l.warmup_epochs = o.warmup_epochs;
+  l.schedule = o.schedule;
   if (l.schedule != "cosine" && l.schedule != "piecewise")
     config_error(cfg, "train.schedule", "must be \"cosine\" or \"piecewise\", got \"" + l.schedule + "\"");
-  l.milestones = cfg.get_int_list("train.milestones");
-  l.gamma = cfg.get_float("train.gamma");
+  l.milestones = o.milestones;
+  l.gamma = o.gamma;
   l.epochs = epochs;
   l.steps_per_epoch = steps_per_epoch;
   l.k_merge = k_merge;
@@ -235,12 +245,12 @@ std::vector<size_t> Trainer::eval_indices() const {
 
 void Trainer::run() {
   setup();
-  if (cfg_.get_bool("eval.only")) {
+  if (opts_.eval_only) {
     evaluate();
   } else {
     train();
   }
-  std::string dump = cfg_.get_string("debug.dump_params");
+  const std::string& dump = opts_.dump_params;
   if (!dump.empty()) {
     uint64_t h = dump_parameters(dump, rank_, *model_);
     std::string path = dump;
@@ -255,8 +265,9 @@ void Trainer::setup() {
   fleet::init(io);
   rank_ = fleet::worker_index();
   world_ = fleet::worker_num();
-  torch::set_num_threads(static_cast<int>(positive(cfg_, "train.threads")));
-  seed_ = static_cast<uint64_t>(cfg_.get_int("train.seed"));
+  opts_ = trainer_table().read(cfg_);
+  torch::set_num_threads(static_cast<int>(opts_.threads));
+  seed_ = static_cast<uint64_t>(opts_.seed);
   torch::manual_seed(seed_);
   device_ = choose_device(cfg_, config_error);
 
@@ -270,32 +281,25 @@ void Trainer::setup() {
   }
 
   dp_ = fleet::distributed_model(model_);
-  std::string optimizer = cfg_.get_string("train.optimizer");
-  if (optimizer == "momentum") {
-    sgd_ = std::make_shared<torch::optim::SGD>(model_->parameters(),
-                                               torch::optim::SGDOptions(cfg_.get_float("train.lr"))
-                                                   .momentum(cfg_.get_float("train.momentum"))
-                                                   .weight_decay(cfg_.get_float("train.weight_decay")));
-  } else if (optimizer == "adam") {
+  const TrainOptions& o = opts_;
+  if (o.optimizer == "momentum") {
+    sgd_ = std::make_shared<torch::optim::SGD>(
+        model_->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  } else if (o.optimizer == "adam") {
     sgd_ = std::make_shared<torch::optim::Adam>(
-        model_->parameters(), torch::optim::AdamOptions(cfg_.get_float("train.lr"))
-                                  .betas({cfg_.get_float("train.beta1"), cfg_.get_float("train.beta2")})
-                                  .weight_decay(cfg_.get_float("train.weight_decay")));
+        model_->parameters(), torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay));
   } else {
-    config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + optimizer + "\"");
+    config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + o.optimizer + "\"");
   }
   opt_ = fleet::distributed_optimizer(sgd_);
   const auto& so = fleet::strategy();
   k_merge_ = so.gradient_merge_k_steps;
 
-  epochs_ = positive(cfg_, "train.epochs");
-  batch_ = positive(cfg_, "train.batch_size");
-  eval_batch_ = positive(cfg_, "train.eval_batch_size");
-  log_every_ = positive(cfg_, "log.every_steps");
+  eval_batch_ = opts_.eval_batch_size;
   ckpt_dir_ = cfg_.get_string("checkpoint.dir");
 
   size_t per_rank = (train_set_->size() + world_ - 1) / world_;
-  steps_per_epoch_ = static_cast<int64_t>(per_rank) / batch_;
+  steps_per_epoch_ = static_cast<int64_t>(per_rank) / opts_.batch_size;
   if (steps_per_epoch_ < 1)
     config_error(
         cfg_, "train.batch_size",
@@ -303,9 +307,9 @@ void Trainer::setup() {
   steps_per_epoch_ = steps_per_epoch_ / k_merge_ * k_merge_;
   if (steps_per_epoch_ < 1)
     config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
-  lr_ = LrSchedule::from_config(cfg_, epochs_, steps_per_epoch_, k_merge_);
+  lr_ = LrSchedule::from_config(cfg_, opts_.epochs, steps_per_epoch_, k_merge_);
 
-  std::string tbdir = cfg_.get_string("log.tensorboard"), no_tb;
+  std::string tbdir = opts_.tensorboard, no_tb;
   if (!tbdir.empty() && !event_files_supported(&no_tb)) config_error(cfg_, "log.tensorboard", no_tb);
   if (!tbdir.empty() && rank_ == 0) tb_ = std::make_unique<EventWriter>(tbdir);
 
@@ -316,8 +320,8 @@ void Trainer::setup() {
       fmt::format("dtrain-{}: rank {}/{} ({}), backend {}, {} ({} parameters), {} train / {} eval images, batch {} "
                   "per worker ({} global), {} steps per epoch, {} threads, device {}{}, strategy: {}",
                   app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
-                  describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
-                  steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
+                  describe_model(), params, train_set_->size(), eval_set_->size(), opts_.batch_size,
+                  opts_.batch_size * world_, steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
                   device_.cuda() || device_.bf16 || device_.channels_last
                       ? fmt::format(" ({}{}{})", device_.source, device_.bf16 ? ", bf16 autocast" : "",
                                     device_.channels_last ? ", channels_last" : "")
@@ -336,8 +340,8 @@ void Trainer::checkpoint() {
 }
 
 void Trainer::resume() {
-  const bool eval_only = cfg_.get_bool("eval.only");
-  std::string r = cfg_.get_string("checkpoint.resume");
+  const bool eval_only = opts_.eval_only;
+  std::string r = opts_.resume;
   if (eval_only && (r == "false" || r.empty())) r = "true";
   if (r == "false" || r.empty()) return;
   std::string path = r == "true" ? (fs::path(ckpt_dir_) / "latest.pt").string() : r;
@@ -363,21 +367,21 @@ void Trainer::resume() {
 }
 
 void Trainer::train() {
-  const int64_t max_steps = cfg_.get_int("train.max_steps");
-  const int64_t kill_at = cfg_.get_int("debug.kill_at_step");
-  const int64_t ckpt_epochs = cfg_.get_int("checkpoint.every_epochs");
-  const int64_t ckpt_steps = cfg_.get_int("checkpoint.every_steps");
-  const int64_t eval_epochs = cfg_.get_int("eval.every_epochs");
-  const int64_t total_steps = steps_per_epoch_ * epochs_;
+  const int64_t max_steps = opts_.max_steps;
+  const int64_t kill_at = opts_.kill_at_step;
+  const int64_t ckpt_epochs = opts_.checkpoint_every_epochs;
+  const int64_t ckpt_steps = opts_.checkpoint_every_steps;
+  const int64_t eval_epochs = opts_.eval_every_epochs;
+  const int64_t total_steps = steps_per_epoch_ * opts_.epochs;
   auto& st = state_;
   model_->train();
   auto run_start = Clock::now();
   int64_t run_start_step = st.global_step;
   bool stopped = false;
-  for (; st.epoch < epochs_ && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
+  for (; st.epoch < opts_.epochs && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
     auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true);
-    BatchLoader loader(train_set_, idx, batch_, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
-                       static_cast<int>(cfg_.get_int("data.prefetch")));
+    BatchLoader loader(train_set_, idx, opts_.batch_size, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
+                       static_cast<int>(opts_.prefetch));
     double win_loss = 0, win_correct = 0, win_count = 0, win_data = loader.wait_seconds();
     auto win_start = Clock::now();
     opt_->reset_stats();
@@ -398,7 +402,7 @@ void Trainer::train() {
       ++st.global_step;
       ++st.batch_in_epoch;
 
-      if (st.global_step % log_every_ == 0 || st.batch_in_epoch == steps_per_epoch_) {
+      if (st.global_step % opts_.log_every_steps == 0 || st.batch_in_epoch == steps_per_epoch_) {
         double secs = std::chrono::duration<double>(Clock::now() - win_start).count();
         double run_secs = std::chrono::duration<double>(Clock::now() - run_start).count();
         double ips = win_count * world_ / std::max(secs, 1e-9);
@@ -408,9 +412,10 @@ void Trainer::train() {
         log_line(fmt::format(
             "epoch {}/{} step {}/{} loss {:.6f} acc {:.4f} lr {:.6f} images/s {:.1f} eta {} "
             "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step",
-            st.epoch + 1, epochs_, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count, win_correct / win_count,
-            lr, ips, hms(per_step * double(left)), 1e3 * sync.wait_seconds / std::max(1.0, win_count / double(batch_)),
-            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(batch_))));
+            st.epoch + 1, opts_.epochs, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count,
+            win_correct / win_count, lr, ips, hms(per_step * double(left)),
+            1e3 * sync.wait_seconds / std::max(1.0, win_count / double(opts_.batch_size)),
+            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(opts_.batch_size))));
         if (tb_) {
           tb_->add_scalar("train/loss", float(win_loss / win_count), st.global_step);
           tb_->add_scalar("train/acc", float(win_correct / win_count), st.global_step);
@@ -435,7 +440,7 @@ void Trainer::train() {
         break;
       }
     }
-    bool last = st.epoch + 1 == epochs_ || stopped;
+    bool last = st.epoch + 1 == opts_.epochs || stopped;
     if (st.batch_in_epoch == steps_per_epoch_ && !last && ckpt_epochs > 0 && (st.epoch + 1) % ckpt_epochs == 0)
       checkpoint();
     if (last || (eval_epochs > 0 && (st.epoch + 1) % eval_epochs == 0)) {

@@ -14,6 +14,7 @@
 #include "common/device.h"
 #include "common/tensorboard.h"
 #include "dtrain/config.h"
+#include "dtrain/config_table.h"
 #include "dtrain/torch/fleet.h"
 
 namespace dtrain::apps {
@@ -28,24 +29,35 @@ namespace fleet = ::dtrain::torch;
 // loop skeleton. Everything distributed goes through dtrain/torch/ (fleet).
 
 // ---- job-file keys ----------------------------------------------------------
-// The trainer's keys (an app adds its own [data], [augment], [model] tables).
-// Each key is declared once, with its default: an app cannot declare a
-// trainer key again (ConfigSchema::add refuses it), and read sites call the
-// getters without a fallback.
-//
-//   [train]      epochs, batch_size (per worker), eval_batch_size, optimizer
-//                ("momentum" | "adam"), lr, momentum, beta1, beta2, weight_decay,
-//                warmup_epochs, schedule ("cosine" | "piecewise"), milestones
-//                (epochs), gamma, seed, threads (intra-op), max_steps,
-//                device ("auto" | "cpu" | "cuda" | "cuda:N"), bf16, channels_last
-//                (common/device.h)
-//   [data]       prefetch (batches prepared ahead by the loader thread)
-//   [eval]       every_epochs (0: only at the end), only (evaluate the checkpoint
-//                checkpoint.resume names, else the latest in checkpoint.dir, and
-//                stop: PaddleSeg's val.py, PaddleClas's eval.py)
-//   [checkpoint] dir, every_epochs, every_steps, resume (false | true | "path")
-//   [log]        every_steps, tensorboard ("" or a folder)
-//   [debug]      dump_params ("" or a path; "{rank}" is replaced), kill_at_step
+// The trainer's keys (an app adds its own [data], [augment], [model] tables),
+// bound to TrainOptions' fields: each key is declared once, by trainer_table(),
+// and its default is the field's initializer below. An app cannot declare a
+// trainer key again (ConfigSchema::add refuses it); reading a job gives a
+// typed TrainOptions (Trainer::opts_), and other read sites call the getters
+// without a fallback.
+struct TrainOptions {
+  int64_t epochs = 10, batch_size = 128, eval_batch_size = 500;
+  std::string optimizer = "momentum";  // momentum (SGD) | adam
+  double lr = 0.1, momentum = 0.9, beta1 = 0.9, beta2 = 0.999, weight_decay = 1e-4;
+  double warmup_epochs = 0;
+  std::string schedule = "cosine";  // cosine | piecewise
+  std::vector<int64_t> milestones;
+  double gamma = 0.1;
+  int64_t seed = 42, threads = 1, max_steps = 0;
+  std::string device = "auto";  // common/device.h
+  bool bf16 = false, channels_last = false;
+  int64_t prefetch = 4;           // [data]
+  int64_t eval_every_epochs = 1;  // [eval] every_epochs
+  bool eval_only = false;         // [eval] only
+  int64_t checkpoint_every_epochs = 1, checkpoint_every_steps = 0;
+  std::string resume = "false";  // [checkpoint] resume: false | true | a path
+  int64_t log_every_steps = 50;
+  std::string tensorboard;  // [log]
+  std::string dump_params;  // [debug]
+  int64_t kill_at_step = 0;
+};
+const ConfigTable<TrainOptions>& trainer_table();
+// Declares trainer_table()'s keys and [checkpoint] dir (default_checkpoint_dir: the app's own).
 void add_trainer_keys(ConfigSchema& schema, const std::string& default_checkpoint_dir);
 
 // Loads a job file with its overrides and validates it against [job] +
@@ -154,8 +166,9 @@ class Trainer {
   std::shared_ptr<torch::optim::Optimizer> sgd_;  // SGD with momentum or Adam
   std::shared_ptr<fleet::DistributedOptimizer> opt_;
   LrSchedule lr_;
+  TrainOptions opts_;  // read once, in setup()
   std::string ckpt_dir_;
-  int64_t epochs_ = 0, batch_ = 0, log_every_ = 0, steps_per_epoch_ = 0, k_merge_ = 1;
+  int64_t steps_per_epoch_ = 0, k_merge_ = 1;
 };
 
 // Runs body; an exception becomes one line "<prefix><what>" on stderr (a

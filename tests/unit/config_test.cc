@@ -1,4 +1,5 @@
 #include "dtrain/config.h"
+#include "dtrain/config_table.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -407,7 +408,7 @@ TEST(ConfigDefaultsTest, AKeyIsDeclaredOnceWithADefaultOfItsType) {
   EXPECT_THROW(s.add("train.a", ConfigType::Int, "\"ten\""), InvalidUsage);
   EXPECT_THROW(s.add("train.b", ConfigType::String, "false"), InvalidUsage);
   EXPECT_THROW(s.add("train.c", ConfigType::IntList, "[1.5]"), InvalidUsage);
-  EXPECT_NO_THROW(s.add("train.d", ConfigType::Float, "1"));  // an int is a float
+  EXPECT_NO_THROW(s.add("train.d", ConfigType::Float, "1"));                       // an int is a float
   EXPECT_THROW(s.add("train.e", ConfigType::Int, "0").at_least(1), InvalidUsage);  // default out of its range
   EXPECT_THROW(s.add("train.f", ConfigType::String, "\"x\"").at_least(1), InvalidUsage);
 }
@@ -423,6 +424,44 @@ TEST(ConfigDefaultsTest, ValidateChecksRangesAndNamesTheLine) {
   EXPECT_THAT(e.what(), HasSubstr(">= 1, got 0"));
   e = config_error([&] { Config::from_string("[train]\np = 1.5\n", "job.toml").validate(s); });
   EXPECT_THAT(e.what(), HasSubstr("in [0, 1], got 1.5"));
+}
+
+struct TableOptions {
+  int64_t epochs = 10;
+  double lr = 0.25;
+  bool shuffle = true;
+  std::string name = "say \"hi\"";
+  std::vector<int64_t> milestones{3, 5};
+};
+
+TEST(ConfigTableTest, TheFieldsInitializerIsTheKeysOneDefault) {
+  ConfigTable<TableOptions> t;
+  t.add("train.epochs", &TableOptions::epochs, "passes").at_least(1);
+  t.add("train.lr", &TableOptions::lr, "rate").in_range(0, 1);
+  t.add("train.shuffle", &TableOptions::shuffle, "");
+  t.add("train.name", &TableOptions::name, "");
+  t.add("train.milestones", &TableOptions::milestones, "");
+  ConfigSchema s;
+  t.declare(s);
+  EXPECT_EQ(s.find("train.epochs")->default_text, "10");
+  EXPECT_EQ(s.find("train.lr")->default_text, "0.25");
+  EXPECT_EQ(s.find("train.shuffle")->default_text, "true");
+  EXPECT_EQ(s.find("train.name")->default_text, "\"say \\\"hi\\\"\"");
+  EXPECT_EQ(s.find("train.milestones")->default_text, "[3, 5]");
+  EXPECT_EQ(*s.find("train.epochs")->min, 1);
+
+  Config c = Config::from_string("[train]\nepochs = 3\nshuffle = false\n", "job.toml");
+  c.validate(s);
+  TableOptions o = t.read(c);
+  EXPECT_EQ(o.epochs, 3);
+  EXPECT_FALSE(o.shuffle);
+  EXPECT_DOUBLE_EQ(o.lr, 0.25);
+  EXPECT_EQ(o.name, "say \"hi\"");  // the default, read back through the schema's literal
+  EXPECT_EQ(o.milestones, (std::vector<int64_t>{3, 5}));
+  // read() checks ranges itself (a config that was never validated).
+  ConfigError e = config_error([&] { t.read(Config::from_string("[train]\nlr = 2.0\n", "x.toml")); });
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_THAT(e.what(), HasSubstr("in [0, 1], got 2"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <sstream>
 
+#include "dtrain/config_table.h"
 #include "dtrain/error.h"
 
 namespace dtrain {
@@ -17,21 +18,51 @@ namespace {
 
 }  // namespace
 
-void add_strategy_keys(ConfigSchema& s) {
-  s.add("strategy.fuse_all_reduce_ops", ConfigType::Bool, "true",
-        "group gradients into buckets that are all-reduced as soon as they are ready");
-  s.add("strategy.fuse_grad_size_in_MB", ConfigType::Float, "32", "bucket capacity in MiB");
-  s.add("strategy.fp16_allreduce", ConfigType::Bool, "false", "send gradients as 16-bit floats");
-  s.add("strategy.fp16_allreduce_dtype", ConfigType::String, "\"f16\"", "\"f16\" or \"bf16\"");
-  s.add("strategy.gradient_merge.k_steps", ConfigType::Int, "1", "accumulate k micro-steps, then sync");
-  s.add("strategy.gradient_merge.avg", ConfigType::Bool, "true", "average (not sum) the merged gradients");
-  s.add("strategy.localsgd.k_steps", ConfigType::Int, "1", "average parameters every k steps (> 1 enables)");
-  s.add("strategy.localsgd.begin_step", ConfigType::Int, "1", "steps of plain synchronous SGD first");
-  s.add("strategy.a_sync", ConfigType::Bool, "false",
-        "parameter-server mode: false = sync, true = async (or GEO with a_sync_configs.k_steps > 0)");
-  s.add("strategy.a_sync_configs.k_steps", ConfigType::Int, "0",
-        "parameter-server GEO mode: push deltas and pull every k steps (needs a_sync = true)");
+namespace {
+
+// The [strategy] keys, bound to StrategyOptions: the defaults are its initializers.
+const ConfigTable<StrategyOptions>& strategy_table() {
+  static const ConfigTable<StrategyOptions> table = [] {
+    using S = StrategyOptions;
+    ConfigTable<S> t;
+    t.add("strategy.fuse_all_reduce_ops", &S::fuse_all_reduce_ops,
+          "group gradients into buckets that are all-reduced as soon as they are ready");
+    t.add("strategy.fuse_grad_size_in_MB", &S::fuse_grad_size_in_MB, "bucket capacity in MiB");
+    t.add("strategy.fp16_allreduce", &S::fp16_allreduce, "send gradients as 16-bit floats");
+    t.add_read("strategy.fp16_allreduce_dtype", ConfigType::String, "\"f16\"", "\"f16\" or \"bf16\"",
+               [](const Config& c, S& o) {
+                 const std::string wd = c.get_string("strategy.fp16_allreduce_dtype");
+                 if (wd == "f16" || wd == "fp16" || wd == "float16")
+                   o.wire_dtype = DType::F16;
+                 else if (wd == "bf16" || wd == "bfloat16")
+                   o.wire_dtype = DType::BF16;
+                 else
+                   bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
+               });
+    t.add("strategy.gradient_merge.k_steps", &S::gradient_merge_k_steps, "accumulate k micro-steps, then sync")
+        .at_least(1);
+    t.add("strategy.gradient_merge.avg", &S::gradient_merge_avg, "average (not sum) the merged gradients");
+    t.add("strategy.localsgd.k_steps", &S::localsgd_k_steps, "average parameters every k steps (> 1 enables)")
+        .at_least(1);
+    t.add("strategy.localsgd.begin_step", &S::localsgd_begin_step, "steps of plain synchronous SGD first").at_least(0);
+    t.add("strategy.a_sync", &S::a_sync,
+          "parameter-server mode: false = sync, true = async (or GEO with a_sync_configs.k_steps > 0)");
+    t.add_read("strategy.a_sync_configs.k_steps", ConfigType::Int, "0",
+               "parameter-server GEO mode: push deltas and pull every k steps (needs a_sync = true)",
+               [](const Config& c, S& o) {
+                 const int64_t k = c.get_int("strategy.a_sync_configs.k_steps");
+                 if (k > INT32_MAX) bad_value(c, "strategy.a_sync_configs.k_steps", "is too large");
+                 o.ps_mode.geo_k_steps = static_cast<int>(k);
+               });
+    t.at_least(0);
+    return t;
+  }();
+  return table;
 }
+
+}  // namespace
+
+void add_strategy_keys(ConfigSchema& s) { strategy_table().declare(s); }
 
 size_t StrategyOptions::bucket_bytes() const {
   double b = fuse_grad_size_in_MB * 1024.0 * 1024.0;
@@ -39,40 +70,16 @@ size_t StrategyOptions::bucket_bytes() const {
 }
 
 StrategyOptions StrategyOptions::from_config(const Config& c) {
-  StrategyOptions o;
-  o.fuse_all_reduce_ops = c.get_bool("strategy.fuse_all_reduce_ops");
-  o.fuse_grad_size_in_MB = c.get_float("strategy.fuse_grad_size_in_MB");
+  StrategyOptions o = strategy_table().read(c);
   if (!(o.fuse_grad_size_in_MB > 0)) bad_value(c, "strategy.fuse_grad_size_in_MB", "must be > 0");
-  o.fp16_allreduce = c.get_bool("strategy.fp16_allreduce");
-  std::string wd = c.get_string("strategy.fp16_allreduce_dtype");
-  if (wd == "f16" || wd == "fp16" || wd == "float16")
-    o.wire_dtype = DType::F16;
-  else if (wd == "bf16" || wd == "bfloat16")
-    o.wire_dtype = DType::BF16;
-  else
-    bad_value(c, "strategy.fp16_allreduce_dtype", "must be \"f16\" or \"bf16\", got \"" + wd + "\"");
-  int64_t k = c.get_int("strategy.gradient_merge.k_steps");
-  if (k < 1) bad_value(c, "strategy.gradient_merge.k_steps", "must be >= 1, got " + std::to_string(k));
-  o.gradient_merge_k_steps = static_cast<int>(k);
-  o.gradient_merge_avg = c.get_bool("strategy.gradient_merge.avg");
-  k = c.get_int("strategy.localsgd.k_steps");
-  if (k < 1) bad_value(c, "strategy.localsgd.k_steps", "must be >= 1, got " + std::to_string(k));
-  o.localsgd_k_steps = static_cast<int>(k);
-  k = c.get_int("strategy.localsgd.begin_step");
-  if (k < 0) bad_value(c, "strategy.localsgd.begin_step", "must be >= 0");
-  o.localsgd_begin_step = static_cast<int>(k);
   if (o.localsgd() && o.gradient_merge_k_steps > 1)
     bad_value(c, "strategy.localsgd.k_steps", "local SGD and gradient_merge cannot be combined; set one of them to 1");
-  o.a_sync = c.get_bool("strategy.a_sync");
-  k = c.get_int("strategy.a_sync_configs.k_steps");
-  if (k < 0) bad_value(c, "strategy.a_sync_configs.k_steps", "must be >= 0, got " + std::to_string(k));
-  if (k > INT32_MAX) bad_value(c, "strategy.a_sync_configs.k_steps", "is too large");
+  const int k = o.ps_mode.geo_k_steps;
   if (k > 0 && !o.a_sync)
     bad_value(
         c, "strategy.a_sync_configs.k_steps",
         "k_steps = " + std::to_string(k) + " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
   o.ps_mode.mode = !o.a_sync ? ps::Mode::Sync : (k > 0 ? ps::Mode::Geo : ps::Mode::Async);
-  o.ps_mode.geo_k_steps = static_cast<int>(k);
   if (o.a_sync && o.gradient_merge_k_steps > 1)
     bad_value(
         c, "strategy.gradient_merge.k_steps",
