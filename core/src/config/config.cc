@@ -323,6 +323,18 @@ struct Config::Impl {
     return *holder->get("v");
   }
 
+  // The array at path, else its declared default, else none.
+  const toml::array* list_or_default(const toml::node* node, const std::string& path,
+                                     std::optional<toml::table>& holder) const {
+    if (!node) {
+      const ConfigKey* k = declared(path);
+      if (!k || k->default_text.empty()) return nullptr;
+      holder = parse_literal(k->default_text);
+      node = holder->get("v");
+    }
+    return node->as_array();
+  }
+
   void index_parsed(const toml::table& table, const std::string& prefix) {
     for (auto&& [k, v] : table) {
       std::string path = join_path(prefix, std::string(k.str()));
@@ -663,28 +675,13 @@ double Config::get_float(const std::string& path, double fallback) const {
 
 bool Config::get_bool(const std::string& path, bool fallback) const { return has(path) ? get_bool(path) : fallback; }
 
-namespace {
-// The array at path, else its declared default, else none.
-const toml::array* list_at(const toml::node* node, const std::string& path, std::optional<toml::table>& holder,
-                           const ConfigSchema* schema) {
-  if (!node) {
-    const ConfigKey* k = schema ? schema->find(path) : nullptr;
-    if (!k) k = core_schema().find(path);
-    if (!k || k->default_text.empty()) return nullptr;
-    holder = parse_literal(k->default_text);
-    node = holder->get("v");
-  }
-  return node->as_array();
-}
-}  // namespace
-
 std::vector<std::string> Config::get_string_list(const std::string& path) const {
   std::vector<std::string> out;
   std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
   if (node && !matches(ConfigType::StringList, *node))
     impl_->type_error(path, *node, to_string(ConfigType::StringList));
-  if (const toml::array* a = list_at(node, path, d, schema()))
+  if (const toml::array* a = impl_->list_or_default(node, path, d))
     for (const toml::node& e : *a) out.push_back(e.as_string()->get());
   return out;
 }
@@ -694,7 +691,7 @@ std::vector<int64_t> Config::get_int_list(const std::string& path) const {
   std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
   if (node && !matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
-  if (const toml::array* a = list_at(node, path, d, schema()))
+  if (const toml::array* a = impl_->list_or_default(node, path, d))
     for (const toml::node& e : *a) out.push_back(e.as_integer()->get());
   return out;
 }
@@ -704,7 +701,7 @@ std::vector<double> Config::get_float_list(const std::string& path) const {
   std::optional<toml::table> d;
   const toml::node* node = impl_->find(path);
   if (node && !matches(ConfigType::FloatList, *node)) impl_->type_error(path, *node, to_string(ConfigType::FloatList));
-  if (const toml::array* a = list_at(node, path, d, schema()))
+  if (const toml::array* a = impl_->list_or_default(node, path, d))
     for (const toml::node& e : *a) out.push_back(number_of(e));
   return out;
 }
