@@ -15,10 +15,9 @@
 #include <gloo/types.h>
 
 #include "dtrain/error.h"
-// The gloo plugin's Gloo glue (store adapter, dtype dispatch): header-only,
-// Gloo and the C ABI's dtype codes only, so the reference reaches Gloo as the
-// plugin does without taking in any plugin internals.
-#include "../plugins/gloo/gloo_glue.h"
+// The SDK's Gloo glue (store adapter, dtype dispatch), which the gloo plugin
+// uses too: the reference reaches Gloo as the plugin does.
+#include "dtrain/sdk/gloo_glue.h"
 
 namespace dtrain::bench {
 
@@ -38,7 +37,7 @@ Algo parse_algo(const std::string& s) {
 // does; bf16 has no Gloo reduction.
 template <typename F>
 void with_type(DType t, F&& f) {
-  if (t == DType::BF16 || !gloo_glue::with_gloo_type(static_cast<int32_t>(t), std::forward<F>(f)))
+  if (t == DType::BF16 || !sdk::gloo_glue::with_gloo_type(static_cast<int32_t>(t), std::forward<F>(f)))
     throw NotSupported(std::string("raw Gloo has no ") + dtype_name(t) + " reduction");
 }
 
@@ -77,7 +76,7 @@ GlooReference::GlooReference(int rank, int size, std::shared_ptr<Store> store, c
   m.device = ::gloo::transport::tcp::CreateDevice(attr);
   m.context = std::make_shared<::gloo::rendezvous::Context>(rank, size, cfg.bcube_base);
   m.context->setTimeout(timeout);
-  gloo_glue::RendezvousStore<std::shared_ptr<Store>> adapter(std::move(store), timeout);
+  sdk::gloo_glue::RendezvousStore<std::shared_ptr<Store>> adapter(std::move(store), timeout);
   m.context->connectFullMesh(adapter, m.device);
 }
 

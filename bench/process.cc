@@ -16,7 +16,7 @@
 
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
-#include "spawn.h"
+#include "dtrain/spawn/spawn.h"
 
 namespace dtrain::bench {
 

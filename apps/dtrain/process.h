@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "spawn.h"
+#include "dtrain/spawn/spawn.h"
 
 namespace dtrain::launch {
 

@@ -14,7 +14,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
-#include "gloo_glue.h"
+#include "dtrain/sdk/gloo_glue.h"
 
 namespace dtrain::gloo_backend {
 
@@ -38,7 +38,7 @@ Algorithm parse_algorithm(const std::string& s) {
 
 template <typename F>
 void with_type(int32_t dtype, F&& f) {
-  if (!gloo_glue::with_gloo_type(dtype, std::forward<F>(f)))
+  if (!sdk::gloo_glue::with_gloo_type(dtype, std::forward<F>(f)))
     sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
 }
 
@@ -82,7 +82,7 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
                                                               static_cast<int>(init.options.get_int("bcube_base")));
     m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
-    gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
+    sdk::gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
     m.context->connectFullMesh(store, m.device);
   } catch (const sdk::Error&) {
     throw;

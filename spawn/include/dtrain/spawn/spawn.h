@@ -1,6 +1,7 @@
 #pragma once
 // Starting a child process: the one fork/exec shared by the launcher
-// (apps/dtrain/process.cc) and the benchmarks (bench/process.cc).
+// (apps/dtrain/process.cc) and the benchmarks (bench/process.cc); the
+// dtrain::spawn library (spawn/).
 
 #include <sys/types.h>
 

@@ -3,7 +3,9 @@
 // gloo plugin uses it, and so does the raw-Gloo reference of dtrain-bench
 // (bench/gloo_reference.cc), so the reference reaches Gloo exactly as the
 // plugin does. Header-only; depends on Gloo, the C ABI's dtype codes and the
-// standard library only (no plugin internals, no core).
+// standard library only (no plugin internals, no core). Unlike the rest of
+// the SDK it needs Gloo's headers and library: include it only from a target
+// that links Gloo (the core never does).
 
 #include <chrono>
 #include <cstdint>
@@ -18,7 +20,7 @@
 
 #include "dtrain/abi/backend_v1.h"
 
-namespace dtrain::gloo_glue {
+namespace dtrain::sdk::gloo_glue {
 
 // Calls f(T{}) with the element type Gloo is given for a DT_DTYPE_* code
 // (f16 as gloo::float16; bf16, which Gloo has no type for, as raw 16-bit
@@ -97,4 +99,4 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace dtrain::gloo_glue
+}  // namespace dtrain::sdk::gloo_glue

@@ -1,4 +1,4 @@
-#include "spawn.h"
+#include "dtrain/spawn/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
