@@ -65,10 +65,13 @@
 #include "dtrain/sdk/strings.h"
 #include "process.h"
 #include "stats.h"
+#include "threads.h"
+#include "training_result.h"
 
 namespace {
 
 using dtrain::bench::Clock;
+using dtrain::bench::Result;
 using namespace dtrain;
 // With `using namespace dtrain`, `torch` would also name dtrain::torch (the Fleet API).
 namespace torch = ::torch;
@@ -87,28 +90,30 @@ struct WorkerArgs {
 
 // What every row trains, from the job file: the model, the batch of fixed
 // random images of the dataset's shape, and SGD with momentum.
+// The job file's values (their defaults are the schema's, apps/cls and apps/common).
 struct Workload {
   std::string model;
-  double width = 1;
-  int channels = 1, size = 28, classes = 10;
-  int64_t batch = 128;
-  double lr = 0.1, momentum = 0.9, weight_decay = 1e-4;
-  int64_t seed = 42;
+  double width = 0;
+  int channels = 1, size = 28, classes = 10;  // fashion-mnist's; a list data set's from [data]
+  int64_t batch = 0;
+  double lr = 0, momentum = 0, weight_decay = 0;
+  int64_t seed = 0;
 };
 
 Workload workload(const Config& cfg) {
   Workload w;
-  w.model = cfg.get_string("model.name", "resnet20");
-  w.width = cfg.get_float("model.width", 1.0);
-  bool list = cfg.get_string("data.dataset", "fashion-mnist") == "list";
-  w.channels = list ? static_cast<int>(cfg.get_int("data.channels", 3)) : 1;
-  w.size = list ? static_cast<int>(cfg.get_int("data.image_size", 32)) : 28;
-  w.classes = list ? static_cast<int>(cfg.get_int("data.num_classes", 10)) : 10;
-  w.batch = cfg.get_int("train.batch_size", 128);
-  w.lr = cfg.get_float("train.lr", 0.1);
-  w.momentum = cfg.get_float("train.momentum", 0.9);
-  w.weight_decay = cfg.get_float("train.weight_decay", 1e-4);
-  w.seed = cfg.get_int("train.seed", 42);
+  w.model = cfg.get_string("model.name");
+  w.width = cfg.get_float("model.width");
+  if (cfg.get_string("data.dataset") == "list") {
+    w.channels = static_cast<int>(cfg.get_int("data.channels"));
+    w.size = static_cast<int>(cfg.get_int("data.image_size"));
+    w.classes = static_cast<int>(cfg.get_int("data.num_classes"));
+  }
+  w.batch = cfg.get_int("train.batch_size");
+  w.lr = cfg.get_float("train.lr");
+  w.momentum = cfg.get_float("train.momentum");
+  w.weight_decay = cfg.get_float("train.weight_decay");
+  w.seed = cfg.get_int("train.seed");
   return w;
 }
 
@@ -121,48 +126,65 @@ apps::DeviceChoice bench_device(const Config& cfg, const std::string& flag) {
   });
 }
 
-struct Result {
-  double ips = 0, step_ms = 0, comm_ms = 0;
-  // Per step, medians over the timed steps, averaged over ranks: forward (with
-  // the loss), backward (with the gradient hooks), blocked on gradient sync
-  // after backward, optimizer step.
-  double fwd_ms = 0, bwd_ms = 0, sync_ms = 0, opt_ms = 0;
-  // Median over steps of the gap between the two ranks' ends of backward
-  // (-1 with one rank).
-  double skew_ms = -1;
-  // CPU time per step: the training thread, every other thread of the
-  // process (communication, Gloo's I/O loop, the watchdog); and the training
-  // thread's involuntary context switches per step. Averaged over ranks.
-  double main_cpu_ms = 0, other_cpu_ms = 0, preempt = 0;
-  int threads = 0;
-  std::string rank0_threads;  // rank 0's THREADDETAIL line
+// How a worker's steps synchronize: dtrain's DataParallel over the job's
+// communicator, c10d's Reducer over ProcessGroupGloo, or nothing; a barrier
+// around the timed steps, and (lockstep) one 4-byte all-reduce per step.
+struct Sync {
+  Job job;
+  std::unique_ptr<dtrain::torch::DataParallel> dp;
+  std::unique_ptr<c10d::Reducer> reducer;
+  std::function<void()> barrier = [] {};
+  std::function<void()> lockstep;
 };
 
-// CPU time (ns) and involuntary context switches of every thread of this process.
-struct ThreadSample {
-  long tid = 0;
-  double cpu_ns = 0, nvcsw = 0, vcsw = 0;
-  std::string name;
-};
-
-std::vector<ThreadSample> sample_threads() {
-  std::vector<ThreadSample> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-    ThreadSample t;
-    t.tid = std::stol(e.path().filename().string());
-    std::ifstream(e.path() / "comm") >> t.name;
-    std::ifstream ss(e.path() / "schedstat");
-    ss >> t.cpu_ns;
-    std::ifstream st(e.path() / "status");
-    std::string line;
-    while (std::getline(st, line))
-      if (line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
-        t.nvcsw = std::stod(line.substr(27));
-      else if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
-        t.vcsw = std::stod(line.substr(24));
-    out.push_back(t);
+Sync connect(const WorkerArgs& a, Config& cfg, const std::shared_ptr<::torch::nn::Module>& model,
+             const StrategyOptions& so) {
+  Sync x;
+  // "local": the ceiling. The job's communicator serves only the barriers
+  // around the timed steps; the steps themselves communicate nothing.
+  // "lockstep": the ceiling with one 4-byte all-reduce after each backward,
+  // so the two ranks run in step as data parallelism makes them, without
+  // moving any gradient.
+  if (a.impl == "dtrain" || a.impl == "local" || a.impl == "lockstep") {
+    setenv("RANK", std::to_string(a.rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(a.world).c_str(), 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
+    x.job = join_job(JobOptions::from_config(cfg), resolve_role(&cfg));
+    if (a.impl == "dtrain") x.dp = std::make_unique<dtrain::torch::DataParallel>(model, x.job.comm, so);
+    x.barrier = [comm = x.job.comm] { comm->barrier()->wait(); };
+    if (a.impl == "lockstep" && a.world > 1)
+      x.lockstep = [comm = x.job.comm] {
+        float one = 1;
+        comm->allreduce(Buffer::of(&one, 1), ReduceOp::Sum)->wait();
+      };
+  } else if (a.impl == "eager") {
+    // PyTorch eager: one process, no dtrain, no communicator.
+    if (a.world != 1) throw std::runtime_error("the eager reference runs one process");
+  } else {
+    c10d::TCPStoreOptions so2;
+    so2.port = static_cast<uint16_t>(a.port);
+    so2.isServer = a.rank == 0;
+    so2.numWorkers = a.world;
+    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so2);
+    auto opts = c10d::ProcessGroupGloo::Options::create();
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    opts->threads = 2;
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, a.rank, a.world, opts);
+    std::vector<at::Tensor> params = model->parameters();
+    const size_t cap = so.fuse_all_reduce_ops ? so.bucket_bytes() : 1;
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, {cap}, std::vector<bool>(params.size()));
+    std::reverse(buckets.begin(), buckets.end());
+    std::reverse(limits.begin(), limits.end());
+    x.reducer = std::make_unique<c10d::Reducer>(params, buckets, limits, pg, std::vector<bool>(params.size(), false),
+                                                static_cast<int64_t>(cap), false, false,
+                                                std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(cap));
+    x.barrier = [pg] {
+      std::vector<at::Tensor> t{torch::zeros({1})};
+      pg->allreduce(t)->wait();
+    };
   }
-  return out;
+  return x;
 }
 
 int run_worker(const WorkerArgs& a) {
@@ -188,56 +210,10 @@ int run_worker(const WorkerArgs& a) {
     if (dc.cuda()) torch::cuda::synchronize(dc.device.index());
   };
 
-  std::unique_ptr<dtrain::torch::DataParallel> dp;
-  Job job;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
-  std::unique_ptr<c10d::Reducer> reducer;
-  std::function<void()> barrier = [] {};
-  std::function<void()> lockstep;
-  // "local": the ceiling. The job's communicator serves only the barriers
-  // around the timed steps; the steps themselves communicate nothing.
-  // "lockstep": the ceiling with one 4-byte all-reduce after each backward,
-  // so the two ranks run in step as data parallelism makes them, without
-  // moving any gradient.
-  if (a.impl == "dtrain" || a.impl == "local" || a.impl == "lockstep") {
-    setenv("RANK", std::to_string(a.rank).c_str(), 1);
-    setenv("WORLD_SIZE", std::to_string(a.world).c_str(), 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
-    job = join_job(JobOptions::from_config(cfg), resolve_role(&cfg));
-    if (a.impl == "dtrain") dp = std::make_unique<dtrain::torch::DataParallel>(model, job.comm, so);
-    barrier = [&] { job.comm->barrier()->wait(); };
-    if (a.impl == "lockstep" && a.world > 1)
-      lockstep = [&] {
-        float one = 1;
-        job.comm->allreduce(Buffer::of(&one, 1), ReduceOp::Sum)->wait();
-      };
-  } else if (a.impl == "eager") {
-    // PyTorch eager: one process, no dtrain, no communicator.
-    if (a.world != 1) throw std::runtime_error("the eager reference runs one process");
-  } else {
-    c10d::TCPStoreOptions so2;
-    so2.port = static_cast<uint16_t>(a.port);
-    so2.isServer = a.rank == 0;
-    so2.numWorkers = a.world;
-    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so2);
-    auto opts = c10d::ProcessGroupGloo::Options::create();
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    opts->threads = 2;
-    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, a.rank, a.world, opts);
-    std::vector<at::Tensor> params = model->parameters();
-    const size_t cap = so.fuse_all_reduce_ops ? so.bucket_bytes() : 1;
-    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, {cap}, std::vector<bool>(params.size()));
-    std::reverse(buckets.begin(), buckets.end());
-    std::reverse(limits.begin(), limits.end());
-    reducer = std::make_unique<c10d::Reducer>(params, buckets, limits, pg, std::vector<bool>(params.size(), false),
-                                              static_cast<int64_t>(cap), false, false,
-                                              std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(cap));
-    barrier = [&] {
-      std::vector<at::Tensor> t{torch::zeros({1})};
-      pg->allreduce(t)->wait();
-    };
-  }
+  Sync sx = connect(a, cfg, model, so);
+  auto& dp = sx.dp;
+  auto& reducer = sx.reducer;
+  auto& lockstep = sx.lockstep;
 
   std::vector<double> fwd, bwd, sync, optm;
   std::vector<int64_t> bwd_end;
@@ -274,42 +250,22 @@ int run_worker(const WorkerArgs& a) {
   };
   for (int i = 0; i < a.warmup; ++i) step();
   device_sync();
-  barrier();
+  sx.barrier();
   if (dp) dp->reset_stats();
   record = true;
-  auto threads0 = sample_threads();
+  auto threads0 = bench::sample_threads();
   auto t0 = Clock::now();
   for (int i = 0; i < a.steps; ++i) step();
   device_sync();
-  barrier();
+  sx.barrier();
   double secs = bench::seconds_since(t0);
-  auto threads1 = sample_threads();
+  auto threads1 = bench::sample_threads();
   double comm = dp ? dp->stats().wait_seconds : -1.0;
   std::printf("RESULT %.3f %.6f %.6f\n", double(batch) * a.world * a.steps / secs, 1e3 * secs / a.steps,
               comm < 0 ? -1.0 : 1e3 * comm / a.steps);
   std::printf("PHASES %.4f %.4f %.4f %.4f\n", bench::median(fwd), bench::median(bwd), bench::median(sync),
               bench::median(optm));
-  const long main_tid = static_cast<long>(gettid());
-  double main_cpu = 0, other_cpu = 0, preempt = 0;
-  for (auto& e : threads1) {
-    double cpu0 = 0, cs0 = 0;
-    for (auto& b : threads0)
-      if (b.tid == e.tid) cpu0 = b.cpu_ns, cs0 = b.nvcsw;
-    (e.tid == main_tid ? main_cpu : other_cpu) += (e.cpu_ns - cpu0) / 1e6 / a.steps;
-    if (e.tid == main_tid) preempt = (e.nvcsw - cs0) / a.steps;
-  }
-  std::printf("THREADS %.4f %.4f %.4f %d %d\n", main_cpu, other_cpu, preempt, static_cast<int>(threads1.size()),
-              torch::get_num_threads());
-  // By thread: CPU ms per step and sleeps (voluntary context switches) per step.
-  std::printf("THREADDETAIL");
-  for (auto& e : threads1) {
-    double cpu0 = 0, vcs0 = 0;
-    for (auto& b : threads0)
-      if (b.tid == e.tid) cpu0 = b.cpu_ns, vcs0 = b.vcsw;
-    std::printf(" %s%s:%.2fms/%.0f", e.name.c_str(), e.tid == main_tid ? "(main)" : "",
-                (e.cpu_ns - cpu0) / 1e6 / a.steps, (e.vcsw - vcs0) / a.steps);
-  }
-  std::printf("\n");
+  bench::print_thread_report(threads0, threads1, static_cast<long>(gettid()), a.steps, torch::get_num_threads());
   std::printf("BWDEND");
   for (auto t : bwd_end) std::printf(" %lld", static_cast<long long>(t));
   std::printf("\n");
@@ -361,43 +317,7 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
   }
   for (auto& o : outs) std::remove(o.c_str());
   if (!failure.empty()) throw std::runtime_error(impl + " with " + std::to_string(world) + " workers: " + failure);
-  Result r;
-  const std::string& text = texts[0];
-  size_t p = text.find("RESULT ");
-  if (p == std::string::npos ||
-      std::sscanf(text.c_str() + p, "RESULT %lf %lf %lf", &r.ips, &r.step_ms, &r.comm_ms) != 3)
-    throw std::runtime_error("no result from " + impl + ": " + text);
-  std::vector<std::vector<int64_t>> ends;
-  for (const auto& t : texts) {
-    double f = 0, b = 0, s = 0, o = 0, mc = 0, oc = 0, pr = 0;
-    int nt = 0, it = 0;
-    size_t q = t.find("PHASES ");
-    if (q != std::string::npos && std::sscanf(t.c_str() + q, "PHASES %lf %lf %lf %lf", &f, &b, &s, &o) == 4) {
-      r.fwd_ms += f / world, r.bwd_ms += b / world, r.sync_ms += s / world, r.opt_ms += o / world;
-    }
-    q = t.find("THREADS ");
-    if (q != std::string::npos &&
-        std::sscanf(t.c_str() + q, "THREADS %lf %lf %lf %d %d", &mc, &oc, &pr, &nt, &it) == 5) {
-      r.main_cpu_ms += mc / world, r.other_cpu_ms += oc / world, r.preempt += pr / world;
-      r.threads = nt;
-    }
-    q = t.find("BWDEND");
-    ends.emplace_back();
-    if (q != std::string::npos) {
-      std::istringstream is(t.substr(q + 6, t.find('\n', q) - q - 6));
-      long long v;
-      while (is >> v) ends.back().push_back(v);
-    }
-  }
-  if (size_t q = texts[0].find("THREADDETAIL "); q != std::string::npos)
-    r.rank0_threads = texts[0].substr(q + 13, texts[0].find('\n', q) - q - 13);
-  // Meaningless where the ranks run free (the ceiling) or wait inside backward (c10d).
-  if ((impl == "dtrain" || impl == "lockstep") && world == 2 && ends[0].size() == ends[1].size() && !ends[0].empty()) {
-    std::vector<double> gaps;
-    for (size_t i = 0; i < ends[0].size(); ++i) gaps.push_back(std::abs(double(ends[0][i] - ends[1][i])) / 1e6);
-    r.skew_ms = bench::median(gaps);
-  }
-  return r;
+  return bench::parse_ranks(texts, impl, world);
 }
 
 struct Config2 {
@@ -612,7 +532,7 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
       "{}; PyTorch eager (Python): {} under {} (Python {}, torch {} from {}), the plain loop (forward, loss, backward, "
       "SGD step){}; libtorch eager (C++): the same loop in C++ without dtrain on this program's libtorch; each run is "
       "one process and synchronizes the device before reading the clock\n",
-      cfg.get_string("job.backend", "gloo"), TORCH_VERSION, py.script, py.python, py.probe["python"], py.probe["torch"],
+      cfg.get_string("job.backend"), TORCH_VERSION, py.script, py.python, py.probe["python"], py.probe["torch"],
       py.probe["torch_file"], dc.channels_last ? " with model and inputs channels_last" : "");
   if (a.check) {
     fmt::print("# --check: the PyTorch eager reference builds the same model ({} parameters); no trial run\n", params);
@@ -697,9 +617,8 @@ int main(int argc, char** argv) {
         "# dtrain-bench training {}{}: model {} width {:g}, batch {} per worker, {} timed steps (+{} warm-up), "
         "bucket {:g} MB, {} paired trials, dtrain over {}{}\n",
         a.job, a.overrides.empty() ? "" : " -o " + fmt::format("{}", fmt::join(a.overrides, " -o ")),
-        cfg.get_string("model.name", "resnet20"), cfg.get_float("model.width", 1.0),
-        cfg.get_int("train.batch_size", 128), a.steps, a.warmup, cfg.get_float("strategy.fuse_grad_size_in_MB", 32),
-        a.trials, cfg.get_string("job.backend", "gloo"),
+        cfg.get_string("model.name"), cfg.get_float("model.width"), cfg.get_int("train.batch_size"), a.steps, a.warmup,
+        cfg.get_float("strategy.fuse_grad_size_in_MB"), a.trials, cfg.get_string("job.backend"),
         a.compare.empty() ? "" : fmt::format("; A/B: the second dtrain row adds -o {}", fmt::join(a.compare, " -o ")));
     fmt::print(
         "# images/s: median over trials (range); 2-worker rows count both workers' images; comm wait: "

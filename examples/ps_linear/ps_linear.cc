@@ -39,17 +39,18 @@ using namespace dtrain;
 
 namespace {
 
+// The [ps_linear] keys; their defaults are declared once, in add_example_keys.
 struct Options {
-  int64_t steps = 200;
-  int64_t batch_size = 64;
-  int64_t log_every = 20;
+  int64_t steps = 0;
+  int64_t batch_size = 0;
+  int64_t log_every = 0;
   int64_t checkpoint_every = 0;
-  int64_t num_features = 1000;
-  int64_t features_per_example = 8;
-  int64_t seed = 1;
+  int64_t num_features = 0;
+  int64_t features_per_example = 0;
+  int64_t seed = 0;
   double sleep_ms = 0;
-  int64_t stall_after = -1;
-  int64_t stall_worker = 1;
+  int64_t stall_after = 0;
+  int64_t stall_worker = 0;
   std::string stop_file;
 };
 
@@ -64,23 +65,23 @@ void add_example_keys(ConfigSchema& s) {
       .add("ps_linear.sleep_ms", ConfigType::Float, "0", "pause after every step (tests)")
       .add("ps_linear.stall_after", ConfigType::Int, "-1", "stall_worker stops pushing after this step (tests)")
       .add("ps_linear.stall_worker", ConfigType::Int, "1", "the worker that stalls")
-      .add("ps_linear.stop_file", ConfigType::String, "",
+      .add("ps_linear.stop_file", ConfigType::String, "\"\"",
            "end training at the first step where this file exists (tests; async and GEO modes)");
 }
 
 Options read_options(const Config& c) {
   Options o;
-  o.steps = c.get_int("ps_linear.steps", o.steps);
-  o.batch_size = c.get_int("ps_linear.batch_size", o.batch_size);
-  o.log_every = c.get_int("ps_linear.log_every", o.log_every);
-  o.checkpoint_every = c.get_int("ps_linear.checkpoint_every", o.checkpoint_every);
-  o.num_features = c.get_int("ps_linear.num_features", o.num_features);
-  o.features_per_example = c.get_int("ps_linear.features_per_example", o.features_per_example);
-  o.seed = c.get_int("ps_linear.seed", o.seed);
-  o.sleep_ms = c.get_float("ps_linear.sleep_ms", o.sleep_ms);
-  o.stall_after = c.get_int("ps_linear.stall_after", o.stall_after);
-  o.stall_worker = c.get_int("ps_linear.stall_worker", o.stall_worker);
-  o.stop_file = c.get_string("ps_linear.stop_file", o.stop_file);
+  o.steps = c.get_int("ps_linear.steps");
+  o.batch_size = c.get_int("ps_linear.batch_size");
+  o.log_every = c.get_int("ps_linear.log_every");
+  o.checkpoint_every = c.get_int("ps_linear.checkpoint_every");
+  o.num_features = c.get_int("ps_linear.num_features");
+  o.features_per_example = c.get_int("ps_linear.features_per_example");
+  o.seed = c.get_int("ps_linear.seed");
+  o.sleep_ms = c.get_float("ps_linear.sleep_ms");
+  o.stall_after = c.get_int("ps_linear.stall_after");
+  o.stall_worker = c.get_int("ps_linear.stall_worker");
+  o.stop_file = c.get_string("ps_linear.stop_file");
   auto positive = [&](const char* key, int64_t v) {
     if (v < 1) {
       ConfigLocation loc = c.location_of(key);
