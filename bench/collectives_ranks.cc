@@ -144,7 +144,7 @@ class Rank {
       ref = std::make_unique<GlooReference>(rank_, p_.world, std::make_shared<PrefixStore>("rawgloo", store_), p_.gloo,
                                             std::chrono::minutes(2));
 #endif
-    size_t esz = dtype_size(p_.dtype);
+    [[maybe_unused]] size_t esz = dtype_size(p_.dtype);
     size_t max_bytes = p_.cases.back().bytes;
     Mem a = alloc_touched(max_bytes);
     Mem b = alloc_touched(p_.op == Op::Allgather ? max_bytes / p_.world : 0);
@@ -157,31 +157,10 @@ class Rank {
       b_ = p_.op == Op::Allgather ? static_cast<char*>(cuda_->alloc(max_bytes / p_.world)) : nullptr;
     }
 #endif
-    DType t = p_.dtype;
+    [[maybe_unused]] DType t = p_.dtype;
     int n = p_.world;
 
-    Runner dt{"dtrain", nullptr, nullptr};
-    // Blocking calls return a finished work: its wait() only reads its state.
-    CallOptions call;
-    call.blocking = !o_.async;
-    dt.op = [&](const Case& c) {
-      switch (p_.op) {
-        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t, dev, stream), ReduceOp::Sum, call)->wait(); break;
-        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t, dev, stream), 0, call)->wait(); break;
-        case Op::Allgather:
-          comm->allgather(Buffer(b_, c.count, t, dev, stream), Buffer(a_, c.count * n, t, dev, stream), call)->wait();
-          break;
-      }
-    };
-    bool has_barrier = backend->supports(DT_CAP_BARRIER);
-    dt.barrier = [&] {
-      if (has_barrier) {
-        comm->barrier()->wait();
-      } else {
-        float x = 0;
-        comm->allreduce(Buffer::of(&x, 1))->wait();
-      }
-    };
+    Runner dt = dtrain_runner(comm, backend->supports(DT_CAP_BARRIER), dev, stream);
     std::vector<Runner*> runners;
 #ifdef DTRAIN_BENCH_HAVE_GLOO
     auto raw_runner = [&](const std::string& name, GlooReference* g) {
@@ -244,87 +223,130 @@ class Rank {
     }
 #endif
     if (runners.empty()) throw InvalidUsage("nothing to run: dtrain and every reference are off");
-    // Open MPI's ranks, when they run beside these, count as one more implementation.
-    size_t impls = runners.size() + (turns_ ? 1 : 0);
-    for (size_t i = 0; i < p_.cases.size(); ++i) {
-      const Case& c = p_.cases[i];
-      if (turns_) turns_->before(Side::Dtrain);  // this size's set-up slot
-      if (!o_.no_check)
-        for (auto* r : runners) check(*r, c);
-      // Timed runs reduce zeros: the values stay finite and equal every iteration.
-      zero(a_, c.count * esz * (p_.op == Op::Allgather ? n : 1));
-      if (b_) zero(b_, c.count * esz);
-
-      // Warm-up; rank 0 sizes the timed runs from the warm-up times.
-      std::vector<double> warm;
-      int nwarm = std::max(o_.warmup, p_.fixed_iters ? 0 : 1);
-      for (int w = 0; w < nwarm; ++w) {
-        auto t0 = Clock::now();
-        runners[0]->op(c);
-        warm.push_back(seconds_since(t0));
-      }
-      int iters = p_.fixed_iters, trials = o_.trials;
-      std::string key = "iters/" + std::to_string(i), tkey = "trials/" + std::to_string(i);
-      if (rank_ == 0) {
-        // The fastest warm-up iteration: the first ones pay for cold caches
-        // and connections.
-        double fastest = warm.empty() ? 0 : std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
-        if (!iters) iters = static_cast<int>(std::clamp(std::ceil(o_.target_ms / 1000.0 / fastest), 5.0, 1e6));
-        // Many short trials: pairs of back-to-back trials cancel the machine's
-        // drift, and the median of many pairs is what repeats.
-        if (!trials)
-          trials =
-              fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (impls * iters * fastest), 7.0, 61.0)) : 21;
-        store_->set(key, std::to_string(iters));
-        store_->set(tkey, std::to_string(trials));
-      } else {
-        iters = std::stoi(store_->get_string(key, std::chrono::minutes(5)));
-        trials = std::stoi(store_->get_string(tkey, std::chrono::minutes(5)));
-      }
-      for (size_t r = 1; r < runners.size(); ++r)
-        for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
-
-      // Trials alternate the implementations (and which one goes first), so
-      // drift on a shared machine hits both alike; Open MPI's trials take
-      // their slots in the same order (schedule()).
-      std::vector<std::vector<double>> times(runners.size());
-      auto run_trial = [&](int trial) {
-        for (size_t k = 0; k < runners.size(); ++k) {
-          size_t r = trial % 2 ? runners.size() - 1 - k : k;
-          runners[r]->barrier();
-          auto t0 = Clock::now();
-          for (int it = 0; it < iters; ++it) runners[r]->op(c);
-          times[r].push_back(seconds_since(t0) / iters);
-        }
-      };
-      if (turns_) {
-        auto slots = schedule(trials);
-        for (size_t j = 1; j < slots.size(); ++j) {
-          turns_->before(slots[j]);
-          if (slots[j] == Side::Dtrain) run_trial(trial_of_slot(j));
-        }
-      } else {
-        for (int trial = 0; trial < trials; ++trial) run_trial(trial);
-      }
-      for (size_t r = 0; r < runners.size(); ++r) {
-        std::string v;
-        for (double x : times[r]) v += fmt::format("{:.9e} ", x);
-        store_->set(fmt::format("res/{}/{}/{}", runners[r]->name, i, rank_), v);
-      }
-      if (o_.verbose && rank_ == 0) {
-        std::string line = fmt::format("[rank 0] {:>10} B  iters {:>6}", c.bytes, iters);
-        for (size_t r = 0; r < runners.size(); ++r) {
-          line += fmt::format("  {} us:", runners[r]->name);
-          for (double x : times[r]) line += fmt::format(" {:.1f}", x * 1e6);
-        }
-        fmt::print(stderr, "{}\n", line);
-      }
-    }
+    for (size_t i = 0; i < p_.cases.size(); ++i) measure(runners, i);
     // Nobody tears down its connections while a peer may still read from them.
     store_barrier(*store_, "done", rank_, n);
   }
 
  private:
+  // dtrain's communicator as the implementation under test.
+  Runner dtrain_runner(std::shared_ptr<Communicator> comm, bool has_barrier, Device dev, void* stream) {
+    // Blocking calls return a finished work: its wait() only reads its state.
+    CallOptions call;
+    call.blocking = !o_.async;
+    Runner dt{"dtrain", nullptr, nullptr};
+    dt.op = [this, comm, call, dev, stream](const Case& c) {
+      const DType t = p_.dtype;
+      switch (p_.op) {
+        case Op::Allreduce: comm->allreduce(Buffer(a_, c.count, t, dev, stream), ReduceOp::Sum, call)->wait(); break;
+        case Op::Broadcast: comm->broadcast(Buffer(a_, c.count, t, dev, stream), 0, call)->wait(); break;
+        case Op::Allgather:
+          comm->allgather(Buffer(b_, c.count, t, dev, stream), Buffer(a_, c.count * p_.world, t, dev, stream), call)
+              ->wait();
+          break;
+      }
+    };
+    dt.barrier = [comm, has_barrier] {
+      if (has_barrier) {
+        comm->barrier()->wait();
+      } else {
+        float x = 0;
+        comm->allreduce(Buffer::of(&x, 1))->wait();
+      }
+    };
+    return dt;
+  }
+
+  // Size i on every runner: the check, the warm-up, the timed trials (taking
+  // turns with Open MPI's ranks when they run beside these); the times go to
+  // the store for the parent.
+  void measure(const std::vector<Runner*>& runners, size_t i) {
+    const Case& c = p_.cases[i];
+    const size_t esz = dtype_size(p_.dtype);
+    if (turns_) turns_->before(Side::Dtrain);  // this size's set-up slot
+    if (!o_.no_check)
+      for (auto* r : runners) check(*r, c);
+    // Timed runs reduce zeros: the values stay finite and equal every iteration.
+    zero(a_, c.count * esz * (p_.op == Op::Allgather ? p_.world : 1));
+    if (b_) zero(b_, c.count * esz);
+
+    // Warm-up; rank 0 sizes the timed runs from the warm-up times.
+    std::vector<double> warm;
+    int nwarm = std::max(o_.warmup, p_.fixed_iters ? 0 : 1);
+    for (int w = 0; w < nwarm; ++w) {
+      auto t0 = Clock::now();
+      runners[0]->op(c);
+      warm.push_back(seconds_since(t0));
+    }
+    // Open MPI's ranks, when they run beside these, count as one more implementation.
+    auto [iters, trials] = iters_and_trials(i, warm, runners.size() + (turns_ ? 1 : 0));
+    for (size_t r = 1; r < runners.size(); ++r)
+      for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
+
+    // Trials alternate the implementations (and which one goes first), so
+    // drift on a shared machine hits both alike; Open MPI's trials take
+    // their slots in the same order (schedule()).
+    std::vector<std::vector<double>> times(runners.size());
+    auto run_trial = [&, iters = iters](int trial) {
+      for (size_t k = 0; k < runners.size(); ++k) {
+        size_t r = trial % 2 ? runners.size() - 1 - k : k;
+        runners[r]->barrier();
+        auto t0 = Clock::now();
+        for (int it = 0; it < iters; ++it) runners[r]->op(c);
+        times[r].push_back(seconds_since(t0) / iters);
+      }
+    };
+    if (turns_) {
+      auto slots = schedule(trials);
+      for (size_t j = 1; j < slots.size(); ++j) {
+        turns_->before(slots[j]);
+        if (slots[j] == Side::Dtrain) run_trial(trial_of_slot(j));
+      }
+    } else {
+      for (int trial = 0; trial < trials; ++trial) run_trial(trial);
+    }
+    publish(runners, i, iters, times);
+  }
+
+  // Iterations per trial and trials of size i: rank 0 decides from its
+  // warm-up times (unless fixed on the command line), the others read them.
+  std::pair<int, int> iters_and_trials(size_t i, const std::vector<double>& warm, size_t impls) {
+    int iters = p_.fixed_iters, trials = o_.trials;
+    std::string key = "iters/" + std::to_string(i), tkey = "trials/" + std::to_string(i);
+    if (rank_ != 0)
+      return {std::stoi(store_->get_string(key, std::chrono::minutes(5))),
+              std::stoi(store_->get_string(tkey, std::chrono::minutes(5)))};
+    // The fastest warm-up iteration: the first ones pay for cold caches
+    // and connections.
+    double fastest = warm.empty() ? 0 : std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
+    if (!iters) iters = static_cast<int>(std::clamp(std::ceil(o_.target_ms / 1000.0 / fastest), 5.0, 1e6));
+    // Many short trials: pairs of back-to-back trials cancel the machine's
+    // drift, and the median of many pairs is what repeats.
+    if (!trials)
+      trials = fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (impls * iters * fastest), 7.0, 61.0)) : 21;
+    store_->set(key, std::to_string(iters));
+    store_->set(tkey, std::to_string(trials));
+    return {iters, trials};
+  }
+
+  // This rank's times of size i into the store (and, --verbose, rank 0's to stderr).
+  void publish(const std::vector<Runner*>& runners, size_t i, int iters,
+               const std::vector<std::vector<double>>& times) {
+    for (size_t r = 0; r < runners.size(); ++r) {
+      std::string v;
+      for (double x : times[r]) v += fmt::format("{:.9e} ", x);
+      store_->set(fmt::format("res/{}/{}/{}", runners[r]->name, i, rank_), v);
+    }
+    if (o_.verbose && rank_ == 0) {
+      std::string line = fmt::format("[rank 0] {:>10} B  iters {:>6}", p_.cases[i].bytes, iters);
+      for (size_t r = 0; r < runners.size(); ++r) {
+        line += fmt::format("  {} us:", runners[r]->name);
+        for (double x : times[r]) line += fmt::format(" {:.1f}", x * 1e6);
+      }
+      fmt::print(stderr, "{}\n", line);
+    }
+  }
+
   [[noreturn]] void bad(const Runner& r, const Case& c, const std::string& what) {
     throw InternalError(fmt::format("{} {} of {} ({} x {}) gave wrong data: {}", r.name, op_name(p_.op),
                                     human_bytes(c.bytes), dtype_name(p_.dtype), c.count, what));
