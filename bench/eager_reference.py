@@ -38,10 +38,10 @@ import time
 
 
 def _no_local_torch():
-    # A `torch/` folder in the current directory (dtrain's own C++ Fleet API at
-    # the repository root) would be imported as an empty namespace package when
-    # no PyTorch is installed: drop the entries that name the current or this
-    # script's folder, as `python3 -P` does.
+    # A `torch/` folder in the current directory (as dtrain's C++ Fleet API was
+    # at the repository root before it became fleet/) would be imported as an
+    # empty namespace package when no PyTorch is installed: drop the entries
+    # that name the current or this script's folder, as `python3 -P` does.
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
     cwd = os.path.realpath(os.getcwd())
     keep = []

@@ -5,8 +5,9 @@
 # sees no CUDA device (Debian's CPU libtorch, or no driver); with a GPU and a
 # CUDA libtorch it runs the rows. --device cpu runs the same rows on the CPU:
 # the three rows, the parameter counts (equal in C++ and Python), the paired
-# ratio and its target line; it runs from the repository root, whose torch/
-# folder must not pass for PyTorch. A python that cannot run the reference
+# ratio and its target line; a folder named torch/ on PYTHONPATH (as the Fleet
+# API's folder was at the repository root before it became fleet/) must not
+# pass for PyTorch. A python that cannot run the reference
 # (/bin/false, one without torch, one building a narrower model, one whose
 # model has the same count in another order) is refused at once, naming it and
 # its error. --check compares the models for every name, odd widths and a
@@ -17,7 +18,10 @@ JOB=$2
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 [ -x "$BIN/dtrain-bench-training" ] || fail "$BIN/dtrain-bench-training was not built"
 [ -f "$BIN/eager_reference.py" ] || fail "$BIN/eager_reference.py was not copied next to dtrain-bench-training"
-[ -d "$SRC/torch" ] || fail "$SRC/torch is gone: the namespace-package case below tests nothing"
+# The bench runs from a folder holding a torch/ without __init__.py (a namespace
+# package that would shadow PyTorch), as the repository root did before fleet/.
+RUN_DIR=$WORK/shadow
+mkdir -p "$RUN_DIR/torch" && echo "# not PyTorch" >"$RUN_DIR/torch/README.md"
 # The python whose torch runs the reference: python3 from PATH (the wheel's on a
 # GPU machine) if it imports torch, else Debian's (python3-torch, scripts/setup.sh).
 PY=
@@ -49,7 +53,7 @@ refused() {  # refused NAME PYTHON MESSAGE_REGEX [ENV...]: --device cpu with tha
   shift 3
   local t0 rc ms
   t0=$(date +%s%N)
-  (cd "$SRC" && env "$@" timeout 60 "$BIN/dtrain-bench" training "$JOB" --device cpu "${BASE[@]}" --python "$py") \
+  (cd "$RUN_DIR" && env "$@" timeout 60 "$BIN/dtrain-bench" training "$JOB" --device cpu "${BASE[@]}" --python "$py") \
     >"out.$name.txt" 2>"err.$name.txt"
   rc=$?
   ms=$((($(date +%s%N) - t0) / 1000000))
@@ -83,9 +87,9 @@ else
   grep -q 'without --device dtrain-bench training runs its CPU rows' err.cuda.txt || fail "no hint what to run instead"
   [ -s out.cuda.txt ] && fail "the refused run printed a table"
 fi
-# From the repository root, with it on PYTHONPATH too: its torch/ folder (no
-# __init__.py) would be a namespace package `torch` wherever no PyTorch is found.
-(cd "$SRC" && PYTHONPATH=$SRC timeout 300 "$BIN/dtrain-bench" training "$JOB" --device cpu "${SMALL[@]}") \
+# From that folder, with it on PYTHONPATH too: its torch/ (no __init__.py) would
+# be a namespace package `torch` wherever no PyTorch is found.
+(cd "$RUN_DIR" && PYTHONPATH=$RUN_DIR timeout 300 "$BIN/dtrain-bench" training "$JOB" --device cpu "${SMALL[@]}") \
   >"$WORK/out.cpu.txt" 2>"$WORK/err.cpu.txt" || fail "--device cpu exited $?"
 cat out.cpu.txt
 pair_ok out.cpu.txt cpu
@@ -97,7 +101,7 @@ refused false /bin/false "the PyTorch eager reference \(.*eager_reference.py\) c
 refused missing /no/such/python "the PyTorch eager reference runs under --python /no/such/python, which is not an executable file"
 refused notonpath no-such-python3 "the PyTorch eager reference runs under no-such-python3, but there is no no-such-python3 on PATH"
 refused nosite "$WORK/nosite.sh" "the PyTorch eager reference \(.*\) cannot run under $WORK/nosite.sh: cannot import torch \(.*\): ModuleNotFoundError: No module named 'torch'" \
-  PYTHONPATH="$SRC"
+  PYTHONPATH="$RUN_DIR"
 refused mismatch "$WORK/narrow.sh" "the PyTorch eager reference's resnet20 \(width 1, 1 input channels, 10 classes\) has 68642 parameters, dtrain's \(C\+\+, apps/common/models.cc\) has 272186: .*eager_reference.py builds a different model"
 # The same count in another order: blocks and classifier swapped in a copy of the script.
 "$PY" - "$SRC/bench/eager_reference.py" "$WORK/swapped.py" <<'PYEOF' || fail "cannot make the swapped copy"
