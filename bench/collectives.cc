@@ -62,15 +62,16 @@ std::vector<double> collect(Store& s, const std::string& impl, size_t i, int wor
   return worst;
 }
 
-int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<std::string>& argv) {
-  install_interrupt_handlers();
-  auto start = Clock::now();
-  bool gloo_on = p.gloo_skip.empty();
-  bool nccl_on = p.cuda && p.nccl_skip.empty();
-  // --backend nccl: without a GPU, stop here, before any rank waits for a peer.
-  std::vector<std::string> rank_env;
-  bool hostid_per_rank = false;
-  std::string cuda_note;
+// --backend nccl: how the ranks reach their GPUs (throws, before any rank
+// starts, when none is visible). Empty without --backend nccl.
+struct CudaRanks {
+  std::vector<std::string> rank_env;  // added to every rank's environment
+  bool hostid_per_rank = false;       // ranks share a GPU: each an NCCL "host" of its own
+  std::string note;                   // for the header
+};
+
+CudaRanks cuda_ranks([[maybe_unused]] const Plan& p) {
+  CudaRanks c;
 #ifdef DTRAIN_BENCH_HAVE_NCCL
   if (p.cuda) {
     int visible = 0;
@@ -86,19 +87,26 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
     bool shared = p.cuda_device >= 0 ? p.world > 1 : p.world > visible;
     if (shared) {
       const char* ifname = std::getenv("NCCL_SOCKET_IFNAME");
-      if (!ifname) rank_env.push_back("NCCL_SOCKET_IFNAME=lo");
-      cuda_note = fmt::format(
+      if (!ifname) c.rank_env.push_back("NCCL_SOCKET_IFNAME=lo");
+      c.note = fmt::format(
           "{} ranks share {} GPU(s): each sets its own NCCL_HOSTID, so NCCL connects them over sockets on {} "
           "(slow; real multi-rank NCCL, not a bandwidth figure)",
           p.world, p.cuda_device >= 0 ? 1 : visible, ifname ? ifname : "lo");
     } else {
-      cuda_note = p.cuda_device >= 0 ? fmt::format("every rank on cuda:{}", p.cuda_device)
-                                     : fmt::format("rank r on cuda:r ({} visible)", visible);
+      c.note = p.cuda_device >= 0 ? fmt::format("every rank on cuda:{}", p.cuda_device)
+                                  : fmt::format("rank r on cuda:r ({} visible)", visible);
     }
-    cuda_note += "; " + nccl_reference_versions();
-    hostid_per_rank = shared;
+    c.note += "; " + nccl_reference_versions();
+    c.hostid_per_rank = shared;
   }
 #endif
+  return c;
+}
+
+// The table's header: what runs, on what, and what the columns mean.
+void print_header(const CollectivesOptions& o, const Plan& p, const std::string& cuda_note) {
+  bool gloo_on = p.gloo_skip.empty();
+  bool nccl_on = p.cuda && p.nccl_skip.empty();
   fmt::print("# dtrain-bench collectives: {} {}{}, {} ranks as processes on this host, backend '{}'{}\n", op_name(p.op),
              dtype_name(p.dtype), p.op == Op::Allreduce ? " (sum)" : "", p.world, o.backend,
              p.options_text.empty() ? "" : " with " + p.options_text);
@@ -141,7 +149,38 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
         "# /gloo and dt-gloo: median over trial pairs (trial k of dtrain and of raw Gloo ran back to back) "
         "of raw time / dtrain time and of dtrain time - raw time\n");
   std::fflush(stdout);
+}
 
+// The ranks' results in the store: per size, the agreed iterations and trials
+// and each implementation's trials (slowest rank) with their median.
+std::vector<Row> read_rows(Store& store, const Plan& p, bool gloo_on, bool mpi_on, bool nccl_on) {
+  std::vector<Row> rows;
+  for (size_t i = 0; i < p.cases.size(); ++i) {
+    Row r;
+    r.c = p.cases[i];
+    r.iters = std::stoi(store.get_string("iters/" + std::to_string(i), std::chrono::seconds(5)));
+    r.trials = std::stoi(store.get_string("trials/" + std::to_string(i), std::chrono::seconds(5)));
+    r.dtrain_trials = collect(store, "dtrain", i, p.world);
+    if (gloo_on) r.gloo_trials = collect(store, "gloo", i, p.world);
+    if (mpi_on) r.mpi_trials = collect(store, "mpi", i, p.world);
+    if (nccl_on) r.nccl_trials = collect(store, "nccl", i, p.world);
+    if (!r.dtrain_trials.empty()) r.dtrain = median(r.dtrain_trials);
+    if (!r.gloo_trials.empty()) r.gloo = median(r.gloo_trials);
+    if (!r.mpi_trials.empty()) r.mpi = median(r.mpi_trials);
+    if (!r.nccl_trials.empty()) r.nccl = median(r.nccl_trials);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<std::string>& argv) {
+  install_interrupt_handlers();
+  auto start = Clock::now();
+  bool gloo_on = p.gloo_skip.empty();
+  bool nccl_on = p.cuda && p.nccl_skip.empty();
+  // --backend nccl: without a GPU, stop here, before any rank waits for a peer.
+  const CudaRanks cuda = cuda_ranks(p);
+  print_header(o, p, cuda.note);
   // Fail here, once, rather than in every rank.
   PluginRegistry().load(o.backend);
   std::string token = make_job_token();
@@ -169,8 +208,8 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   for (int r = 0; r < p.world; ++r) {
     std::vector<std::string> env{fmt::format("{}={}:{}:{}:{}", kWorkerEnv, r, p.world, server.host(), server.port()),
                                  fmt::format("{}={}", kTokenEnv, token)};
-    env.insert(env.end(), rank_env.begin(), rank_env.end());
-    if (hostid_per_rank) env.push_back(fmt::format("NCCL_HOSTID=dtrain-bench-{}-rank{}", getpid(), r));
+    env.insert(env.end(), cuda.rank_env.begin(), cuda.rank_env.end());
+    if (cuda.hostid_per_rank) env.push_back(fmt::format("NCCL_HOSTID=dtrain-bench-{}-rank{}", getpid(), r));
     if (mpi_on) env.push_back(fmt::format("{}=1", kMpiPairedEnv));
     kids.push_back({spawn(self, argv, env), "rank " + std::to_string(r)});
   }
@@ -191,22 +230,7 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
 
   TcpStore client(server.host(), server.port(), token);
   PrefixStore store("bench", std::shared_ptr<Store>(&client, [](Store*) {}));
-  std::vector<Row> rows;
-  for (size_t i = 0; i < p.cases.size(); ++i) {
-    Row r;
-    r.c = p.cases[i];
-    r.iters = std::stoi(store.get_string("iters/" + std::to_string(i), std::chrono::seconds(5)));
-    r.trials = std::stoi(store.get_string("trials/" + std::to_string(i), std::chrono::seconds(5)));
-    r.dtrain_trials = collect(store, "dtrain", i, p.world);
-    if (gloo_on) r.gloo_trials = collect(store, "gloo", i, p.world);
-    if (mpi_on) r.mpi_trials = collect(store, "mpi", i, p.world);
-    if (nccl_on) r.nccl_trials = collect(store, "nccl", i, p.world);
-    if (!r.dtrain_trials.empty()) r.dtrain = median(r.dtrain_trials);
-    if (!r.gloo_trials.empty()) r.gloo = median(r.gloo_trials);
-    if (!r.mpi_trials.empty()) r.mpi = median(r.mpi_trials);
-    if (!r.nccl_trials.empty()) r.nccl = median(r.nccl_trials);
-    rows.push_back(r);
-  }
+  std::vector<Row> rows = read_rows(store, p, gloo_on, mpi_on, nccl_on);
   if (p.cuda)
     print_nccl_table(o, p, rows);
   else
