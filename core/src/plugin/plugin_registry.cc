@@ -209,8 +209,12 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
   info.caps = t->caps;
   for (uint32_t i = 0; i < t->num_config_keys; ++i) {
     auto& k = t->config_keys[i];
-    info.config_keys.push_back({k.name ? k.name : "", parse_key_type(k.type, declared, k.name),
-                                k.default_value ? k.default_value : "", k.description ? k.description : "", {}, {}});
+    info.config_keys.push_back({k.name ? k.name : "",
+                                parse_key_type(k.type, declared, k.name),
+                                k.default_value ? k.default_value : "",
+                                k.description ? k.description : "",
+                                {},
+                                {}});
   }
   return impl;
 }
