@@ -222,7 +222,7 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     if (policy != "error" && policy != "skip") config_error(cfg, "data.unknown_chars", "must be \"error\" or \"skip\"");
     size_t max_len = size_t(positive(cfg, "data.max_text_length"));
     std::string root = cfg.get_string("data.root");
-    auto limit = [&](const char* key) { return size_t(std::max<int64_t>(0, cfg.get_int(key, 0))); };
+    auto limit = [&](const char* key) { return size_t(std::max<int64_t>(0, cfg.get_int(key))); };
     auto tr = ocr::read_rec_list(tl, root, dict, max_len, policy == "skip", limit("data.limit_train"));
     auto va = ocr::read_rec_list(vl, root, dict, max_len, policy == "skip", limit("data.limit_eval"));
     d.describe = fmt::format("lists: {} ({} skipped: {} unknown characters, {} too long), {} ({} skipped)", tl,

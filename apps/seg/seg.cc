@@ -72,7 +72,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 size_t limit_of(const Config& cfg, const std::string& key) {
-  return static_cast<size_t>(std::max<int64_t>(0, cfg.get_int(key, 0)));
+  return static_cast<size_t>(std::max<int64_t>(0, cfg.get_int(key)));
 }
 
 SceneOptions scene_options(const Config& cfg, bool train) {
@@ -84,7 +84,7 @@ SceneOptions scene_options(const Config& cfg, bool train) {
   if (train)
     for (auto [key, items] :
          {std::pair{"data.train_min_items", &o.min_items}, {"data.train_max_items", &o.max_items}}) {
-      int64_t n = cfg.get_int(key, -1);
+      int64_t n = cfg.get_int(key);
       if (n < -1) config_error(cfg, key, "must be >= 0, or -1 for as many as the evaluation scenes");
       if (n >= 0) *items = static_cast<int>(n);
     }
