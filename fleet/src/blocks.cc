@@ -148,13 +148,13 @@ struct CheckpointFunction : ::torch::autograd::Function<CheckpointFunction> {
       ::torch::AutoGradMode on(true);
       y = state->fn(xd);
     }
-    {
-      ::torch::NoGradGuard ng;
-      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(kept[i]);
-    }
     if (y.requires_grad()) {
       Tensor g = grads[0].defined() ? grads[0] : ::torch::zeros_like(y);
       ::torch::autograd::backward({y}, {g});
+    }
+    {
+      ::torch::NoGradGuard ng;  // after backward: batch_norm's backward saved the running stats
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(kept[i]);
     }
     Tensor gx = x.requires_grad() ? xd.grad() : Tensor();
     return {gx, Tensor(), Tensor()};
@@ -193,13 +193,13 @@ void remove_block_observer(BlockObserver* observer) {
 
 ::torch::Tensor checkpoint(::torch::nn::Module& block, const BlockFn& fn, const ::torch::Tensor& x) {
   if (!::torch::GradMode::is_enabled()) return fn(x);
-  Tensor anchor;
+  Tensor anchor = ::torch::empty({0}, x.options());
   if (!x.requires_grad()) {
     bool any = false;
     for (const auto& p : block.parameters())
       if (p.requires_grad()) any = true;
     if (!any) return fn(x);
-    anchor = ::torch::empty({0}, x.options().requires_grad(true));
+    anchor.requires_grad_(true);
   }
   auto state = c10::make_intrusive<CheckpointState>();
   state->fn = fn;
