@@ -49,6 +49,17 @@ Tensor get_tensor(::torch::serialize::InputArchive& archive, const char* key) {
   return archive.try_read(key, v) ? v.toTensor() : Tensor();
 }
 
+// libtorch's load restores the per-parameter state only; this also restores
+// each group's options (lr...) from the same archive.
+template <typename Options>
+void load_group_options(::torch::serialize::InputArchive& archive, std::vector<OptimizerParamGroup>& groups) {
+  ::torch::serialize::InputArchive groups_archive;
+  archive.read("param_groups", groups_archive);
+  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<::torch::optim::OptimizerOptions>>> saved;
+  ::torch::optim::detail::serialize<Options>(groups_archive, saved);
+  for (size_t i = 0; i < saved.size() && i < groups.size(); ++i) groups[i].set_options(std::move(saved[i].second));
+}
+
 }  // namespace
 
 void LambOptions::serialize(::torch::serialize::OutputArchive& archive) const {
@@ -192,6 +203,7 @@ void Lamb::save(::torch::serialize::OutputArchive& archive) const {
 
 void Lamb::load(::torch::serialize::InputArchive& archive) {
   ::torch::optim::serialize<LambParamState, LambOptions>(archive, *this);
+  load_group_options<LambOptions>(archive, param_groups_);
 }
 
 // ---- Lars ----
@@ -285,6 +297,7 @@ void Lars::save(::torch::serialize::OutputArchive& archive) const {
 
 void Lars::load(::torch::serialize::InputArchive& archive) {
   ::torch::optim::serialize<LarsParamState, LarsOptions>(archive, *this);
+  load_group_options<LarsOptions>(archive, param_groups_);
 }
 
 // ---- strategy ----

@@ -56,7 +56,8 @@ struct LambParamState : public ::torch::optim::OptimizerCloneableParamState<Lamb
 // are summed across ranks by the norm reducer (one call per step, carrying
 // ||w||^2 and ||r||^2 of every parameter of the optimizer); zero padding stays
 // zero as long as epsilon > 0. save()/load() round-trip the state
-// (step, moment1, moment2) and the groups' options.
+// (step, moment1, moment2) and, unlike libtorch's own optimizers' load(),
+// the groups' options (lr...); load into an optimizer over the same groups.
 class Lamb : public ::torch::optim::Optimizer {
  public:
   explicit Lamb(std::vector<::torch::optim::OptimizerParamGroup> param_groups, LambOptions defaults = {},
@@ -110,7 +111,8 @@ struct LarsParamState : public ::torch::optim::OptimizerCloneableParamState<Lars
 // then gets plain momentum with lr (Paddle's behaviour). Parameters without a
 // gradient are skipped (every rank must agree on which). The norms are summed
 // across ranks by the norm reducer (one call per step carrying ||w||^2 and
-// ||g||^2 of every parameter); zero padding stays zero.
+// ||g||^2 of every parameter); zero padding stays zero. save()/load() as
+// Lamb's (velocity, and the groups' options).
 class Lars : public ::torch::optim::Optimizer {
  public:
   explicit Lars(std::vector<::torch::optim::OptimizerParamGroup> param_groups, LarsOptions defaults = {},
