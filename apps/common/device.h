@@ -1,7 +1,7 @@
 #pragma once
-// Where a worker trains: the [train] device keys and the two libtorch APIs
-// that differ between Debian's CPU libtorch 1.13 and a CUDA libtorch 2.x
-// (autocast), guarded here and nowhere else.
+// Where a worker trains: the [train] device keys (autocast, whose libtorch
+// API differs between Debian's CPU libtorch 1.13 and a CUDA libtorch 2.x, is
+// guarded in dtrain/torch/amp.h).
 //
 //   [train] device = "auto"          "auto": the launcher's device (dtrain --gpus:
 //                                    DTRAIN_DEVICE / FLAGS_selected_gpus) if it gave
@@ -18,12 +18,12 @@
 #include <fstream>
 #include <string>
 
-#include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include "dtrain/config.h"
+#include "dtrain/torch/amp.h"
 
 namespace dtrain::apps {
 
@@ -116,52 +116,7 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
 }
 
 // bf16 autocast of the forward pass on `device`'s type for the scope (no-op
-// when off). Losses that autocast keeps in f32 (cross_entropy) stay f32; an app
-// that computes its own (softmax, Dice) should cast the logits to f32 first.
-class AutocastScope {
- public:
-  AutocastScope(bool on, const ::torch::Device& device) : on_(on), cuda_(device.is_cuda()) {
-    if (!on_) return;
-    prev_enabled_ = enabled();
-    prev_dtype_ = dtype();
-    set(true, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastScope() {
-    if (!on_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    set(prev_enabled_, prev_dtype_);
-  }
-  AutocastScope(const AutocastScope&) = delete;
-  AutocastScope& operator=(const AutocastScope&) = delete;
-
- private:
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  at::DeviceType type() const { return cuda_ ? at::kCUDA : at::kCPU; }
-  bool enabled() const { return at::autocast::is_autocast_enabled(type()); }
-  at::ScalarType dtype() const { return at::autocast::get_autocast_dtype(type()); }
-  void set(bool on, at::ScalarType t) const {
-    at::autocast::set_autocast_enabled(type(), on);
-    at::autocast::set_autocast_dtype(type(), t);
-  }
-#else
-  bool enabled() const { return cuda_ ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
-  at::ScalarType dtype() const {
-    return cuda_ ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
-  }
-  void set(bool on, at::ScalarType t) const {
-    if (cuda_) {
-      at::autocast::set_enabled(on);
-      at::autocast::set_autocast_gpu_dtype(t);
-    } else {
-      at::autocast::set_cpu_enabled(on);
-      at::autocast::set_autocast_cpu_dtype(t);
-    }
-  }
-#endif
-  bool on_, cuda_;
-  bool prev_enabled_ = false;
-  at::ScalarType prev_dtype_ = at::kBFloat16;
-};
+// when off): the Fleet API's AutoCast (dtrain/torch/amp.h).
+using AutocastScope = ::dtrain::torch::AutoCast;
 
 }  // namespace dtrain::apps

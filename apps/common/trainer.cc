@@ -41,6 +41,9 @@ const ConfigTable<TrainOptions>& trainer_table() {
     t.add("train.schedule", &T::schedule, "cosine | piecewise");
     t.add("train.milestones", &T::milestones, "piecewise: epochs where lr is multiplied by gamma");
     t.add("train.gamma", &T::gamma, "piecewise decay factor");
+    t.add("train.clip_grad_norm", &T::clip_grad_norm,
+          "clip gradients by their global norm over the whole model (Paddle's ClipGradByGlobalNorm); 0: off")
+        .at_least(0);
     t.add("train.seed", &T::seed, "shared by all workers");
     t.add("train.threads", &T::threads, "intra-op threads per worker").at_least(1);
     t.add("train.max_steps", &T::max_steps, "stop after this many micro-steps (0: no limit)").at_least(0);
@@ -151,6 +154,42 @@ void fsync_path(const std::string& path, bool dir) {
   ::close(fd);
 }
 
+void write_run_state(torch::serialize::OutputArchive& ar, const RunState& st) {
+  ar.write("epoch", torch::tensor(st.epoch, torch::kInt64));
+  ar.write("batch_in_epoch", torch::tensor(st.batch_in_epoch, torch::kInt64));
+  ar.write("global_step", torch::tensor(st.global_step, torch::kInt64));
+  if (st.has_loss_scale)
+    ar.write("loss_scale",
+             torch::tensor({st.loss_scale.scale, double(st.loss_scale.good_steps), double(st.loss_scale.bad_steps)},
+                           torch::kFloat64));
+}
+
+// The run state and the CPU generator's state.
+RunState read_run_state(torch::serialize::InputArchive& ar) {
+  auto read_int = [&](const char* key) {
+    torch::Tensor t;
+    ar.read(key, t);
+    return t.item<int64_t>();
+  };
+  RunState st;
+  st.epoch = read_int("epoch");
+  st.batch_in_epoch = read_int("batch_in_epoch");
+  st.global_step = read_int("global_step");
+  torch::Tensor ls;
+  if (ar.try_read("loss_scale", ls)) {
+    st.has_loss_scale = true;
+    st.loss_scale.scale = ls[0].item<double>();
+    st.loss_scale.good_steps = static_cast<int64_t>(ls[1].item<double>());
+    st.loss_scale.bad_steps = static_cast<int64_t>(ls[2].item<double>());
+  }
+  torch::Tensor rng;
+  ar.read("rng", rng);
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lk(gen.mutex());
+  gen.set_state(rng);
+  return st;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt, const RunState& st,
@@ -163,10 +202,8 @@ void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::op
   opt.save(o);
   ar.write("model", m);
   ar.write("optimizer", o);
-  ar.write("epoch", torch::tensor(st.epoch, torch::kInt64));
-  ar.write("batch_in_epoch", torch::tensor(st.batch_in_epoch, torch::kInt64));
-  ar.write("global_step", torch::tensor(st.global_step, torch::kInt64));
   ar.write("world_size", torch::tensor(int64_t(world), torch::kInt64));
+  write_run_state(ar, st);
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lk(gen.mutex());
@@ -186,21 +223,75 @@ RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torc
   ar.read("optimizer", o);
   model.load(m);
   opt.load(o);
-  auto read_int = [&](const char* key) {
-    torch::Tensor t;
-    ar.read(key, t);
-    return t.item<int64_t>();
-  };
-  RunState st;
-  st.epoch = read_int("epoch");
-  st.batch_in_epoch = read_int("batch_in_epoch");
-  st.global_step = read_int("global_step");
-  torch::Tensor rng;
-  ar.read("rng", rng);
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lk(gen.mutex());
-  gen.set_state(rng);
-  return st;
+  return read_run_state(ar);
+}
+
+void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, torch::optim::Optimizer& opt,
+                             const RunState& st, int rank, int world) {
+  const std::string name = "sharded-" + std::to_string(st.global_step);
+  const fs::path folder = fs::path(dir) / name;
+  fs::create_directories(folder);
+  torch::serialize::OutputArchive ar;
+  fleet::save_shard(ar, *dp.sharding(), opt);
+  for (auto& kv : dp.module()->named_buffers()) ar.write("buffers/" + kv.key(), kv.value().cpu(), true);
+  write_run_state(ar, st);
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lk(gen.mutex());
+    ar.write("rng", gen.get_state());
+  }
+  const std::string path = (folder / ("rank-" + std::to_string(rank) + ".pt")).string();
+  ar.save_to(path + ".tmp");
+  fsync_path(path + ".tmp", false);
+  fs::rename(path + ".tmp", path);
+  fsync_path(folder.string(), true);
+  std::vector<double> done{1.0};
+  dp.allreduce_sum(done);  // every rank's file is in place
+  if (rank != 0) return;
+  const std::string pointer = (fs::path(dir) / "latest-sharded").string();
+  {
+    std::ofstream out(pointer + ".tmp");
+    out << name << "\n" << world << "\n";
+    if (!out) throw IoError("cannot write '" + pointer + ".tmp'");
+  }
+  fsync_path(pointer + ".tmp", false);
+  fs::rename(pointer + ".tmp", pointer);
+  fsync_path(dir, true);
+  for (auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("sharded-", 0) == 0 && n != name) fs::remove_all(e.path());
+  }
+}
+
+std::string latest_sharded_checkpoint(const std::string& dir) {
+  std::ifstream in((fs::path(dir) / "latest-sharded").string());
+  std::string name;
+  if (!(in >> name)) return "";
+  return (fs::path(dir) / name).string();
+}
+
+RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel& dp, torch::optim::Optimizer& opt) {
+  std::vector<torch::serialize::InputArchive> ars;
+  for (int r = 0;; ++r) {
+    const fs::path f = fs::path(folder) / ("rank-" + std::to_string(r) + ".pt");
+    if (!fs::exists(f)) break;
+    ars.emplace_back();
+    ars.back().load_from(f.string());
+  }
+  if (ars.empty()) throw IoError("sharded checkpoint '" + folder + "' holds no rank-0.pt");
+  if (dp.sharding())
+    fleet::load_shards(ars, *dp.sharding(), opt);
+  else
+    fleet::load_shards_unsharded(ars, *dp.module(), opt);
+  {
+    torch::NoGradGuard ng;
+    for (auto& kv : dp.module()->named_buffers()) {
+      torch::Tensor t;
+      ars[0].read("buffers/" + kv.key(), t, true);
+      kv.value().copy_(t);
+    }
+  }
+  return read_run_state(ars[0]);
 }
 
 uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model) {
@@ -252,7 +343,9 @@ void Trainer::run() {
   }
   const std::string& dump = opts_.dump_params;
   if (!dump.empty()) {
+    if (dp_->sharding()) dp_->sharding()->gather_all();
     uint64_t h = dump_parameters(dump, rank_, *model_);
+    if (dp_->sharding()) dp_->sharding()->release_all();
     std::string path = dump;
     for (size_t p; (p = path.find("{rank}")) != std::string::npos;) path.replace(p, 6, std::to_string(rank_));
     log_line(fmt::format("params: {} fnv1a64 {:016x}", path, h));
@@ -282,18 +375,35 @@ void Trainer::setup() {
 
   dp_ = fleet::distributed_model(model_);
   const TrainOptions& o = opts_;
+  const auto& so = fleet::strategy();
+  std::shared_ptr<torch::optim::Optimizer> inner;
   if (o.optimizer == "momentum") {
-    sgd_ = std::make_shared<torch::optim::SGD>(
+    inner = std::make_shared<torch::optim::SGD>(
         model_->parameters(), torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
   } else if (o.optimizer == "adam") {
-    sgd_ = std::make_shared<torch::optim::Adam>(
+    inner = std::make_shared<torch::optim::Adam>(
         model_->parameters(), torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weight_decay));
   } else {
     config_error(cfg_, "train.optimizer", "must be \"momentum\" or \"adam\", got \"" + o.optimizer + "\"");
   }
-  opt_ = fleet::distributed_optimizer(sgd_);
-  const auto& so = fleet::strategy();
+  if (so.lamb && o.optimizer != "adam")
+    config_error(cfg_, "strategy.lamb",
+                 "LAMB replaces the Adam optimizer (Paddle's rule); set train.optimizer = \"adam\"");
+  if (so.lars && o.optimizer != "momentum")
+    config_error(cfg_, "strategy.lars",
+                 "LARS replaces the Momentum optimizer (Paddle's rule); set train.optimizer = \"momentum\"");
+  opt_ = fleet::distributed_optimizer(inner);
+  opt_->set_clip_grad_norm(o.clip_grad_norm);
   k_merge_ = so.gradient_merge_k_steps;
+  autocast_ = device_.bf16;
+  if (so.amp) {
+    if (device_.bf16 && so.amp_dtype != DType::BF16)
+      config_error(cfg_, "train.bf16", "asks for bfloat16 autocast, strategy.amp_configs.dtype for float16; set one");
+    autocast_dtype_ = fleet::amp_dtype(so);
+    std::string why = fleet::autocast_unsupported(device_.device, autocast_dtype_);
+    autocast_ = why.empty();
+    if (!autocast_) log_line("amp: " + why + "; the forward stays float32 here, and dynamic loss scaling still runs");
+  }
 
   eval_batch_ = opts_.eval_batch_size;
   ckpt_dir_ = cfg_.get_string("checkpoint.dir");
@@ -333,8 +443,19 @@ void Trainer::setup() {
 
 void Trainer::checkpoint() {
   sync_buffers();  // every rank, so the saved statistics are everyone's
+  if (opt_->loss_scaler().enabled()) {
+    state_.has_loss_scale = true;
+    state_.loss_scale = opt_->loss_scaler().state();
+  }
+  if (dp_->sharding()) {
+    save_sharded_checkpoint(ckpt_dir_, *dp_, opt_->inner(), state_, rank_, world_);
+    if (rank_ == 0)
+      log_line(fmt::format("checkpoint: {} ({} shards; epoch {}, step {})", latest_sharded_checkpoint(ckpt_dir_),
+                           world_, state_.epoch, state_.global_step));
+    return;
+  }
   if (rank_ != 0) return;
-  save_checkpoint(ckpt_dir_, *model_, *sgd_, state_, world_);
+  save_checkpoint(ckpt_dir_, *model_, opt_->inner(), state_, world_);
   log_line(fmt::format("checkpoint: {} (epoch {}, step {})", (fs::path(ckpt_dir_) / "latest.pt").string(), state_.epoch,
                        state_.global_step));
 }
@@ -345,6 +466,12 @@ void Trainer::resume() {
   if (eval_only && (r == "false" || r.empty())) r = "true";
   if (r == "false" || r.empty()) return;
   std::string path = r == "true" ? (fs::path(ckpt_dir_) / "latest.pt").string() : r;
+  // A sharded run resumes from sharded checkpoints; a plain one from latest.pt,
+  // else from the sharded ones (put together whole).
+  if (r == "true" && (dp_->sharding() || !fs::exists(path))) {
+    const std::string sharded = latest_sharded_checkpoint(ckpt_dir_);
+    if (!sharded.empty()) path = sharded;
+  }
   if (!fs::exists(path)) {
     if (eval_only)
       config_error(
@@ -356,14 +483,24 @@ void Trainer::resume() {
     }
     config_error(cfg_, "checkpoint.resume", "checkpoint '" + path + "' does not exist");
   }
-  state_ = load_checkpoint(path, *model_, *sgd_);
+  if (fs::is_directory(path))
+    state_ = load_sharded_checkpoint(path, *dp_, opt_->inner());
+  else if (dp_->sharding())
+    config_error(cfg_, "checkpoint.resume",
+                 "'" + path +
+                     "' is a whole-model checkpoint; a sharded run (strategy.sharding) resumes from a "
+                     "sharded one (a sharded-<step> folder)");
+  else
+    state_ = load_checkpoint(path, *model_, opt_->inner());
+  if (state_.has_loss_scale) opt_->loss_scaler().set_state(state_.loss_scale);
   if (state_.batch_in_epoch >= steps_per_epoch_ && !eval_only) {
     ++state_.epoch;
     state_.batch_in_epoch = 0;
   }
   opt_->set_next_step(state_.global_step);
-  log_line(fmt::format("resume: {} -> epoch {}, step {} of the epoch, global step {}", path, state_.epoch,
-                       state_.batch_in_epoch, state_.global_step));
+  log_line(fmt::format("resume: {} -> epoch {}, step {} of the epoch, global step {}{}", path, state_.epoch,
+                       state_.batch_in_epoch, state_.global_step,
+                       state_.has_loss_scale ? fmt::format(", loss scale {}", state_.loss_scale.scale) : ""));
 }
 
 void Trainer::train() {
@@ -376,7 +513,7 @@ void Trainer::train() {
   auto& st = state_;
   model_->train();
   auto run_start = Clock::now();
-  int64_t run_start_step = st.global_step;
+  int64_t run_start_step = st.global_step, skipped = 0;
   bool stopped = false;
   for (; st.epoch < opts_.epochs && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
     auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true);
@@ -388,14 +525,15 @@ void Trainer::train() {
     Batch b;
     while (st.batch_in_epoch < steps_per_epoch_ && loader.next(&b)) {
       double lr = lr_.at(st.global_step);
-      for (auto& g : sgd_->param_groups()) g.options().set_lr(lr);
+      for (auto& g : opt_->inner().param_groups()) g.options().set_lr(lr);
       StepOutput out;
       {
-        AutocastScope autocast(device_.bf16, device_.device);
+        fleet::AutoCast autocast(autocast_, device_.device, autocast_dtype_);
         out = train_step(to_device(b));
       }
-      out.loss.backward();
+      opt_->scale(out.loss).backward();
       if (opt_->step()) opt_->zero_grad();
+      if (opt_->last_step_skipped()) ++skipped;
       win_loss += out.loss.item<double>() * double(b.labels.size(0));
       win_correct += out.correct;
       win_count += double(b.labels.size(0));
@@ -409,13 +547,16 @@ void Trainer::train() {
         double per_step = run_secs / double(std::max<int64_t>(1, st.global_step - run_start_step));
         int64_t left = (max_steps > 0 ? std::min(total_steps, max_steps) : total_steps) - st.global_step;
         auto sync = opt_->stats();
+        std::string amp;
+        if (opt_->loss_scaler().enabled())
+          amp = fmt::format(" loss_scale {} skipped {}", opt_->loss_scaler().scale(), skipped);
         log_line(fmt::format(
             "epoch {}/{} step {}/{} loss {:.6f} acc {:.4f} lr {:.6f} images/s {:.1f} eta {} "
-            "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step",
+            "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step{}",
             st.epoch + 1, opts_.epochs, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count,
             win_correct / win_count, lr, ips, hms(per_step * double(left)),
             1e3 * sync.wait_seconds / std::max(1.0, win_count / double(opts_.batch_size)),
-            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(opts_.batch_size))));
+            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(opts_.batch_size)), amp));
         if (tb_) {
           tb_->add_scalar("train/loss", float(win_loss / win_count), st.global_step);
           tb_->add_scalar("train/acc", float(win_correct / win_count), st.global_step);

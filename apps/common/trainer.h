@@ -43,6 +43,7 @@ struct TrainOptions {
   std::string schedule = "cosine";  // cosine | piecewise
   std::vector<int64_t> milestones;
   double gamma = 0.1;
+  double clip_grad_norm = 0;  // Paddle's ClipGradByGlobalNorm; 0: off
   int64_t seed = 42, threads = 1, max_steps = 0;
   std::string device = "auto";  // common/device.h
   bool bf16 = false, channels_last = false;
@@ -92,16 +93,31 @@ struct LrSchedule {
 // Where the run is: the next micro-step to run.
 struct RunState {
   int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
+  bool has_loss_scale = false;  // the checkpoint kept AMP's loss scaler
+  LossScaler::State loss_scale;
 };
 
 // <dir>/latest.pt, written atomically (temporary file, fsync, rename, fsync of
-// the folder) by rank 0: model, optimizer, run state, world size and the CPU
-// generator's state.
+// the folder) by rank 0: model, optimizer, run state (with the loss scaler's
+// state), world size and the CPU generator's state.
 void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt,
                      const RunState& state, int world);
 // Loads a checkpoint written by save_checkpoint into model and optimizer;
 // returns the run state it saved.
 RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt);
+
+// Sharded checkpoints (strategy.sharding): every rank writes
+// <dir>/sharded-<step>/rank-<r>.pt (its shards, their optimizer state, the
+// model's buffers and the run state); once all have, rank 0 points
+// <dir>/latest-sharded at the folder (written atomically) and removes older
+// ones. Collective.
+void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, torch::optim::Optimizer& opt,
+                             const RunState& state, int rank, int world);
+// The folder <dir>/latest-sharded names, or "" when there is none.
+std::string latest_sharded_checkpoint(const std::string& dir);
+// Loads a sharded checkpoint saved at any world size: into dp's shards (a
+// sharded run, collective) or into the whole model (dp without sharding).
+RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel& dp, torch::optim::Optimizer& opt);
 
 // Writes the raw parameters to `path` ("{rank}" replaced) and returns their FNV-1a 64 hash.
 uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model);
@@ -163,8 +179,10 @@ class Trainer {
   void train();
 
   std::shared_ptr<fleet::DataParallel> dp_;
-  std::shared_ptr<torch::optim::Optimizer> sgd_;  // SGD with momentum or Adam
+  // The optimizer that steps (SGD with momentum or Adam, or LAMB/LARS by the strategy) is opt_->inner().
   std::shared_ptr<fleet::DistributedOptimizer> opt_;
+  bool autocast_ = false;  // train.bf16 or strategy.amp where this libtorch can
+  at::ScalarType autocast_dtype_ = at::kBFloat16;
   LrSchedule lr_;
   TrainOptions opts_;  // read once, in setup()
   std::string ckpt_dir_;

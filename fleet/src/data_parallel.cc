@@ -10,16 +10,10 @@
 
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
-
-// The one place that knows whether this libtorch has CUDA: the current
-// stream of a CUDA libtorch (a PyTorch wheel's) orders the backend's op after
-// the kernels that produced a gradient. Debian's CPU libtorch ships the c10/cuda
-// headers without the library, hence DTRAIN_TORCH_CUDA (fleet/CMakeLists.txt:
-// set when libtorch has c10_cuda) beside __has_include.
-#if defined(DTRAIN_TORCH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
-#include <c10/cuda/CUDAStream.h>
-#define DTRAIN_HAVE_CUDA_STREAMS 1
-#endif
+#include "dtrain/torch/blocks.h"
+#include "dtrain/torch/sharding.h"
+#include "dtrain/torch/sync_batch_norm.h"
+#include "tensor_buffer.h"
 
 namespace dtrain::torch {
 
@@ -35,34 +29,7 @@ Buffer f32_view(const ::torch::Tensor& t) {
   return ::torch::from_blob(slot, p.sizes(), p.strides(), p.options().requires_grad(false));
 }
 
-void* current_stream(const ::torch::Device& d) {
-#ifdef DTRAIN_HAVE_CUDA_STREAMS
-  return c10::cuda::getCurrentCUDAStream(d.index()).stream();
-#else
-  (void)d;
-  return nullptr;  // the legacy default stream (no CUDA tensors exist in a CPU libtorch anyway)
-#endif
-}
-
-// A tensor as a Buffer on its own device (f32, f64, i64 ...), for CUDA tensors
-// with the current stream.
-Buffer device_view(const ::torch::Tensor& t) {
-  DType dt;
-  switch (t.scalar_type()) {
-    case ::torch::kFloat32: dt = DType::F32; break;
-    case ::torch::kFloat64: dt = DType::F64; break;
-    case ::torch::kInt64: dt = DType::I64; break;
-    case ::torch::kInt32: dt = DType::I32; break;
-    case ::torch::kFloat16: dt = DType::F16; break;
-    case ::torch::kBFloat16: dt = DType::BF16; break;
-    default:
-      throw NotSupported(std::string("DataParallel: a ") + c10::toString(t.scalar_type()) + " tensor cannot be synced");
-  }
-  if (t.is_cuda())
-    return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt, Device::cuda(t.device().index()),
-                  current_stream(t.device()));
-  return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
-}
+using detail::device_view;
 
 // Testing only: DTRAIN_TORCH_DEVICE_BUCKETS=1 runs CPU parameters through the
 // CUDA path (its buckets, broadcasts and fp16 compression; tensors on the CPU,
@@ -212,7 +179,15 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
           params_[0].device().str() + "); '" + kv.key() + "' is " + std::string(c10::toString(p.scalar_type())) +
           " on " + p.device().str());
   }
-  if (world_size() <= 1) return;
+  if (options.recompute) {
+    recompute_ = make_recompute_observer(model_, options.recompute_checkpoints);
+    add_block_observer(recompute_.get());
+  }
+  if (options.sync_batch_norm && world_size() > 1) enable_sync_batch_norm(*model_, comm_);
+  if (world_size() <= 1) {
+    if (options.sharding) init_sharding(options);
+    return;
+  }
 
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
@@ -230,6 +205,7 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
     init_cuda(options);
     return;
   }
+
   for (auto& p : model_->parameters()) state.push_back(f32_view(p));
   for (auto& b : model_->buffers()) {
     if (b.scalar_type() == ::torch::kFloat32)
@@ -240,6 +216,10 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
   {
     ::torch::NoGradGuard ng;
     broadcast_buffers(*comm_, state, 0, options.bucket_bytes());
+  }
+  if (options.sharding && options.sharding_stage >= 2) {
+    init_sharding(options);
+    return;
   }
 
   std::vector<size_t> counts;
@@ -262,11 +242,23 @@ DataParallel::DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shar
       p.mutable_grad() = view;
     }
   }
+  register_hooks();
+  if (options.sharding) sharded_ = std::make_unique<ShardedParameters>(model_, params_, param_names_, comm_, options);
+}
+
+void DataParallel::register_hooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
     acc->add_post_hook(std::make_unique<Hook>(this, i));
     accumulators_.push_back(std::move(acc));
   }
+}
+
+// Stage 1 keeps the all-reduce buckets (set up by the caller); stages 2 and 3
+// hand each gradient to the sharding's reduce-scatter buckets from the hook.
+void DataParallel::init_sharding(const StrategyOptions& options) {
+  sharded_ = std::make_unique<ShardedParameters>(model_, params_, param_names_, comm_, options);
+  if (options.sharding_stage >= 2) register_hooks();
 }
 
 void DataParallel::init_cuda(const StrategyOptions& options) {
@@ -278,6 +270,7 @@ void DataParallel::init_cuda(const StrategyOptions& options) {
       if (b.scalar_type() == ::torch::kFloat32 || b.scalar_type() == ::torch::kInt64)
         comm_->broadcast(device_view(b), 0)->wait();
   }
+  if (options.sharding && options.sharding_stage >= 2) return init_sharding(options);
   cuda_buckets_ =
       std::make_unique<CudaBuckets>(params_, options.fuse_all_reduce_ops ? options.bucket_bytes() : 0, options);
   {
@@ -289,11 +282,8 @@ void DataParallel::init_cuda(const StrategyOptions& options) {
       p.mutable_grad() = view;
     }
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto acc = ::torch::autograd::impl::grad_accumulator(params_[i]);
-    acc->add_post_hook(std::make_unique<Hook>(this, i));
-    accumulators_.push_back(std::move(acc));
-  }
+  register_hooks();
+  if (options.sharding) sharded_ = std::make_unique<ShardedParameters>(model_, params_, param_names_, comm_, options);
 }
 
 void DataParallel::average_on_device(const std::vector<::torch::Tensor>& tensors) {
@@ -305,6 +295,7 @@ void DataParallel::average_on_device(const std::vector<::torch::Tensor>& tensors
 }
 
 DataParallel::~DataParallel() {
+  if (recompute_) remove_block_observer(recompute_.get());
   if (cuda_buckets_) {
     ::torch::NoGradGuard ng;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -324,7 +315,18 @@ DataParallel::~DataParallel() {
 
 int DataParallel::world_size() const { return comm_ ? comm_->size() : 1; }
 
+bool DataParallel::reduce_scattering() const { return sharded_ && sharded_->stage() >= 2; }
+
 void DataParallel::begin_step(int64_t step) {
+  if (reduce_scattering()) {
+    armed_ = true;
+    if (!begun_) {
+      sharded_->begin_step();
+      begun_ = true;
+      marked_.assign(params_.size(), 0);
+    }
+    return;
+  }
   armed_ = (buckets_ || cuda_buckets_) && strategy_.sync_gradients_at(step);
   if (armed_ && !begun_) {
     if (cuda_buckets_)
@@ -344,6 +346,10 @@ void DataParallel::on_grad_ready(size_t index, bool from_backward) {
         "' got a gradient from a second backward in the same step, while the first one's is being "
         "all-reduced; run one backward per optimizer step, or accumulate over several with the "
         "gradient_merge strategy ([strategy.gradient_merge] k_steps, StrategyOptions::gradient_merge_k_steps)");
+  if (reduce_scattering()) {
+    if (from_backward) sharded_->on_grad_ready(index);
+    return;
+  }
   auto& p = params_[index];
   auto& g = p.mutable_grad();
   if (!g.defined()) return;
@@ -364,6 +370,12 @@ void DataParallel::on_grad_ready(size_t index, bool from_backward) {
 }
 
 void DataParallel::end_backward(int64_t step) {
+  if (reduce_scattering()) {
+    if (armed_) sharded_->finish_gradients();
+    armed_ = false;
+    begun_ = false;
+    return;
+  }
   if (armed_) {
     // Parameters whose gradient never arrived (unused this step) still need a
     // buffer so every rank averages the same thing.
@@ -383,9 +395,11 @@ void DataParallel::end_backward(int64_t step) {
     for (auto& p : params_)
       if (p.grad().defined()) p.mutable_grad().mul_(scale);
   }
+  if (sharded_ && strategy_.optimizer_step_at(step)) sharded_->take_full_gradients();
 }
 
 void DataParallel::after_optimizer_step(int64_t step) {
+  if (sharded_) return sharded_->after_step();
   if (world_size() > 1 && strategy_.average_parameters_at(step)) {
     if (cuda_) return average_on_device(params_);
     ::torch::NoGradGuard ng;
@@ -417,6 +431,11 @@ void DataParallel::allreduce_sum(std::vector<double>& values) {
 
 SyncStats DataParallel::stats() const {
   SyncStats s = extra_;
+  if (sharded_) {
+    s.wait_seconds += sharded_->stats().wait_seconds;
+    s.allreduces += sharded_->stats().allreduces;
+    s.bytes_on_wire += sharded_->stats().bytes_on_wire;
+  }
   if (cuda_buckets_) {
     s.wait_seconds += cuda_buckets_->stats.wait_seconds;
     s.allreduces += cuda_buckets_->stats.allreduces;
@@ -432,6 +451,7 @@ SyncStats DataParallel::stats() const {
 
 void DataParallel::reset_stats() {
   extra_ = {};
+  if (sharded_) sharded_->reset_stats();
   if (buckets_) buckets_->reset_stats();
   if (cuda_buckets_) cuda_buckets_->stats = {};
 }

@@ -1,7 +1,12 @@
 #include "dtrain/torch/optimizer.h"
 
+#include <string>
+#include <unordered_map>
+
 #include "dtrain/error.h"
 #include "dtrain/torch/data_parallel.h"
+#include "dtrain/torch/optimizers.h"
+#include "dtrain/torch/sharding.h"
 
 namespace dtrain::torch {
 
@@ -10,20 +15,106 @@ void ModelSet::add(std::shared_ptr<DataParallel> model) {
   models.push_back(std::move(model));
 }
 
+namespace {
+
+ShardedParameters* first_sharding(const ModelSet& set) {
+  for (auto& m : set.models)
+    if (m->sharding()) return m->sharding();
+  return nullptr;
+}
+
+}  // namespace
+
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> inner, StrategyOptions strategy,
                                            std::shared_ptr<ModelSet> models)
-    : inner_(std::move(inner)), strategy_(strategy), models_(std::move(models)) {
+    : inner_(std::move(inner)), strategy_(strategy), models_(std::move(models)), scaler_(strategy) {
   if (!inner_) throw InvalidUsage("distributed_optimizer: the optimizer is null");
   if (!models_) models_ = std::make_shared<ModelSet>();
+  std::unordered_map<const void*, std::string> names;
+  for (auto& m : models_->models)
+    for (auto& kv : m->module()->named_parameters()) names[kv.value().unsafeGetTensorImpl()] = kv.key();
+  inner_ = apply_optimizer_strategy(inner_, strategy, [&](const ::torch::Tensor& t) {
+    auto it = names.find(t.unsafeGetTensorImpl());
+    return it == names.end() ? std::string() : it->second;
+  });
+  use_shards();
+}
+
+// The optimizer steps the shards of sharded models in place of their
+// parameters (idempotent: a model made distributed later is picked up at the
+// next step).
+void DistributedOptimizer::use_shards() {
+  ShardedParameters* any = nullptr;
+  for (auto& m : models_->models) {
+    ShardedParameters* sp = m->sharding();
+    if (!sp) continue;
+    any = sp;
+    for (auto& g : inner_->param_groups())
+      for (auto& p : g.params()) {
+        const int64_t i = sp->index_of(p);
+        if (i >= 0) p = sp->shard(static_cast<size_t>(i));
+      }
+  }
+  if (!any) return;
+  NormReducer reduce = [any](std::vector<double>& v) { any->allreduce_sum(v); };
+  if (auto* lamb = dynamic_cast<Lamb*>(inner_.get())) lamb->set_norm_reducer(reduce);
+  if (auto* lars = dynamic_cast<Lars*>(inner_.get())) lars->set_norm_reducer(reduce);
+}
+
+void DistributedOptimizer::sum_over_ranks(std::vector<double>& values) {
+  if (ShardedParameters* sp = first_sharding(*models_)) return sp->allreduce_sum(values);
+  if (!models_->models.empty()) models_->models[0]->allreduce_sum(values);
+}
+
+bool DistributedOptimizer::found_inf_anywhere(const std::vector<::torch::Tensor>& params) {
+  bool local = false;
+  for (auto& p : params)
+    if (p.grad().defined() && !p.grad().isfinite().all().item<bool>()) {
+      local = true;
+      break;
+    }
+  std::vector<double> flag{local ? 1.0 : 0.0};
+  sum_over_ranks(flag);
+  return flag[0] > 0;
+}
+
+::torch::Tensor DistributedOptimizer::scale(const ::torch::Tensor& loss) const {
+  return scaler_.enabled() ? loss * scaler_.scale() : loss;
 }
 
 bool DistributedOptimizer::step() {
   const int64_t s = models_->next_step;
   for (auto& m : models_->models) m->end_backward(s);
   stepped_ = strategy_.optimizer_step_at(s);
+  skipped_ = false;
   if (stepped_) {
-    inner_->step();
-    for (auto& m : models_->models) m->after_optimizer_step(s);
+    use_shards();
+    std::vector<::torch::Tensor> params;
+    for (auto& g : inner_->param_groups())
+      for (auto& p : g.params()) params.push_back(p);
+    if (scaler_.enabled()) {
+      {
+        ::torch::NoGradGuard ng;
+        const double inv = 1.0 / scaler_.scale();
+        for (auto& p : params)
+          if (p.grad().defined()) p.mutable_grad().mul_(inv);
+      }
+      if (scaler_.update(found_inf_anywhere(params))) {
+        inner_->zero_grad();
+        skipped_ = true;
+        stepped_ = false;
+      }
+    }
+    if (!skipped_) {
+      if (clip_ > 0) {
+        NormReducer reduce;
+        if (ShardedParameters* sp = first_sharding(*models_))
+          reduce = [sp](std::vector<double>& v) { sp->allreduce_sum(v); };
+        last_norm_ = clip_grad_global_norm(params, clip_, reduce);
+      }
+      inner_->step();
+      for (auto& m : models_->models) m->after_optimizer_step(s);
+    }
   }
   set_next_step(s + 1);
   return stepped_;

@@ -57,6 +57,13 @@ class ConfigTable {
     return bind(path, ConfigType::IntList, text + "]", std::move(doc),
                 [path, field](const Config& c, S& s) { s.*field = c.get_int_list(path); });
   }
+  ConfigTable& add(const std::string& path, std::vector<std::string> S::*field, std::string doc) {
+    const S defaults{};
+    std::string text = "[";
+    for (const auto& v : defaults.*field) text += (text.size() > 1 ? ", " : "") + string_literal(v);
+    return bind(path, ConfigType::StringList, text + "]", std::move(doc),
+                [path, field](const Config& c, S& s) { s.*field = c.get_string_list(path); });
+  }
   // A key whose field needs a conversion (a name to an enum): its default
   // text must match what the field's initializer stands for.
   ConfigTable& add_read(const std::string& path, ConfigType type, std::string default_text, std::string doc,

@@ -31,6 +31,24 @@ class Work;
 //   [strategy.a_sync_configs]      a_sync = false -> sync; a_sync = true and k_steps = 0 -> async;
 //   k_steps = 0                    k_steps > 0 (with a_sync = true) -> GEO, sync every k steps
 //
+// The large-model strategies (docs/training.md), with Paddle's names:
+//
+//   sharding = false               ZeRO: optimizer state (stage 1), + gradients (2),
+//   [strategy.sharding_configs]    + parameters (3) split evenly over the workers
+//   stage = 1
+//   amp = false                    autocast + (fp16) dynamic loss scaling
+//   [strategy.amp_configs]         init_loss_scaling = 32768, incr_every_n_steps = 1000,
+//                                  decr_every_n_nan_or_inf = 2, incr_ratio = 2, decr_ratio = 0.8,
+//                                  use_dynamic_loss_scaling = true, dtype = "float16" | "bfloat16"
+//   recompute = false              activation checkpointing of the blocks named in
+//   [strategy.recompute_configs]   checkpoints = [] (empty: every block the model declares)
+//   lamb = false                   the Adam optimizer becomes LAMB
+//   [strategy.lamb_configs]        lamb_weight_decay = 0.01, exclude_from_weight_decay = []
+//   lars = false                   the Momentum optimizer becomes LARS
+//   [strategy.lars_configs]        lars_coeff = 0.001, lars_weight_decay = 0.0005, epsilon = 0,
+//                                  exclude_from_weight_decay = []
+//   sync_batch_norm = false        BatchNorm statistics over all workers' batches
+//
 // A collective job ignores the PS mode except where it would change training:
 // GradientBuckets (the gradient all-reduce) refuses a_sync = true with an error
 // saying that asynchronous / GEO training needs a parameter-server job ([ps]).
@@ -49,6 +67,35 @@ struct StrategyOptions {
   // Parameter-server mode from a_sync and a_sync_configs.k_steps.
   bool a_sync = false;
   ps::ModeOptions ps_mode;
+
+  bool sharding = false;
+  int sharding_stage = 1;  // 1, 2 or 3
+
+  bool amp = false;
+  double amp_init_loss_scaling = 32768.0;
+  int amp_incr_every_n_steps = 1000;
+  int amp_decr_every_n_nan_or_inf = 2;
+  double amp_incr_ratio = 2.0;
+  double amp_decr_ratio = 0.8;
+  bool amp_use_dynamic_loss_scaling = true;
+  DType amp_dtype = DType::F16;  // F16 (with loss scaling) or BF16 (no scaler)
+
+  bool recompute = false;
+  std::vector<std::string> recompute_checkpoints;  // module names; empty: every declared block
+
+  bool lamb = false;
+  double lamb_weight_decay = 0.01;
+  std::vector<std::string> lamb_exclude_from_weight_decay;
+  bool lars = false;
+  double lars_coeff = 0.001;
+  double lars_weight_decay = 0.0005;
+  double lars_epsilon = 0.0;
+  std::vector<std::string> lars_exclude_from_weight_decay;
+
+  bool sync_batch_norm = false;
+
+  // amp with float16: the loss is scaled and the scale adapts (bf16 needs none).
+  bool loss_scaling() const { return amp && amp_dtype == DType::F16; }
 
   bool localsgd() const { return localsgd_k_steps > 1; }
   size_t bucket_bytes() const;
@@ -79,6 +126,39 @@ class Strategy {
 
  private:
   StrategyOptions options_;
+};
+
+// Dynamic loss scaling (Paddle's update_loss_scaling, PyTorch's GradScaler),
+// framework-neutral: the caller unscales the gradients, finds whether any is
+// inf/NaN, makes that flag the same on every rank (a Max all-reduce), skips
+// the optimizer step when it is set, and calls update() with it. The state is
+// plain numbers so a checkpoint can keep it.
+class LossScaler {
+ public:
+  struct State {
+    double scale = 1.0;
+    int64_t good_steps = 0;  // finite steps since the scale last changed
+    int64_t bad_steps = 0;   // inf/NaN steps since the scale last changed
+  };
+  LossScaler() = default;
+  explicit LossScaler(const StrategyOptions& options);
+  // Whether the scale is applied at all (amp with float16).
+  bool enabled() const { return enabled_; }
+  double scale() const { return state_.scale; }
+  // Grows the scale by incr_ratio after incr_every_n_steps finite steps in a
+  // row, shrinks it by decr_ratio after decr_every_n_nan_or_inf overflowing
+  // ones (never below 1); a fixed scale (use_dynamic_loss_scaling = false)
+  // never changes. Returns whether the step must be skipped (found_inf).
+  bool update(bool found_inf);
+  const State& state() const { return state_; }
+  void set_state(const State& s) { state_ = s; }
+
+ private:
+  bool enabled_ = false;
+  bool dynamic_ = true;
+  double incr_ratio_ = 2.0, decr_ratio_ = 0.8;
+  int64_t incr_every_ = 1000, decr_every_ = 2;
+  State state_;
 };
 
 // Counters of the communication a GradientBuckets or collective helper did.

@@ -13,7 +13,8 @@
 // forward starts and ends. libtorch modules have no forward hooks, so a model
 // that wants per-block strategies runs its blocks through run_block:
 //
-//   for (auto& b : *blocks) x = dtrain::torch::run_block(*b.ptr(), [&](const torch::Tensor& t) { return b.forward(t); }, x);
+//   for (auto& b : *blocks)
+//     x = dtrain::torch::run_block(*b.ptr(), [&](const torch::Tensor& t) { return b.forward(t); }, x);
 //
 // A model that declares no block still trains under every strategy: sharding
 // stage 3 then treats the whole model as one block, and recompute has

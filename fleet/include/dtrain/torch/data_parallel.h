@@ -47,6 +47,9 @@ namespace dtrain::torch {
 // averages the parameters every k steps. With comm == null or one rank it only
 // applies the gradient-merge policy. begin_step may be called again for
 // another step before any backward (re-arming for a resumed step).
+class BlockObserver;
+class ShardedParameters;
+
 class DataParallel {
  public:
   DataParallel(std::shared_ptr<::torch::nn::Module> model, std::shared_ptr<Communicator> comm,
@@ -66,6 +69,8 @@ class DataParallel {
   void allreduce_sum(std::vector<double>& values);
 
   const std::shared_ptr<::torch::nn::Module>& module() const { return model_; }
+  // The ZeRO sharding of this model (strategy.sharding), else null.
+  ShardedParameters* sharding() const { return sharded_.get(); }
   const Strategy& strategy() const { return strategy_; }
   // Time spent blocked on gradient/parameter communication, and counts.
   SyncStats stats() const;
@@ -77,6 +82,9 @@ class DataParallel {
   struct CudaBuckets;
   void on_grad_ready(size_t index, bool from_backward);
   void init_cuda(const StrategyOptions& options);
+  void init_sharding(const StrategyOptions& options);
+  void register_hooks();
+  bool reduce_scattering() const;
   void average_on_device(const std::vector<::torch::Tensor>& tensors);
 
   std::shared_ptr<::torch::nn::Module> model_;
@@ -92,6 +100,8 @@ class DataParallel {
   bool armed_ = false;                         // gradients of this step go to the buckets
   bool begun_ = false;                         // buckets_->begin() called, finish() not yet
   SyncStats extra_;
+  std::unique_ptr<BlockObserver> recompute_;    // strategy.recompute
+  std::unique_ptr<ShardedParameters> sharded_;  // strategy.sharding
 };
 
 }  // namespace dtrain::torch

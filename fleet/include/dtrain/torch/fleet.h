@@ -34,9 +34,14 @@
 #include "dtrain/job.h"
 #include "dtrain/role_maker.h"
 #include "dtrain/strategy.h"
+#include "dtrain/torch/amp.h"
+#include "dtrain/torch/blocks.h"
 #include "dtrain/torch/data_parallel.h"
 #include "dtrain/torch/metrics.h"
 #include "dtrain/torch/optimizer.h"
+#include "dtrain/torch/optimizers.h"
+#include "dtrain/torch/sharding.h"
+#include "dtrain/torch/sync_batch_norm.h"
 
 namespace dtrain::torch {
 
