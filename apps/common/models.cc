@@ -3,8 +3,12 @@
 #include <cmath>
 
 #include "dtrain/error.h"
+#include "dtrain/torch/blocks.h"
+#include "dtrain/torch/sync_batch_norm.h"
 
 namespace nn = torch::nn;
+// SyncBatchNorm-capable, with torch::nn::BatchNorm2d's parameters and buffers.
+using BatchNorm2d = dtrain::torch::BatchNorm2d;
 
 namespace dtrain::apps {
 
@@ -22,7 +26,7 @@ struct BasicBlockImpl : nn::Module {
     register_module("conv2", conv2);
     register_module("bn2", bn2);
     if (stride != 1 || in != out) {
-      down = nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out));
+      down = nn::Sequential(conv(in, out, 1, stride), BatchNorm2d(out));
       register_module("downsample", down);
     }
   }
@@ -32,9 +36,9 @@ struct BasicBlockImpl : nn::Module {
     return torch::relu(y + (down ? down->forward(x) : x));
   }
   nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
+  BatchNorm2d bn1;
   nn::Conv2d conv2;
-  nn::BatchNorm2d bn2;
+  BatchNorm2d bn2;
   nn::Sequential down{nullptr};
 };
 TORCH_MODULE(BasicBlock);
@@ -54,7 +58,7 @@ struct BottleneckImpl : nn::Module {
     register_module("conv3", conv3);
     register_module("bn3", bn3);
     if (stride != 1 || in != mid * 4) {
-      down = nn::Sequential(conv(in, mid * 4, 1, stride), nn::BatchNorm2d(mid * 4));
+      down = nn::Sequential(conv(in, mid * 4, 1, stride), BatchNorm2d(mid * 4));
       register_module("downsample", down);
     }
   }
@@ -65,11 +69,11 @@ struct BottleneckImpl : nn::Module {
     return torch::relu(y + (down ? down->forward(x) : x));
   }
   nn::Conv2d conv1;
-  nn::BatchNorm2d bn1;
+  BatchNorm2d bn1;
   nn::Conv2d conv2;
-  nn::BatchNorm2d bn2;
+  BatchNorm2d bn2;
   nn::Conv2d conv3;
-  nn::BatchNorm2d bn3;
+  BatchNorm2d bn3;
   nn::Sequential down{nullptr};
 };
 TORCH_MODULE(Bottleneck);
@@ -80,7 +84,7 @@ void init_weights(nn::Module& m) {
   for (auto& mod : m.modules(/*include_self=*/false)) {
     if (auto* c = mod->as<nn::Conv2d>()) {
       nn::init::kaiming_normal_(c->weight, 0.0, torch::kFanOut, torch::kReLU);
-    } else if (auto* b = mod->as<nn::BatchNorm2d>()) {
+    } else if (auto* b = mod->as<BatchNorm2d>()) {
       nn::init::ones_(b->weight);
       nn::init::zeros_(b->bias);
     }
@@ -94,7 +98,7 @@ struct ResNetImpl : nn::Module {
              int classes)
       : stem_pool(stem_pool) {
     stem = register_module("stem", stem_conv);
-    bn = register_module("bn", nn::BatchNorm2d(stem_channels));
+    bn = register_module("bn", BatchNorm2d(stem_channels));
     blocks = register_module("blocks", body);
     fc = register_module("fc", nn::Linear(out_channels, classes));
     init_weights(*this);
@@ -102,13 +106,19 @@ struct ResNetImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(bn(stem(x)));
     if (stem_pool) x = torch::max_pool2d(x, 3, 2, 1);
-    x = blocks->forward(x);
+    // Each residual block is a declared block (dtrain/torch/blocks.h): the
+    // strategies that act per block (recompute, sharding stage 3) see it.
+    for (auto& m : *blocks) {
+      auto* block = &m;
+      x = dtrain::torch::run_block(
+          *m.ptr(), [block](const torch::Tensor& t) { return block->forward(t); }, x);
+    }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc(x);
   }
   bool stem_pool;
   nn::Conv2d stem{nullptr};
-  nn::BatchNorm2d bn{nullptr};
+  BatchNorm2d bn{nullptr};
   nn::Sequential blocks{nullptr};
   nn::Linear fc{nullptr};
 };

@@ -2,6 +2,8 @@
 
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
+#include "dtrain/torch/blocks.h"
+#include "dtrain/torch/sync_batch_norm.h"
 
 namespace dtrain::apps {
 
@@ -9,19 +11,29 @@ namespace {
 
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
+// SyncBatchNorm-capable, with torch::nn::BatchNorm2d's parameters and buffers.
+using BatchNorm2d = dtrain::torch::BatchNorm2d;
+
+// Runs a stage as a declared block (dtrain/torch/blocks.h), so the strategies
+// that act per block (recompute, sharding stage 3) see it.
+torch::Tensor run_stage(const nn::Sequential& stage, const torch::Tensor& x) {
+  auto s = stage.ptr();
+  return dtrain::torch::run_block(
+      *s, [s](const torch::Tensor& t) { return s->forward(t); }, x);
+}
 
 class ConvBnReluImpl : public nn::Module {
  public:
   ConvBnReluImpl(int in, int out, int k, int stride) {
     conv_ =
         register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false)));
-    bn_ = register_module("bn", nn::BatchNorm2d(out));
+    bn_ = register_module("bn", BatchNorm2d(out));
   }
   torch::Tensor forward(torch::Tensor x) { return torch::relu(bn_->forward(conv_->forward(x))); }
 
  private:
   nn::Conv2d conv_{nullptr};
-  nn::BatchNorm2d bn_{nullptr};
+  BatchNorm2d bn_{nullptr};
 };
 TORCH_MODULE(ConvBnRelu);
 
@@ -64,14 +76,14 @@ class UNetImpl : public SegNetImpl {
     std::vector<torch::Tensor> skips;
     for (size_t s = 0; s < enc_.size(); ++s) {
       if (s > 0) x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2).ceil_mode(true));
-      x = enc_[s]->forward(x);
+      x = run_stage(enc_[s], x);
       skips.push_back(x);
     }
     skips.pop_back();
     for (auto& d : dec_) {
       auto skip = skips.back();
       skips.pop_back();
-      x = d->forward(torch::cat({up2(x, skip), skip}, 1));
+      x = run_stage(d, torch::cat({up2(x, skip), skip}, 1));
     }
     return head_->forward(x);
   }
@@ -113,14 +125,14 @@ class BasicBlockImpl : public nn::Module {
   explicit BasicBlockImpl(int ch) {
     a_ = register_module("a", conv_bn_relu(ch, ch));
     conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(ch, ch, 3).padding(1).bias(false)));
-    bn_ = register_module("bn", nn::BatchNorm2d(ch));
+    bn_ = register_module("bn", BatchNorm2d(ch));
   }
   torch::Tensor forward(torch::Tensor x) { return torch::relu(x + bn_->forward(conv_->forward(a_->forward(x)))); }
 
  private:
   ConvBnRelu a_{nullptr};
   nn::Conv2d conv_{nullptr};
-  nn::BatchNorm2d bn_{nullptr};
+  BatchNorm2d bn_{nullptr};
 };
 TORCH_MODULE(BasicBlock);
 
@@ -157,10 +169,10 @@ class LiteSegImpl : public SegNetImpl {
         register_module("head", nn::Sequential(conv_bn_relu(c1, c1), nn::Conv2d(nn::Conv2dOptions(c1, classes, 1))));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    auto f2 = stem_->forward(x);
-    auto f4 = s2_->forward(f2);
-    auto f8 = s3_->forward(f4);
-    auto f16 = s4_->forward(f8);
+    auto f2 = run_stage(stem_, x);
+    auto f4 = run_stage(s2_, f2);
+    auto f8 = run_stage(s3_, f4);
+    auto f16 = run_stage(s4_, f8);
     torch::Tensor ctx;
     for (size_t i = 0; i < ppm_.size(); ++i) {
       auto p = F::adaptive_avg_pool2d(f16, F::AdaptiveAvgPool2dFuncOptions({bins_[i], bins_[i]}));
