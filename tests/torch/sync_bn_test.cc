@@ -150,9 +150,13 @@ TEST_P(SyncBnTest, sync_bn_UnderDataParallelEqualsOneProcess) {
     }
     return g;
   };
+  // Built here, not on the rank threads: the seeded initialization draws from
+  // the one global generator.
+  std::vector<std::shared_ptr<nn::SequentialImpl>> nets;
+  for (int r = 0; r < kWorld; ++r) nets.push_back(make_net());
   dtrain::test::run_rank_threads(
       GetParam(), kWorld, seconds(60), [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
-        auto net = make_net();
+        auto net = nets[r];
         EXPECT_EQ(dtrain::torch::enable_sync_batch_norm(*net, comm), 1);
         dtrain::torch::DataParallel dp(net, comm, dtrain::StrategyOptions{});
         grads[r] = train(
