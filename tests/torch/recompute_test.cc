@@ -107,7 +107,7 @@ void expect_same(const Step& a, const Step& b) {
         << "buffer " << i;
 }
 
-TEST(Recompute, AllBlocksRecomputeGivesTheSameGradientsAndRunningStats) {
+TEST(Recompute, recompute_AllBlocksRecomputeGivesTheSameGradientsAndRunningStats) {
   auto plain_net = make_net();
   auto plain = step(plain_net, nullptr);
   auto rc_net = make_net();
@@ -122,7 +122,7 @@ TEST(Recompute, AllBlocksRecomputeGivesTheSameGradientsAndRunningStats) {
   }
 }
 
-TEST(Recompute, NamedSubsetRecomputeGivesTheSameGradients) {
+TEST(Recompute, recompute_NamedSubsetRecomputeGivesTheSameGradients) {
   auto plain_net = make_net();
   auto plain = step(plain_net, nullptr);
   auto rc_net = make_net();
@@ -130,7 +130,7 @@ TEST(Recompute, NamedSubsetRecomputeGivesTheSameGradients) {
   expect_same(plain, step(rc_net, &some));
 }
 
-TEST(Recompute, SecondStepAfterRecomputeStillMatches) {
+TEST(Recompute, recompute_SecondStepAfterRecomputeStillMatches) {
   auto plain_net = make_net();
   auto rc_net = make_net();
   const std::vector<std::string> all;
@@ -144,7 +144,7 @@ TEST(Recompute, SecondStepAfterRecomputeStillMatches) {
   }
 }
 
-TEST(Recompute, UnknownCheckpointNameIsRefusedNamingIt) {
+TEST(Recompute, recompute_UnknownCheckpointNameIsRefusedNamingIt) {
   auto net = make_net();
   try {
     dtrain::torch::make_recompute_observer(net.ptr(), {"blocks.1", "blocks.9"});
@@ -176,7 +176,7 @@ struct Recorder : dtrain::torch::BlockObserver {
   std::vector<std::string> log;
 };
 
-TEST(Recompute, BeforeBackwardRunsBeforeTheRecomputationInReverseBlockOrder) {
+TEST(Recompute, recompute_BeforeBackwardRunsBeforeTheRecomputationInReverseBlockOrder) {
   auto net = make_net(4, 2);
   for (bool rc : {false, true}) {
     Recorder r(net, rc);
@@ -206,7 +206,7 @@ TEST(Recompute, BeforeBackwardRunsBeforeTheRecomputationInReverseBlockOrder) {
 
 // A block whose input does not require grad (the first block on raw input)
 // still gives its parameters gradients under recompute.
-TEST(Recompute, FirstBlockOnAnInputWithoutGradStillGetsGradients) {
+TEST(Recompute, recompute_FirstBlockOnAnInputWithoutGradStillGetsGradients) {
   auto net = make_net(3, 1);
   Block b = Block(3);
   auto run = [&](bool rc) {
@@ -243,7 +243,7 @@ size_t heap_in_use() {
 // keeps several 2 MiB tensors per block (conv, BatchNorm, ReLU and dropout
 // outputs, the dropout mask); with recompute only each block's input stays.
 // Here 32.3 MiB against 9.5 MiB; the bound is half.
-TEST(Recompute, RecomputeKeepsFewerActivationBytesAfterForward) {
+TEST(Recompute, recompute_RecomputeKeepsFewerActivationBytesAfterForward) {
   const int threads = ::torch::get_num_threads();
   ::torch::set_num_threads(1);
   auto held = [](bool rc) {
