@@ -18,8 +18,12 @@
 //
 // A model that declares no block still trains under every strategy: sharding
 // stage 3 then treats the whole model as one block, and recompute has
-// nothing to checkpoint (the recompute observer throws InvalidUsage when the
-// model never declared a block and names the checkpoints it could not find).
+// nothing to checkpoint (the recompute observer refuses, with InvalidUsage,
+// checkpoint names that are not modules of the model).
+//
+// With recompute, fn is copied and called again in backward: what it
+// captures must outlive backward (capture the block's holder or a pointer
+// into the model, not a loop variable's copy).
 //
 // Threads: run_block is called from the thread that runs forward; observers
 // are called on that thread (forward) and on autograd's thread (backward).
