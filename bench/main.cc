@@ -4,6 +4,7 @@
 //   dtrain-bench collectives --backend gloo --world-size 2
 //   dtrain-bench training apps/cls.toml     (execs dtrain-bench-training, built with libtorch)
 //   dtrain-bench training ctr               (execs dtrain-bench-ctr: the CTR app per PS mode)
+//   dtrain-bench memory                     (execs dtrain-bench-memory: sharding stages 1-3 and recompute)
 //   dtrain-bench ps                         (the PS backend against raw gRPC and Redis; built with gRPC + hiredis)
 
 #include <unistd.h>
@@ -23,6 +24,15 @@
 #endif
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "memory") {
+    // Per-rank memory of the large-model strategies (bench/memory.cc, built with libtorch).
+    std::string exe = dtrain::bench::dir_of(dtrain::bench::self_exe()) + "/dtrain-bench-memory";
+    argv[1] = const_cast<char*>(exe.c_str());
+    execv(exe.c_str(), argv + 1);
+    std::fprintf(stderr, "dtrain-bench: cannot run %s: %s (it is built only when libtorch is installed)\n", exe.c_str(),
+                 std::strerror(errno));
+    return 2;
+  }
   if (argc > 1 && std::string(argv[1]) == "training") {
     // `training ctr` (or a ctr.toml job): the CTR app on the parameter server (bench/training_ctr.cc).
     const std::string arg2 = argc > 2 ? argv[2] : "";

@@ -64,8 +64,13 @@ ShardedParameters::ShardedParameters(std::shared_ptr<::torch::nn::Module> model,
     q.name = names[i];
     q.numel = q.p.numel();
     q.per = (q.numel + world_ - 1) / world_;
-    q.shard_offset = offset;
-    offset += q.per;
+    q.len = clipped(q.numel, rank_ * q.per, q.per);
+    // Stages 1 and 2 keep whole parameters: a contiguous one's shard is a view of its own slice.
+    q.view = stage_ < 3 && q.p.is_contiguous();
+    if (!q.view) {
+      q.shard_offset = offset;
+      offset += q.per;
+    }
     index_[q.p.unsafeGetTensorImpl()] = i;
     if (stage_ == 3 && (!q.p.is_contiguous() || q.p.storage_offset() != 0 ||
                         q.p.storage().nbytes() != static_cast<size_t>(q.numel) * q.p.element_size()))
@@ -78,11 +83,15 @@ ShardedParameters::ShardedParameters(std::shared_ptr<::torch::nn::Module> model,
   shard_flat_ = ::torch::zeros({offset}, opts);
   ::torch::NoGradGuard ng;
   for (auto& q : params_) {
-    q.shard = shard_flat_.narrow(0, q.shard_offset, q.per);
-    const int64_t len = clipped(q.numel, rank_ * q.per, q.per);
-    if (len > 0) q.shard.narrow(0, 0, len).copy_(q.p.detach().reshape({-1}).narrow(0, rank_ * q.per, len));
+    const int64_t from = std::min(rank_ * q.per, q.numel);
+    if (q.view) {
+      q.shard = q.p.detach().view({-1}).narrow(0, from, q.len);
+    } else {
+      q.shard = shard_flat_.narrow(0, q.shard_offset, q.per);
+      if (q.len > 0) q.shard.narrow(0, 0, q.len).copy_(q.p.detach().reshape({-1}).narrow(0, from, q.len));
+    }
     // Not a view of one flat tensor: Optimizer::zero_grad detaches gradients in place.
-    q.shard.mutable_grad() = ::torch::zeros({q.per}, opts);
+    q.shard.mutable_grad() = ::torch::zeros({q.shard.numel()}, opts);
   }
   // Buckets as DataParallel groups gradients: reverse registration order, up to bucket_bytes whole.
   if (stage_ >= 2) {
@@ -136,10 +145,10 @@ int64_t ShardedParameters::index_of(const ::torch::Tensor& t) const {
   int64_t n = 0;
   for (size_t i : indices) n += params_[i].per;
   *block = n;
-  auto send = ::torch::empty({n}, shard_flat_.options());
+  auto send = ::torch::zeros({n}, shard_flat_.options());
   int64_t off = 0;
   for (size_t i : indices) {
-    send.narrow(0, off, params_[i].per).copy_(params_[i].shard);
+    send.narrow(0, off, params_[i].shard.numel()).copy_(params_[i].shard);
     off += params_[i].per;
   }
   if (!comm_) return send;
@@ -308,7 +317,8 @@ void ShardedParameters::finish_gradients() {
   for (auto& b : buckets_) {
     for (size_t i : b.members) {
       auto& q = params_[i];
-      q.shard.mutable_grad().copy_(b.recv.narrow(0, q.bucket_offset, q.per));
+      auto& g = q.shard.mutable_grad();
+      g.copy_(b.recv.narrow(0, q.bucket_offset, g.numel()));
       q.ready = false;
     }
     b.send = ::torch::Tensor();
@@ -358,7 +368,7 @@ ShardedParameters::Memory ShardedParameters::memory() const {
   Memory m;
   m.parameter_bytes = shard_flat_.numel() * static_cast<int64_t>(sizeof(float));
   for (auto& q : params_) {
-    if (q.shard.grad().defined()) m.gradient_bytes += q.per * static_cast<int64_t>(sizeof(float));
+    if (q.shard.grad().defined()) m.gradient_bytes += q.shard.grad().numel() * static_cast<int64_t>(sizeof(float));
     m.parameter_bytes += static_cast<int64_t>(q.p.storage().nbytes());
     if (q.p.grad().defined()) m.gradient_bytes += q.p.grad().numel() * static_cast<int64_t>(sizeof(float));
   }
@@ -463,11 +473,9 @@ Whole consolidate(std::vector<::torch::serialize::InputArchive>& ars, size_t i, 
   Whole w;
   std::vector<::torch::Tensor> slices;
   std::vector<std::vector<std::pair<std::string, c10::IValue>>> states;
-  int64_t per = -1;
   for (auto& ar : ars) {
     ::torch::Tensor s;
     ar.read(key_of(i, "value"), s);
-    per = s.numel();
     slices.push_back(s);
     std::string kind = read_string(ar, key_of(i, "kind"));
     if (!kind.empty()) {
@@ -494,7 +502,8 @@ Whole consolidate(std::vector<::torch::serialize::InputArchive>& ars, size_t i, 
                          " has optimizer state in some ranks' files only");
     for (size_t e = 0; e < states[0].size(); ++e) {
       const auto& [k, v] = states[0][e];
-      if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == per) {
+      // Rank 0's slice is the longest: ranks after it may hold fewer elements (stages 1-2) or padding (stage 3).
+      if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == slices[0].numel()) {
         std::vector<::torch::Tensor> parts;
         for (auto& s : states) parts.push_back(s[e].second.toTensor());
         w.state.emplace_back(k, ::torch::cat(parts).narrow(0, 0, numel));
@@ -559,14 +568,14 @@ void load_shards(std::vector<::torch::serialize::InputArchive>& ars, ShardedPara
   for (size_t i = 0; i < sp.size(); ++i) {
     check_param(ars, i, sp.name(i), sp.numel(i));
     Whole w = consolidate(ars, i, sp.numel(i));
+    auto shard = sp.shard(i);
     const int64_t per = sp.slice_numel(i), from = sp.rank() * per;
-    const int64_t len = clipped(sp.numel(i), from, per);
+    const int64_t len = std::min(clipped(sp.numel(i), from, per), shard.numel());
     auto slice = [&](const ::torch::Tensor& whole) {
-      auto s = ::torch::zeros({per}, whole.options());
+      auto s = ::torch::zeros({shard.numel()}, whole.options());
       if (len > 0) s.narrow(0, 0, len).copy_(whole.narrow(0, from, len));
       return s;
     };
-    auto shard = sp.shard(i);
     shard.copy_(slice(w.value).to(shard.device()));
     if (w.kind.empty()) {
       opt.state().erase(state_key(shard));

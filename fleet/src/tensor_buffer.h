@@ -40,8 +40,7 @@ inline Buffer device_view(const ::torch::Tensor& t) {
     case ::torch::kInt32: dt = DType::I32; break;
     case ::torch::kFloat16: dt = DType::F16; break;
     case ::torch::kBFloat16: dt = DType::BF16; break;
-    default:
-      throw NotSupported(std::string("a ") + c10::toString(t.scalar_type()) + " tensor cannot be communicated");
+    default: throw NotSupported(std::string("a ") + c10::toString(t.scalar_type()) + " tensor cannot be communicated");
   }
   if (t.is_cuda())
     return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt, Device::cuda(t.device().index()),

@@ -26,8 +26,8 @@ namespace dtrain::torch {
 // DistributedOptimizer steps the shards instead of the parameters.
 //
 // Every parameter of n elements is split into N slices of ceil(n / N)
-// (the last zero-padded); rank r keeps slice r of every parameter as a
-// 1-D shard tensor, and the optimizer (and its state) sees only the shards,
+// (the last zero-padded on the wire); rank r keeps slice r of every parameter
+// as a 1-D shard tensor, and the optimizer (and its state) sees only the shards,
 // so per rank it holds 1/N of the optimizer state in every stage. The
 // optimizers dtrain ships are element-wise (SGD, Adam) or reduce their
 // per-parameter norms across ranks (LAMB, LARS), so a sharded step equals
@@ -67,8 +67,11 @@ class ShardedParameters : public BlockObserver {
   int world() const { return world_; }
   int rank() const { return rank_; }
   size_t size() const { return params_.size(); }
-  // This rank's slice of parameter i (1-D, slice_numel(i) elements) with its
-  // gradient set; what the optimizer steps.
+  // This rank's slice of parameter i with its gradient set; what the
+  // optimizer steps. 1-D: under stages 1 and 2 a view of the (whole,
+  // contiguous) parameter's own elements, so ranks past the end hold fewer;
+  // under stage 3 a tensor of its own, slice_numel(i) elements with the
+  // padding.
   const ::torch::Tensor& shard(size_t i) const { return params_[i].shard; }
   const ::torch::Tensor& parameter(size_t i) const { return params_[i].p; }
   const std::string& name(size_t i) const { return params_[i].name; }
@@ -119,7 +122,8 @@ class ShardedParameters : public BlockObserver {
   struct Param {
     ::torch::Tensor p, shard;
     std::string name;
-    int64_t numel = 0, per = 0, shard_offset = 0;
+    int64_t numel = 0, per = 0, len = 0, shard_offset = 0;  // len: this rank's real elements
+    bool view = false;                                      // shard is a view of p (stages 1-2)
     size_t bucket = 0;
     int64_t bucket_offset = 0;  // in the bucket's per-rank block
     int refs = 0;               // stage 3: gathers in use
