@@ -47,6 +47,14 @@ namespace dtrain::torch {
 // averages the parameters every k steps. With comm == null or one rank it only
 // applies the gradient-merge policy. begin_step may be called again for
 // another step before any backward (re-arming for a resumed step).
+//
+// The large-model strategies of `options`: sharding makes a
+// ShardedParameters (sharding.h; stage 1 keeps these all-reduce buckets,
+// stages 2-3 hand each gradient to its reduce-scatter buckets instead, and
+// after_optimizer_step all-gathers the parameters); recompute installs a
+// recompute observer over the model's declared blocks (blocks.h);
+// sync_batch_norm connects the model's dtrain::torch::BatchNorm2d layers to
+// `comm` (sync_batch_norm.h; a plain torch::nn::BatchNorm is refused).
 class BlockObserver;
 class ShardedParameters;
 
