@@ -110,14 +110,15 @@ void print_header(const CollectivesOptions& o, const Plan& p, const std::string&
   fmt::print("# dtrain-bench collectives: {} {}{}, {} ranks as processes on this host, backend '{}'{}\n", op_name(p.op),
              dtype_name(p.dtype), p.op == Op::Allreduce ? " (sum)" : "", p.world, o.backend,
              p.options_text.empty() ? "" : " with " + p.options_text);
-  fmt::print(
-      "# sizes {} .. {} (x{}), warm-up {}, iterations {}, median of {} trial(s){}\n",
-      human_bytes(p.cases.front().bytes), human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
-      p.fixed_iters ? std::to_string(p.fixed_iters) : fmt::format("auto (~{:g} ms per trial, >= 5)", o.target_ms),
-      o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
-      gloo_on   ? ", dtrain and raw Gloo trials interleaved"
-      : nccl_on ? ", dtrain and raw NCCL trials interleaved"
-                : "");
+  fmt::print("# sizes {} .. {} (x{}), warm-up {}, iterations {}, median of {} trial(s){}\n",
+             human_bytes(p.cases.front().bytes), human_bytes(p.cases.back().bytes), o.step_factor, o.warmup,
+             p.fixed_iters ? std::to_string(p.fixed_iters)
+                           : fmt::format("auto (~{:g} ms per trial, >= 5, each implementation from its own warm-up)",
+                                         o.target_ms),
+             o.trials ? std::to_string(o.trials) : fmt::format("7-61 (~{:g} s per size)", kTrialBudgetS),
+             gloo_on   ? ", dtrain and raw Gloo trials interleaved"
+             : nccl_on ? ", dtrain and raw NCCL trials interleaved"
+                       : "");
   if (!o.aa)
     fmt::print("# dtrain's op: {}\n", o.async ? "submitted, then Work::wait() (--async)"
                                               : "the blocking call (CallOptions::blocking; --async: submit + wait())");
@@ -136,13 +137,13 @@ void print_header(const CollectivesOptions& o, const Plan& p, const std::string&
     fmt::print("# CUDA buffers: {}\n", cuda_note);
     fmt::print("# raw NCCL: {}\n",
                nccl_on ? "nccl{AllReduce,Broadcast,AllGather} called directly on an NCCL communicator of its own "
-                         "(ncclCommInitRank), same device, buffers, stream and iterations; each call followed by "
+                         "(ncclCommInitRank), same device, buffers and stream; each call followed by "
                          "cudaStreamSynchronize, as dtrain's op is waited for"
                        : p.nccl_skip);
   }
   fmt::print("# raw Gloo: {}\n",
              gloo_on ? "the gloo plugin's algorithm for each size called directly on a gloo::rendezvous::Context "
-                       "(TCP on lo), same buffer and iterations"
+                       "(TCP on lo), same buffer"
                      : p.gloo_skip);
   if (gloo_on)
     fmt::print(
@@ -256,7 +257,8 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_option("--min-bytes,-b", o.min_bytes, "smallest size (K, M, G suffixes)")->capture_default_str();
   sub->add_option("--max-bytes,-e", o.max_bytes, "largest size")->capture_default_str();
   sub->add_option("--step-factor,-f", o.step_factor, "size multiplier between rows")->capture_default_str();
-  sub->add_option("--iters", o.iters, "iterations per trial: 'auto' (from the warm-up time) or a number")
+  sub->add_option("--iters", o.iters,
+                  "iterations per trial: 'auto' (each implementation's from its own warm-up time) or a number")
       ->capture_default_str();
   sub->add_option("--warmup", o.warmup, "untimed iterations per size and implementation")->capture_default_str();
   sub->add_option("--trials", o.trials,

@@ -42,6 +42,11 @@ MpiPlan plan_mpi(const CollectivesOptions& o, const Plan& p, const std::string& 
             std::to_string(o.warmup),
             "--store",
             store_at};
+  // --iters auto: Open MPI sizes its own iterations from its warm-up.
+  if (!p.fixed_iters) {
+    m.argv.push_back("--target-ms");
+    m.argv.push_back(fmt::format("{}", o.target_ms));
+  }
   for (auto& c : p.cases) {
     m.argv.push_back("--case");
     m.argv.push_back(fmt::format("{}:{}", c.bytes, c.count));

@@ -270,30 +270,31 @@ class Rank {
     zero(a_, c.count * esz * (p_.op == Op::Allgather ? p_.world : 1));
     if (b_) zero(b_, c.count * esz);
 
-    // Warm-up; rank 0 sizes the timed runs from the warm-up times.
-    std::vector<double> warm;
+    // Warm-up of every implementation, timed: each one's iterations per trial
+    // come from its own fastest warm-up call (raw Gloo's 8 B op is ~1000x
+    // dtrain-ucx's, so one count for both would run Gloo for hours).
     int nwarm = std::max(o_.warmup, p_.fixed_iters ? 0 : 1);
-    for (int w = 0; w < nwarm; ++w) {
-      auto t0 = Clock::now();
-      runners[0]->op(c);
-      warm.push_back(seconds_since(t0));
-    }
-    // Open MPI's ranks, when they run beside these, count as one more implementation.
-    auto [iters, trials] = iters_and_trials(i, warm, runners.size() + (turns_ ? 1 : 0));
-    for (size_t r = 1; r < runners.size(); ++r)
-      for (int w = 0; w < o_.warmup; ++w) runners[r]->op(c);
-
+    std::vector<double> fastest(runners.size(), 0);
+    for (size_t r = 0; r < runners.size(); ++r)
+      for (int w = 0; w < nwarm; ++w) {
+        auto t0 = Clock::now();
+        runners[r]->op(c);
+        double s = seconds_since(t0);
+        fastest[r] = w ? std::min(fastest[r], s) : s;
+      }
+    auto [iters, trials] = iters_and_trials(i, runners, fastest);
     // Trials alternate the implementations (and which one goes first), so
     // drift on a shared machine hits both alike; Open MPI's trials take
     // their slots in the same order (schedule()).
     std::vector<std::vector<double>> times(runners.size());
-    auto run_trial = [&, iters = iters](int trial) {
+    auto run_trial = [&, &iters = iters](int trial) {
       for (size_t k = 0; k < runners.size(); ++k) {
         size_t r = trial % 2 ? runners.size() - 1 - k : k;
+        if (trial > 0) iters[r] = resized(i, trial, *runners[r], iters[r], times[r].back());
         runners[r]->barrier();
         auto t0 = Clock::now();
-        for (int it = 0; it < iters; ++it) runners[r]->op(c);
-        times[r].push_back(seconds_since(t0) / iters);
+        for (int it = 0; it < iters[r]; ++it) runners[r]->op(c);
+        times[r].push_back(seconds_since(t0) / iters[r]);
       }
     };
     if (turns_) {
@@ -308,29 +309,60 @@ class Rank {
     publish(runners, i, iters, times);
   }
 
-  // Iterations per trial and trials of size i: rank 0 decides from its
-  // warm-up times (unless fixed on the command line), the others read them.
-  std::pair<int, int> iters_and_trials(size_t i, const std::vector<double>& warm, size_t impls) {
-    int iters = p_.fixed_iters, trials = o_.trials;
+  // Iterations per trial of each runner and trials of size i: rank 0 decides
+  // from the fastest warm-up calls (unless fixed on the command line), the
+  // others read them. Keys: iters/<i> (the first runner's, for the table),
+  // iters/<i>/<runner>, trials/<i>.
+  std::pair<std::vector<int>, int> iters_and_trials(size_t i, const std::vector<Runner*>& runners,
+                                                    const std::vector<double>& fastest) {
+    std::vector<int> iters(runners.size(), p_.fixed_iters);
+    int trials = o_.trials;
     std::string key = "iters/" + std::to_string(i), tkey = "trials/" + std::to_string(i);
-    if (rank_ != 0)
-      return {std::stoi(store_->get_string(key, std::chrono::minutes(5))),
-              std::stoi(store_->get_string(tkey, std::chrono::minutes(5)))};
-    // The fastest warm-up iteration: the first ones pay for cold caches
-    // and connections.
-    double fastest = warm.empty() ? 0 : std::max(*std::min_element(warm.begin(), warm.end()), 1e-7);
-    if (!iters) iters = static_cast<int>(std::clamp(std::ceil(o_.target_ms / 1000.0 / fastest), 5.0, 1e6));
+    if (rank_ != 0) {
+      for (size_t r = 0; r < runners.size(); ++r)
+        iters[r] = std::stoi(store_->get_string(key + "/" + runners[r]->name, std::chrono::minutes(5)));
+      return {iters, std::stoi(store_->get_string(tkey, std::chrono::minutes(5)))};
+    }
+    // The fastest warm-up iteration: the first ones pay for cold caches and
+    // connections. A trial's expected time: its iterations of that call.
+    const double target_s = o_.target_ms / 1000.0;
+    double round_s = 0;
+    for (size_t r = 0; r < runners.size(); ++r) {
+      double f = std::max(fastest[r], 1e-7);
+      if (!iters[r]) iters[r] = static_cast<int>(std::clamp(std::ceil(target_s / f), 5.0, 1e6));
+      round_s += iters[r] * f;
+    }
+    // Open MPI's ranks, when they run beside these, size their own trials
+    // (bench/mpi_main.cc) to about the target.
+    if (turns_) round_s += p_.fixed_iters ? p_.fixed_iters * std::max(fastest[0], 1e-7) : target_s;
     // Many short trials: pairs of back-to-back trials cancel the machine's
     // drift, and the median of many pairs is what repeats.
-    if (!trials)
-      trials = fastest > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / (impls * iters * fastest), 7.0, 61.0)) : 21;
-    store_->set(key, std::to_string(iters));
+    if (!trials) trials = fastest[0] > 0 ? static_cast<int>(std::clamp(kTrialBudgetS / round_s, 7.0, 61.0)) : 21;
+    for (size_t r = 0; r < runners.size(); ++r) store_->set(key + "/" + runners[r]->name, std::to_string(iters[r]));
+    store_->set(key, std::to_string(iters[0]));
     store_->set(tkey, std::to_string(trials));
     return {iters, trials};
   }
 
+  // Iterations of a runner's next trial (auto only): rank 0 cuts them to the
+  // target when the last trial ran over 4x it (the warm-up can be fast and the
+  // trials slow: two busy-polling ranks that the scheduler put on one core
+  // take a time slice per op, ~1000x their own time), and publishes them as
+  // iters/<i>/<runner>/<trial> for the others. One slow trial, then the rest
+  // are the target's length again.
+  int resized(size_t i, int trial, const Runner& r, int iters, double last_per_op) {
+    if (p_.fixed_iters) return iters;
+    std::string key = fmt::format("iters/{}/{}/{}", i, r.name, trial);
+    if (rank_ != 0) return std::stoi(store_->get_string(key, std::chrono::seconds(o_.time_limit_s)));
+    const double target_s = o_.target_ms / 1000.0;
+    if (iters > 5 && iters * last_per_op > 4 * target_s)
+      iters = static_cast<int>(std::clamp(std::ceil(target_s / last_per_op), 5.0, 1e6));
+    store_->set(key, std::to_string(iters));
+    return iters;
+  }
+
   // This rank's times of size i into the store (and, --verbose, rank 0's to stderr).
-  void publish(const std::vector<Runner*>& runners, size_t i, int iters,
+  void publish(const std::vector<Runner*>& runners, size_t i, const std::vector<int>& iters,
                const std::vector<std::vector<double>>& times) {
     for (size_t r = 0; r < runners.size(); ++r) {
       std::string v;
@@ -338,9 +370,9 @@ class Rank {
       store_->set(fmt::format("res/{}/{}/{}", runners[r]->name, i, rank_), v);
     }
     if (o_.verbose && rank_ == 0) {
-      std::string line = fmt::format("[rank 0] {:>10} B  iters {:>6}", p_.cases[i].bytes, iters);
+      std::string line = fmt::format("[rank 0] {:>10} B", p_.cases[i].bytes);
       for (size_t r = 0; r < runners.size(); ++r) {
-        line += fmt::format("  {} us:", runners[r]->name);
+        line += fmt::format("  {} x{} us:", runners[r]->name, iters[r]);
         for (double x : times[r]) line += fmt::format(" {:.1f}", x * 1e6);
       }
       fmt::print(stderr, "{}\n", line);

@@ -4,9 +4,12 @@
 //  - paired (--store host:port, the token in $DTRAIN_BENCH_TOKEN): started by
 //    dtrain-bench under mpirun at the same time as dtrain's ranks, it takes
 //    turns with them through the bench's store (collectives_turns.h), reads
-//    each size's iteration and trial counts there (dtrain's rank 0 sizes
-//    them) and writes each rank's trial times to res/mpi/<size index>/<rank>.
-//      mpirun -np 2 dtrain-bench-mpi --store 127.0.0.1:4000 --case 1024:256 ...
+//    each size's trial count there (dtrain's rank 0 sizes it) and writes each
+//    rank's trial times to res/mpi/<size index>/<rank>. Iterations per trial:
+//    with --target-ms, rank 0 sizes them from MPI's own fastest warm-up call
+//    (and publishes them as iters/<size index>/mpi); without, dtrain's
+//    (iters/<size index>, --iters N on dtrain-bench).
+//      mpirun -np 2 dtrain-bench-mpi --store 127.0.0.1:4000 --target-ms 10 --case 1024:256 ...
 //  - alone: iterations per case on the command line; prints one line per size
 //    (slowest rank, median trial):
 //      DTRAIN_BENCH_MPI bytes=<B> count=<n> iters=<i> time_us=<t>
@@ -16,6 +19,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <cstdint>
 #include <cstdio>
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
 
   std::string op = "allreduce", dtype = "f32";
   int warmup = 5, trials = 1;
+  double target_ms = 0;
   std::string store_at;
   std::vector<Case> cases;
   for (int i = 1; i < argc; ++i) {
@@ -81,6 +86,8 @@ int main(int argc, char** argv) {
       trials = std::max(1, std::atoi(v.c_str()));
     else if (a == "--store")
       store_at = v;
+    else if (a == "--target-ms")
+      target_ms = std::atof(v.c_str());
     else if (a == "--case") {
       Case c;
       unsigned long long b = 0, n = 0;
@@ -140,17 +147,36 @@ int main(int argc, char** argv) {
       try {
         turns->before(Side::Dtrain);  // dtrain's set-up slot
         turns->before(Side::Mpi);     // this side's warm-up slot
-        c.iters = std::stoi(store->get_string("iters/" + std::to_string(i), std::chrono::seconds(30)));
         c.trials = std::stoi(store->get_string("trials/" + std::to_string(i), std::chrono::seconds(30)));
         std::memset(a.data(), 0, c.bytes);
-        for (int w = 0; w < warmup; ++w) once();
+        double fastest = 0;
+        for (int w = 0; w < std::max(warmup, target_ms > 0 ? 1 : 0); ++w) {
+          double t0 = MPI_Wtime();
+          once();
+          double s = MPI_Wtime() - t0;
+          fastest = w ? std::min(fastest, s) : s;
+        }
+        if (target_ms > 0) {
+          c.iters = static_cast<int>(std::clamp(std::ceil(target_ms / 1000.0 / std::max(fastest, 1e-7)), 5.0, 1e6));
+          MPI_Bcast(&c.iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+          if (rank == 0) store->set("iters/" + std::to_string(i) + "/mpi", std::to_string(c.iters));
+        } else {
+          c.iters = std::stoi(store->get_string("iters/" + std::to_string(i), std::chrono::seconds(30)));
+        }
         auto slots = dtrain::bench::coll::schedule(c.trials);
         std::string times;
         for (size_t j = 2; j < slots.size(); ++j) {
           turns->before(slots[j]);
           if (slots[j] != Side::Mpi) continue;
+          double per_op = trial();
+          // As dtrain's ranks do: a trial over 4x the target cuts the next ones to it.
+          if (target_ms > 0) {
+            if (rank == 0 && c.iters > 5 && c.iters * per_op > 4 * target_ms / 1000.0)
+              c.iters = static_cast<int>(std::clamp(std::ceil(target_ms / 1000.0 / per_op), 5.0, 1e6));
+            MPI_Bcast(&c.iters, 1, MPI_INT, 0, MPI_COMM_WORLD);
+          }
           char buf[32];
-          std::snprintf(buf, sizeof(buf), "%.9e ", trial());
+          std::snprintf(buf, sizeof(buf), "%.9e ", per_op);
           times += buf;
         }
         store->set("res/mpi/" + std::to_string(i) + "/" + std::to_string(rank), times);
