@@ -174,6 +174,19 @@ std::vector<Row> read_rows(Store& store, const Plan& p, bool gloo_on, bool mpi_o
   return rows;
 }
 
+// After the ranks: one core's memcpy bandwidth in this run, and dtrain's busbw
+// as a fraction of it from 256 KiB up (the sizes gradient buckets travel at).
+void print_memcpy_line(const Plan& p, const std::vector<Row>& rows) {
+  double mc = memcpy_gbs();
+  std::string fractions;
+  for (auto& r : rows)
+    if (r.c.bytes >= (256u << 10) && r.dtrain)
+      fractions += fmt::format("{}{} {:.2f}", fractions.empty() ? "" : ", ", human_bytes(r.c.bytes),
+                               static_cast<double>(r.c.bytes) * p.busbw_factor / *r.dtrain / 1e9 / mc);
+  fmt::print("# memcpy of 64 MiB on one core (the machine's ceiling for moving bytes, this run): {:.2f} GB/s{}\n", mc,
+             fractions.empty() ? "" : "; dtrain busbw / memcpy: " + fractions);
+}
+
 int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<std::string>& argv) {
   install_interrupt_handlers();
   auto start = Clock::now();
@@ -240,6 +253,7 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
   if (busy0 >= 0)
     fmt::print("# other processes used {:.2f} of the {} CPUs during the runs{}\n", std::max(others, 0.0), ncpu,
                others > 0.2 ? ": the figures are disturbed, compare ratios or rerun on a quiet machine" : "");
+  if (!p.cuda) print_memcpy_line(p, rows);
   fmt::print("# wall time: {:.1f} s (every implementation, trials interleaved)\n", t_ranks);
   return 0;
 }

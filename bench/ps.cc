@@ -31,20 +31,6 @@ namespace {
 
 const char* kImpls[] = {"dtrain", "grpc", "redis"};
 
-// memcpy of 64 MiB on one core, best of 7: the machine's ceiling for moving bytes.
-double memcpy_gbs() {
-  const size_t n = 64 << 20;
-  std::vector<char> a(n, 1), b(n, 2);
-  double best = 1e9;
-  for (int i = 0; i < 7; ++i) {
-    auto t0 = Clock::now();
-    std::memcpy(b.data(), a.data(), n);
-    best = std::min(best, seconds_since(t0));
-    a[i] = b[n - 1 - i];
-  }
-  return double(n) / best / 1e9;
-}
-
 // Per trial the slowest worker (latency rows: per trial median and p99, the
 // slowest worker's).
 std::vector<double> collect(Store& s, size_t row, const std::string& impl, int workers, int which, int stride) {
