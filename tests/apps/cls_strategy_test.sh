@@ -24,8 +24,8 @@ run() {  # run LOGDIR ARGS...: a 2-worker job that must succeed
     || { cat "$dir.console" "$dir"/workerlog.* >&2; fail "the job failed: $*"; }
 }
 
-trains() {  # trains ARGS...: 3 epochs, the loss falls, the workers agree
-  run log -o train.epochs=3 -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" "$@"
+trains() {  # trains ARGS...: 5 epochs, the loss falls, the workers agree
+  run log -o train.epochs=5 -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" "$@"
   grep -m1 "strategy:" log/workerlog.0
   expect_loss_falls log/workerlog.0 6 0.9
   expect_same_params
@@ -69,7 +69,7 @@ amp_recompute)
   grep -q "amp=bfloat16 recompute=all blocks" log/workerlog.0 || fail "the strategy line does not name amp and recompute"
   ;;
 sync_bn_lamb)
-  trains -o strategy.sync_batch_norm=true -o strategy.lamb=true -o train.optimizer=\"adam\" -o train.lr=0.01
+  trains -o strategy.sync_batch_norm=true -o strategy.lamb=true -o train.optimizer=\"adam\" -o train.lr=0.02
   grep -q "lamb sync_batch_norm" log/workerlog.0 || fail "the strategy line does not name lamb and sync_batch_norm"
   ;;
 lars)
