@@ -373,9 +373,13 @@ void Trainer::setup() {
       if (p.dim() == 4) p.set_data(p.contiguous(torch::MemoryFormat::ChannelsLast));
   }
 
+  const auto& so = fleet::strategy();
+  if (so.sharding && so.sharding_stage == 3 && device_.channels_last)
+    config_error(cfg_, "train.channels_last",
+                 "makes the 4-D weights channels-last, and sharding stage 3 frees and gathers each parameter as one "
+                 "contiguous block; set train.channels_last = false, or use sharding_configs.stage = 2");
   dp_ = fleet::distributed_model(model_);
   const TrainOptions& o = opts_;
-  const auto& so = fleet::strategy();
   std::shared_ptr<torch::optim::Optimizer> inner;
   if (o.optimizer == "momentum") {
     inner = std::make_shared<torch::optim::SGD>(

@@ -60,6 +60,13 @@ sharding_stage3)
   dir=$(cat ckpt/latest-sharded | head -1)
   [[ -s ckpt/$dir/rank-0.pt && -s ckpt/$dir/rank-1.pt ]] || fail "no sharded checkpoint in ckpt/$dir"
   [[ ! -e ckpt/latest.pt ]] || fail "a sharded run wrote a whole-model checkpoint"
+  # Stage 3 with channels-last weights is refused at start, naming the key.
+  if "$dtrain" --nproc_per_node 2 --log_dir log_cl "$job" "${small[@]}" -o strategy.sharding=true \
+       -o strategy.sharding_configs.stage=3 -o train.channels_last=true > cl.log 2>&1; then
+    fail "stage 3 with train.channels_last = true exited 0"
+  fi
+  grep -q "key 'train.channels_last': makes the 4-D weights channels-last" log_cl/workerlog.0 \
+    || { cat cl.log log_cl/workerlog.0 >&2; fail "no clear refusal of channels-last under stage 3"; }
   ;;
 sharding_stage2_clip)
   trains -o strategy.sharding=true -o strategy.sharding_configs.stage=2 -o train.clip_grad_norm=1.0
