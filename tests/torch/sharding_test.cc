@@ -74,6 +74,8 @@ struct Plan {
   std::string optimizer = "adam";  // momentum | adam | lamb
   int stage = 0;                   // 0: no sharding
   double clip = 0;
+  int merge = 1;  // gradient_merge.k_steps
+  bool recompute = false;
 };
 
 dtrain::StrategyOptions strategy_of(const Plan& s) {
@@ -82,6 +84,8 @@ dtrain::StrategyOptions strategy_of(const Plan& s) {
   o.sharding = s.stage > 0;
   o.sharding_stage = s.stage > 0 ? s.stage : 1;
   o.lamb = s.optimizer == "lamb";
+  o.gradient_merge_k_steps = s.merge;
+  o.recompute = s.recompute;
   return o;
 }
 
@@ -194,6 +198,20 @@ TEST_P(ShardingBackendTest, ClipGradNormEqualsOneProcess) {
     EXPECT_FALSE(::torch::allclose(one[0], free[0], 1e-4, 1e-4)) << "the limit never clipped";
     for (int r = 0; r < 3; ++r) expect_close(got[r], one, "clip, stage " + std::to_string(stage));
   }
+}
+
+// Stage 1 with gradient merge (2 micro-steps per update) equals plain data
+// parallelism with it; stage 3 under recompute (the blocks' parameters are
+// gathered again before the recomputation in backward) equals plain.
+TEST_P(ShardingBackendTest, GradientMergeAndRecompute) {
+  Plan merged{"adam", 1, 0, 2, false}, plain_merged{"adam", 0, 0, 2, false};
+  auto want = on_ranks(GetParam(), 2, plain_merged, 6);
+  auto got = on_ranks(GetParam(), 2, merged, 6);
+  for (int r = 0; r < 2; ++r) expect_close(got[r], want[r], "stage 1 with gradient_merge 2");
+  Plan recomputed{"momentum", 3, 0, 1, true};
+  auto got3 = on_ranks(GetParam(), 3, recomputed, 4);
+  auto one = single_process(Plan{"momentum", 0, 0, 1, false}, 4);
+  for (int r = 0; r < 3; ++r) expect_close(got3[r], one, "stage 3 with recompute");
 }
 
 // LAMB's trust ratios need each parameter's norms: under sharding they are
