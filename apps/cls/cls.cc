@@ -83,6 +83,16 @@ class ClsTrainer : public Trainer {
 
   std::string describe_model() const override { return fmt::format("model {} width {}", name_, width_); }
 
+  torch::Tensor infer(const torch::Tensor& images) override { return any_.forward(images); }
+
+  std::string preprocessing_json() const override {
+    return fmt::format(
+        "{{\"app\": \"cls\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - mean) / "
+        "std\", "
+        "\"mean\": {}, \"std\": {}, \"output\": \"float32 [N, {}] logits\"}}",
+        name_, eval_set_->channels(), augment_.mean, augment_.std, eval_set_->num_classes());
+  }
+
   StepOutput train_step(const Batch& b) override {
     auto out = any_.forward(b.images);
     StepOutput r;

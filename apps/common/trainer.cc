@@ -13,7 +13,9 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "common/export.h"
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/job.h"
@@ -601,6 +603,77 @@ void Trainer::train() {
   log_line(fmt::format("done: {} steps in {} ({:.1f} s)", st.global_step - run_start_step, hms(total), total));
 }
 
+torch::Tensor Trainer::infer(const torch::Tensor&) {
+  throw NotSupported("dtrain-" + app_ + " has no export_model yet");
+}
+
+std::string Trainer::preprocessing_json() const { throw NotSupported("dtrain-" + app_ + " has no export_model yet"); }
+
+void Trainer::export_model(const std::string& output, const std::string& verify_dir, int64_t batch) {
+  opts_ = trainer_table().read(cfg_);
+  torch::manual_seed(static_cast<uint64_t>(opts_.seed));
+  seed_ = static_cast<uint64_t>(opts_.seed);
+  build();
+  model_->to(torch::kCPU);
+  ckpt_dir_ = cfg_.get_string("checkpoint.dir");
+  std::string path = opts_.resume;
+  if (path == "false" || path == "true" || path.empty()) path = (fs::path(ckpt_dir_) / "latest.pt").string();
+  if (!fs::exists(path)) path = latest_sharded_checkpoint(ckpt_dir_);
+  if (path.empty() || !fs::exists(path))
+    config_error(cfg_, "checkpoint.dir",
+                 "export_model found no checkpoint: no " + (fs::path(ckpt_dir_) / "latest.pt").string() +
+                     " and no sharded one (train first, or name one with checkpoint.resume)");
+  // The optimizer's part of the checkpoint is read into a throwaway one.
+  torch::optim::SGD scratch(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (fs::is_directory(path)) {
+    std::vector<torch::serialize::InputArchive> ars;
+    for (int r = 0; fs::exists(fs::path(path) / ("rank-" + std::to_string(r) + ".pt")); ++r) {
+      ars.emplace_back();
+      ars.back().load_from((fs::path(path) / ("rank-" + std::to_string(r) + ".pt")).string());
+    }
+    fleet::load_shards_unsharded(ars, *model_, scratch);
+    torch::NoGradGuard ng;
+    for (auto& kv : model_->named_buffers()) {
+      torch::Tensor t;
+      ars.at(0).read("buffers/" + kv.key(), t, true);
+      kv.value().copy_(t);
+    }
+  } else {
+    torch::serialize::InputArchive ar, m;
+    ar.load_from(path, torch::Device(torch::kCPU));
+    ar.read("model", m);
+    model_->load(m);
+  }
+  model_->eval();
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < std::min<size_t>(static_cast<size_t>(std::max<int64_t>(1, batch)), eval_set_->size()); ++i)
+    idx.push_back(i);
+  BatchLoader loader(eval_set_, idx, static_cast<int64_t>(idx.size()), false, augment_, false, seed_, 0);
+  Batch b;
+  if (!loader.next(&b)) throw InvalidUsage("export_model: the evaluation set is empty");
+  save_torchscript(*model_, [this](const torch::Tensor& x) { return infer(x); }, b.images, output,
+                   {{"preprocessing.json", preprocessing_json()}});
+  torch::Tensor out;
+  {
+    torch::NoGradGuard ng;
+    out = infer(b.images).contiguous();
+  }
+  log_line(fmt::format("export_model: {} -> {} (TorchScript; input {} -> output {}; preprocessing.json inside)", path,
+                       output, fmt::join(b.images.sizes(), "x"), fmt::join(out.sizes(), "x")));
+  if (verify_dir.empty()) return;
+  fs::create_directories(verify_dir);
+  auto write = [&](const std::string& name, const torch::Tensor& t) {
+    auto c = t.to(torch::kFloat).contiguous();
+    std::ofstream f((fs::path(verify_dir) / name).string(), std::ios::binary);
+    f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+    if (!f) throw IoError("cannot write " + (fs::path(verify_dir) / name).string());
+  };
+  write("input.f32", b.images);
+  write("output.f32", out);
+  std::ofstream((fs::path(verify_dir) / "shapes.txt").string())
+      << fmt::format("{}\n{}\n", fmt::join(b.images.sizes(), " "), fmt::join(out.sizes(), " "));
+}
+
 int run_guarded(const std::string& prefix, const std::function<int()>& body) {
   try {
     return body();
@@ -618,6 +691,26 @@ int run_guarded(const std::string& prefix, const std::function<int()>& body) {
 int trainer_main(int argc, char** argv, const std::string& app, const std::string& description,
                  Config (*load)(const std::string&, const std::vector<std::string>&),
                  std::unique_ptr<Trainer> (*make)(Config)) {
+  if (argc > 1 && std::string(argv[1]) == "export_model") {
+    CLI::App ex{"dtrain-" + app + " export_model: the trained model as TorchScript (Paddle's tools/export_model.py)"};
+    std::string job, output, verify;
+    std::vector<std::string> over;
+    int64_t batch = 8;
+    ex.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
+    ex.add_option("-o,--override", over, "override a key: -o checkpoint.dir=DIR (repeatable)");
+    ex.add_option("--output", output, "the TorchScript file to write")->required();
+    ex.add_option("--verify", verify, "also write the traced batch and the model's output there (raw float32)");
+    ex.add_option("--batch", batch, "images in the traced batch (the first of the evaluation set)");
+    try {
+      ex.parse(argc - 1, argv + 1);
+    } catch (const CLI::ParseError& e) {
+      return ex.exit(e);
+    }
+    return run_guarded("dtrain-" + app + " export_model: error: ", [&] {
+      make(load(job, over))->export_model(output, verify, batch);
+      return 0;
+    });
+  }
   CLI::App cli{description};
   std::string job_file;
   std::vector<std::string> overrides;

@@ -141,6 +141,14 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
   void run();
+  // `dtrain-<app> export_model`: one process on the CPU builds the model,
+  // loads the job's checkpoint (checkpoint.resume's path, else
+  // <checkpoint.dir>/latest.pt, else the latest sharded one) and writes it as
+  // TorchScript to `output` (common/export.h), traced on the first evaluation
+  // batch, with the app's preprocessing as the extra file preprocessing.json.
+  // With `verify_dir`, also writes that batch and the model's output there
+  // (input.f32, output.f32: raw float32; shapes.txt) for checks outside dtrain.
+  void export_model(const std::string& output, const std::string& verify_dir, int64_t batch);
 
  protected:
   // Creates train_set, eval_set, augment, model and the app's part of the
@@ -151,6 +159,10 @@ class Trainer {
   // Evaluates on eval_set (every worker its share) and logs the result.
   virtual void evaluate() = 0;
   virtual std::string describe_model() const = 0;
+  // export_model: the inference forward on a preprocessed batch, and the
+  // preprocessing as JSON. The defaults refuse: the app has no export yet.
+  virtual torch::Tensor infer(const torch::Tensor& images);
+  virtual std::string preprocessing_json() const;
 
   // Averages BatchNorm statistics across workers; every worker calls it.
   void sync_buffers() { dp_->average_buffers(); }
