@@ -1,6 +1,7 @@
 #include "common/export.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include <torch/csrc/jit/frontend/tracer.h>
@@ -9,6 +10,23 @@
 #include "dtrain/error.h"
 
 namespace dtrain::apps {
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
 
 void save_torchscript(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                       const torch::Tensor& example, const std::string& path,

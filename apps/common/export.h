@@ -20,6 +20,9 @@ namespace torch = ::torch;
 // none in eval mode). `extra` is stored beside the code (read with
 // torch.jit.load(path, _extra_files=...)): the apps put their preprocessing
 // there. The model must be in eval mode; writes `path` atomically.
+// s as the inside of a JSON string literal (quotes, backslashes and control characters escaped).
+std::string json_escape(const std::string& s);
+
 void save_torchscript(torch::nn::Module& model, const std::function<torch::Tensor(const torch::Tensor&)>& forward,
                       const torch::Tensor& example, const std::string& path,
                       const std::map<std::string, std::string>& extra);

@@ -120,10 +120,15 @@ CrnnImpl::CrnnImpl(const std::string& name, int channels, int width, int hidden,
 }
 
 torch::Tensor CrnnImpl::forward(const torch::Tensor& x) {
-  auto f = backbone->forward(x);                           // [B, D, 1, T]
-  auto seq = f.squeeze(2).permute({2, 0, 1});              // [T, B, D]
-  auto out = std::get<0>(rnn->forward(seq.contiguous()));  // [T, B, 2H]
-  return head->forward(out);                               // [T, B, classes]
+  auto f = backbone->forward(x);                            // [B, D, 1, T]
+  auto seq = f.squeeze(2).permute({2, 0, 1}).contiguous();  // [T, B, D]
+  // The zero initial state made from the input by tensor ops, not from its
+  // size as a number: export_model's trace then keeps the batch size free.
+  const auto& o = rnn->options;
+  auto h0 = seq.select(0, 0).narrow(1, 0, 1).mul(0).expand({-1, o.hidden_size()});  // [B, H]
+  h0 = h0.unsqueeze(0).repeat({o.num_layers() * (o.bidirectional() ? 2 : 1), 1, 1}).contiguous();
+  auto out = std::get<0>(rnn->forward(seq, std::make_tuple(h0, h0.clone())));  // [T, B, 2H]
+  return head->forward(out);                                                   // [T, B, classes]
 }
 
 Crnn make_crnn(const std::string& backbone, int channels, int width, int hidden, int layers, int classes) {

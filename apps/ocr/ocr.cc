@@ -13,6 +13,7 @@
 
 #include "common/data.h"
 #include "common/pictures.h"
+#include "common/export.h"
 #include "common/trainer.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
@@ -309,6 +310,19 @@ class OcrTrainer : public Trainer {
   }
 
   std::string describe_model() const override { return described_; }
+
+  // export_model: the CRNN's logits; CTC greedy decoding (drop repeats, then blanks) is the caller's.
+  torch::Tensor infer(const torch::Tensor& images) override { return net_->forward(images); }
+
+  std::string preprocessing_json() const override {
+    std::string dict;
+    for (const auto& c : dict_->chars()) dict += (dict.empty() ? "\"" : ", \"") + json_escape(c) + "\"";
+    return fmt::format(
+        "{{\"app\": \"ocr\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W] grey text lines: pixels / "
+        "255, then (x - mean) / std\", \"mean\": {}, \"std\": {}, \"output\": \"float32 [T, N, classes] logits; "
+        "CTC greedy: argmax per step, drop repeats, drop blank 0; class k >= 1 is dict[k - 1]\", \"dict\": [{}]}}",
+        json_escape(described_), eval_set_->channels(), augment_.mean, augment_.std, dict);
+  }
 
   torch::Tensor ctc(const torch::Tensor& logits, const Batch& b) const {
     auto logp = logits.log_softmax(2);

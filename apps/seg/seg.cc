@@ -12,6 +12,7 @@
 #include "common/data.h"
 #include "common/pictures.h"
 #include "common/seg_data.h"
+#include "common/export.h"
 #include "common/trainer.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
@@ -221,6 +222,17 @@ class SegTrainer : public Trainer {
   }
 
   std::string describe_model() const override { return described_; }
+
+  // export_model: the plain forward (evaluation's flips and scales are the caller's).
+  torch::Tensor infer(const torch::Tensor& images) override { return net_->forward(images); }
+
+  std::string preprocessing_json() const override {
+    return fmt::format(
+        "{{\"app\": \"seg\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - "
+        "mean) / std\", \"mean\": {}, \"std\": {}, \"output\": \"float32 [N, {}, H, W] logits; argmax(1) is the "
+        "class map\", \"ignore_index\": {}}}",
+        json_escape(described_), eval_set_->channels(), augment_.mean, augment_.std, classes_, augment_.ignore_index);
+  }
 
   torch::Tensor loss_of(const torch::Tensor& bf16_or_f32_logits, const torch::Tensor& labels) const {
     auto logits = bf16_or_f32_logits.to(torch::kFloat32);  // softmax and Dice sums in f32 under autocast
