@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -61,6 +62,8 @@ const ConfigTable<TrainOptions>& trainer_table() {
     t.add("checkpoint.resume", &T::resume, "false | true (latest in dir) | a checkpoint path");
     t.add("log.every_steps", &T::log_every_steps, "progress line every N steps").at_least(1);
     t.add("log.tensorboard", &T::tensorboard, "folder for TensorBoard event files");
+    t.add("model.pretrained", &T::pretrained,
+          "start from this checkpoint's matching tensors (latest.pt or a sharded-<step> folder); \"\": none");
     t.add("debug.dump_params", &T::dump_params, "write raw parameters at the end; {rank} is replaced");
     t.add("debug.kill_at_step", &T::kill_at_step,
           "SIGKILL every worker after this micro-step, first attempt only (tests)");
@@ -296,6 +299,79 @@ RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel&
   return read_run_state(ars[0]);
 }
 
+namespace {
+
+// The tensors of a checkpoint's model by dotted name: latest.pt's nested
+// module archive, or a sharded checkpoint put together whole.
+std::map<std::string, torch::Tensor> checkpoint_tensors(const std::string& path, torch::nn::Module& like) {
+  std::map<std::string, torch::Tensor> out;
+  if (fs::is_directory(path)) {
+    std::vector<torch::serialize::InputArchive> ars;
+    for (int r = 0; fs::exists(fs::path(path) / ("rank-" + std::to_string(r) + ".pt")); ++r) {
+      ars.emplace_back();
+      ars.back().load_from((fs::path(path) / ("rank-" + std::to_string(r) + ".pt")).string());
+    }
+    if (ars.empty()) throw IoError("'" + path + "' holds no sharded checkpoint (rank-0.pt)");
+    std::map<std::string, torch::Tensor> params;
+    for (auto& kv : like.named_parameters()) params[kv.key()] = kv.value();
+    // Slices are saved flat: a tensor of the model's element count takes its shape.
+    for (auto& [name, t] : fleet::whole_parameters(ars)) {
+      auto p = params.find(name);
+      out[name] = p != params.end() && p->second.numel() == t.numel() ? t.view(p->second.sizes()) : t;
+    }
+    for (auto& kv : like.named_buffers()) {
+      torch::Tensor t;
+      if (ars[0].try_read("buffers/" + kv.key(), t, true)) out[kv.key()] = t;
+    }
+    return out;
+  }
+  torch::serialize::InputArchive ar, m;
+  ar.load_from(path, torch::Device(torch::kCPU));
+  if (!ar.try_read("model", m)) throw IoError("'" + path + "' is not a dtrain checkpoint (no model in it)");
+  std::function<void(torch::serialize::InputArchive&, const std::string&)> walk = [&](torch::serialize::InputArchive& a,
+                                                                                      const std::string& prefix) {
+    for (const auto& k : a.keys()) {
+      torch::Tensor t;
+      if (a.try_read(k, t) || a.try_read(k, t, true)) {
+        out[prefix + k] = t;
+        continue;
+      }
+      torch::serialize::InputArchive child;
+      if (a.try_read(k, child)) walk(child, prefix + k + ".");
+    }
+  };
+  walk(m, "");
+  return out;
+}
+
+}  // namespace
+
+std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
+  auto saved = checkpoint_tensors(path, model);
+  std::vector<std::string> skipped;
+  int loaded = 0;
+  torch::NoGradGuard ng;
+  auto take = [&](const std::string& name, torch::Tensor& t) {
+    auto it = saved.find(name);
+    if (it == saved.end()) {
+      skipped.push_back(name + " (not in the checkpoint)");
+    } else if (it->second.sizes() != t.sizes()) {
+      skipped.push_back(fmt::format("{} [{}] (checkpoint [{}])", name, fmt::join(t.sizes(), ", "),
+                                    fmt::join(it->second.sizes(), ", ")));
+    } else {
+      t.copy_(it->second);
+      ++loaded;
+    }
+  };
+  for (auto& kv : model.named_parameters()) take(kv.key(), kv.value());
+  for (auto& kv : model.named_buffers()) take(kv.key(), kv.value());
+  if (loaded == 0)
+    throw InvalidUsage("model.pretrained: not one tensor of '" + path +
+                       "' matches this model by name and shape (is it another app's or model's checkpoint?)");
+  return fmt::format("pretrained: {} tensors from {}{}", loaded, path,
+                     skipped.empty() ? std::string() : fmt::format("; skipped {}", fmt::join(skipped, ", ")));
+}
+
 uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model) {
   for (size_t p; (p = path.find("{rank}")) != std::string::npos;) path.replace(p, 6, std::to_string(rank));
   if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
@@ -367,6 +443,11 @@ void Trainer::setup() {
   device_ = choose_device(cfg_, config_error);
 
   build();
+  if (!opts_.pretrained.empty()) {
+    if (!fs::exists(opts_.pretrained))
+      config_error(cfg_, "model.pretrained", "'" + opts_.pretrained + "' does not exist");
+    log_line(load_pretrained(opts_.pretrained, *model_));
+  }
   model_->to(device_.device);
   if (device_.channels_last) {
     // Weights in the batches' layout too: oneDNN's bf16 convolutions are ~1.4x faster than with contiguous weights.

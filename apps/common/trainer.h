@@ -53,6 +53,7 @@ struct TrainOptions {
   int64_t checkpoint_every_epochs = 1, checkpoint_every_steps = 0;
   std::string resume = "false";  // [checkpoint] resume: false | true | a path
   int64_t log_every_steps = 50;
+  std::string pretrained;   // [model]: a checkpoint to start from (fine-tuning)
   std::string tensorboard;  // [log]
   std::string dump_params;  // [debug]
   int64_t kill_at_step = 0;
@@ -118,6 +119,14 @@ std::string latest_sharded_checkpoint(const std::string& dir);
 // Loads a sharded checkpoint saved at any world size: into dp's shards (a
 // sharded run, collective) or into the whole model (dp without sharding).
 RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel& dp, torch::optim::Optimizer& opt);
+
+// Fine-tuning ([model] pretrained = PATH): copies into `model` every
+// parameter and buffer of the checkpoint at PATH (a latest.pt, or a sharded
+// checkpoint folder) whose name and shape match; the others keep their
+// initial values and are listed in the returned line (a new head: "skipped
+// fc.weight [10, 64] (checkpoint [5, 64]), ..."). IoError when PATH has
+// none; InvalidUsage when not one tensor matched.
+std::string load_pretrained(const std::string& path, torch::nn::Module& model);
 
 // Writes the raw parameters to `path` ("{rank}" replaced) and returns their FNV-1a 64 hash.
 uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model);

@@ -551,6 +551,7 @@ void save_shard(::torch::serialize::OutputArchive& ar, const ShardedParameters& 
   for (size_t i = 0; i < sp.size(); ++i) {
     ar.write(key_of(i, "name"), c10::IValue(sp.name(i)));
     ar.write(key_of(i, "numel"), c10::IValue(sp.numel(i)));
+    ar.write(key_of(i, "shape"), c10::IValue(sp.parameter(i).sizes().vec()));
     ar.write(key_of(i, "value"), sp.shard(i).detach().cpu(), /*is_buffer=*/true);
     auto it = opt.state().find(state_key(sp.shard(i)));
     if (it == opt.state().end()) continue;
@@ -610,6 +611,21 @@ void load_shards_unsharded(std::vector<::torch::serialize::InputArchive>& ars, :
         v = v.toTensor().view(p.sizes()).to(p.device());
     set_state(opt, p, w.kind, w.state);
   }
+}
+
+std::vector<std::pair<std::string, ::torch::Tensor>> whole_parameters(
+    std::vector<::torch::serialize::InputArchive>& ars) {
+  if (ars.empty()) throw InvalidUsage("sharded checkpoint: no files");
+  const int64_t count = read_int(ars[0], "shard/count");
+  check_archives(ars, static_cast<size_t>(count));
+  std::vector<std::pair<std::string, ::torch::Tensor>> out;
+  for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+    auto value = consolidate(ars, i, read_int(ars[0], key_of(i, "numel"))).value;
+    c10::IValue shape;
+    if (ars[0].try_read(key_of(i, "shape"), shape)) value = value.view(shape.toIntVector());
+    out.emplace_back(read_string(ars[0], key_of(i, "name")), value);
+  }
+  return out;
 }
 
 int64_t optimizer_state_bytes(::torch::optim::Optimizer& opt) {

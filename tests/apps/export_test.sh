@@ -4,7 +4,8 @@
 # Trains a small job of the app (2 workers), exports it (TorchScript + the traced batch and dtrain's
 # output), then Python PyTorch (torchscript_check.py) and a plain libtorch C++ program
 # (torchscript_run) load the file and get dtrain's output. cls also exports a sharded (stage 3)
-# checkpoint and checks the default job's shapes ([N, 1, 28, 28] -> [N, 10]).
+# checkpoint, checks the default job's shapes ([N, 1, 28, 28] -> [N, 10]), and fine-tunes from both
+# checkpoints onto a 3-class list (model.pretrained: the new head is skipped, named).
 # Exit 77 (skipped) without the app's data (Fashion-MNIST; the OCR fonts and word list).
 set -euo pipefail
 app=$1 dtrain=$2 prog=$3 job=$4 runner=$5 work=$6
@@ -44,6 +45,25 @@ for kind in "${kinds[@]}"; do
   /usr/bin/python3 "$here/torchscript_check.py" "$kind/model.pt" "$kind/verify" || fail "Python ($kind)"
   "$runner" "$kind/model.pt" "$kind/verify" || fail "libtorch C++ ($kind)"
 done
+if [[ $app == cls ]]; then
+  # Fine-tuning: a 3-class list data set from the 10-class checkpoint takes every tensor but the new head's.
+  mkdir -p imgs
+  for i in 0 1 2 3 4 5 6 7; do { printf 'P5\n28 28\n255\n'; head -c 784 /dev/urandom; } > imgs/$i.pgm; done
+  for i in 0 1 2 3 4 5 6 7; do echo "imgs/$i.pgm $((i % 3))"; done > list.txt
+  list=(-o model.width=0.25 -o data.dataset=\"list\" -o data.root=$PWD -o data.train_list=list.txt -o data.val_list=list.txt
+        -o data.channels=1 -o data.image_size=28 -o data.num_classes=3 -o train.batch_size=4 -o train.epochs=1
+        -o checkpoint.dir=ckpt_ft -o checkpoint.resume=false -o train.threads=1)
+  for kind in "${kinds[@]}"; do
+    from=ckpt_$kind/latest.pt
+    [[ $kind == sharded ]] && from=ckpt_sharded/$(head -1 ckpt_sharded/latest-sharded)
+    "$prog" "$job" "${list[@]}" -o "model.pretrained=$from" > "ft_$kind.log" 2>&1 || { cat "ft_$kind.log" >&2; fail "fine-tuning from $kind failed"; }
+    grep -m1 "^pretrained:" "ft_$kind.log"
+    grep -q "^pretrained: 126 tensors from .*; skipped fc.weight \[3, 16\] (checkpoint \[10, 16\]), fc.bias \[3\] (checkpoint \[10\])$" \
+        "ft_$kind.log" || fail "fine-tuning from $kind did not take the backbone and skip the head"
+  done
+  if "$prog" "$job" "${list[@]}" -o model.pretrained=nowhere.pt > ft_none.log 2>&1; then fail "a missing pretrained checkpoint exited 0"; fi
+  grep -q "key 'model.pretrained': 'nowhere.pt' does not exist" ft_none.log || { cat ft_none.log >&2; fail "no clear error"; }
+fi
 # No checkpoint: a clear error naming the key.
 if "$prog" export_model "$job" "${small[@]}" -o checkpoint.dir=nothing_here --output x.pt > none.log 2>&1; then
   fail "export_model without a checkpoint exited 0"

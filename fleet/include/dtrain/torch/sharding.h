@@ -179,6 +179,11 @@ void load_shards(std::vector<::torch::serialize::InputArchive>& archives, Sharde
 void load_shards_unsharded(std::vector<::torch::serialize::InputArchive>& archives, ::torch::nn::Module& model,
                            ::torch::optim::Optimizer& optimizer);
 
+// The whole parameters of a sharded checkpoint's N archives, by name (as
+// the saving model named them), without a model: what fine-tuning reads.
+std::vector<std::pair<std::string, ::torch::Tensor>> whole_parameters(
+    std::vector<::torch::serialize::InputArchive>& archives);
+
 // Bytes of optimizer state held for the parameters `optimizer` steps.
 int64_t optimizer_state_bytes(::torch::optim::Optimizer& optimizer);
 
