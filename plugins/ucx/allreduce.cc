@@ -12,8 +12,13 @@ void Algorithms::allreduce(const void* src, void* dst, size_t count, int32_t dty
     if (src != dst) std::memcpy(dst, src, count * esz);
     if (world() > 1) small_allreduce(dst, count, dtype, op, seq, deadline);
   } else {
-    ring_reduce_scatter(src, dst, nullptr, count, dtype, op, seq, deadline);
-    ring_allgather(dst, count, esz, seq, deadline);
+    size_t bytes = count * esz;
+    bool adapt = settings.adaptive_stream && shm_ok(bytes) && !stream_ok(bytes);
+    bool stream = adapt ? store_choice_.pick() : stream_ok(bytes);
+    auto start = Clock::now();
+    ring_reduce_scatter(src, dst, nullptr, count, dtype, op, seq, deadline, stream);
+    ring_allgather(dst, count, esz, seq, deadline, stream);
+    if (adapt) store_choice_.learn(stream, bytes, Clock::now() - start);
   }
   if (op == DT_OP_AVG) sdk::scale_avg(dtype, dst, count, world());
 }
@@ -109,7 +114,7 @@ void Algorithms::reduce_scatter(const void* send, void* recv, size_t count, int3
     std::memcpy(recv, tmp + rank() * count * esz, count * esz);
   } else {
     char* acc = grow(full_, total * esz);
-    ring_reduce_scatter(send, acc, recv, total, dtype, op, seq, deadline);
+    ring_reduce_scatter(send, acc, recv, total, dtype, op, seq, deadline, stream_ok(total * esz));
   }
   if (op == DT_OP_AVG) sdk::scale_avg(dtype, recv, count, world());
 }
@@ -125,7 +130,7 @@ void Algorithms::reduce(const void* send, void* recv, size_t count, int32_t dtyp
     if (is_root) std::memcpy(recv, tmp, bytes);
   } else {
     void* acc = is_root ? recv : grow(full_, bytes);
-    ring_reduce_scatter(send, acc, nullptr, count, dtype, op, seq, deadline);
+    ring_reduce_scatter(send, acc, nullptr, count, dtype, op, seq, deadline, stream_ok(bytes));
     Batch b(fabric());
     if (is_root) {
       for (int p = 0; p < world(); ++p)

@@ -26,7 +26,7 @@ void Algorithms::broadcast(void* buf, size_t bytes, int root, uint64_t seq, Cloc
 void Algorithms::allgather(const void* send, void* recv, size_t bytes, uint64_t seq, Clock::time_point deadline) {
   char* mine = at(recv, rank() * bytes);
   if (send != mine) std::memmove(mine, send, bytes);
-  if (world() > 1) ring_allgather(recv, bytes * world(), 1, seq, deadline);
+  if (world() > 1) ring_allgather(recv, bytes * world(), 1, seq, deadline, stream_ok(bytes * world()));
 }
 
 void Algorithms::alltoall(const void* send, void* recv, size_t bytes, uint64_t seq, Clock::time_point deadline) {

@@ -38,6 +38,7 @@ UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
   s.spin = std::chrono::microseconds(at_least("spin_us", 0));
   s.shm = o.get_bool("shared_memory");
   s.stream_bytes = static_cast<size_t>(at_least("stream_bytes", 0));
+  s.adaptive_stream = o.get_bool("adaptive_stream");
   u.tls = o.get_string("tls");
   u.net_devices = o.get_string("net_devices");
   if (u.net_devices.empty()) u.net_devices = default_net_devices(init);

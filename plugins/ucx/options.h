@@ -25,6 +25,9 @@ struct Settings {
   // Ops of at least this many bytes write the mailboxes with non-temporal
   // stores (0: never). A rank's own choice: the reader is the same either way.
   size_t stream_bytes = 0;
+  // Ring all-reduces below stream_bytes pick plain or non-temporal stores by
+  // their measured time (Algorithms::StoreChoice); false: plain stores.
+  bool adaptive_stream = false;
 };
 
 // Everything the [ucx] table says, checked: an unknown name or a value out of

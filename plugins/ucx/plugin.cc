@@ -23,6 +23,9 @@ const dt_config_key_v1_t kKeys[] = {
     {"pipeline_depth", "int", "8", "ring chunks in flight per step"},
     {"stream_bytes", "int", "8388608",
      "ops of at least this many bytes write the shared-memory mailboxes with non-temporal stores (0: never)"},
+    {"adaptive_stream", "bool", "true",
+     "ring all-reduces on shared memory below stream_bytes use plain or non-temporal stores, whichever took less time "
+     "per byte over the last ops (the other is retried every 32nd op); false: plain stores"},
     {"spin_us", "int", "2000",
      "busy-poll this long before sleeping on the worker's event fd (or in 20 us steps on shared memory)"},
     {"grace_us", "int", "1000",

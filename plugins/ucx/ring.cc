@@ -29,7 +29,7 @@ void copy_streaming(char* dst, const char* src, size_t len) {
 }
 
 void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst, size_t count, int32_t dtype,
-                                     int32_t op, uint64_t seq, Clock::time_point deadline) {
+                                     int32_t op, uint64_t seq, Clock::time_point deadline, bool stream) {
   size_t esz = sdk::dtype_size(dtype);
   sdk::ReduceFn fn = sdk::reduce_fn(dtype, op);
   int r = rank(), next = wrap(r + 1), prev = wrap(r - 1);
@@ -49,7 +49,7 @@ void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst
           [&](size_t k, const char* data, size_t bytes) {
             fn(out + k * chunk * esz, mine + k * chunk * esz, data, bytes / esz);
           },
-          deadline, "ring reduce-scatter", stream_ok(count * esz));
+          deadline, "ring reduce-scatter", stream);
       continue;
     }
     Batch sends(fabric());
@@ -74,7 +74,8 @@ void Algorithms::ring_reduce_scatter(const void* src, void* dst, void* final_dst
   }
 }
 
-void Algorithms::ring_allgather(void* buf, size_t count, size_t esz, uint64_t seq, Clock::time_point deadline) {
+void Algorithms::ring_allgather(void* buf, size_t count, size_t esz, uint64_t seq, Clock::time_point deadline,
+                                bool stream) {
   int r = rank(), next = wrap(r + 1), prev = wrap(r - 1);
   size_t chunk = std::max<size_t>(esz, settings.chunk_bytes / esz * esz);
   for (int step = 0; step < world() - 1; ++step) {
@@ -84,7 +85,7 @@ void Algorithms::ring_allgather(void* buf, size_t count, size_t esz, uint64_t se
       shm_step(
           at(buf, block_off(count, sb) * esz), block_len(count, sb) * esz, block_len(count, rb) * esz, chunk,
           [&](size_t k, const char* data, size_t bytes) { std::memcpy(dst + k * chunk, data, bytes); }, deadline,
-          "ring all-gather", stream_ok(count * esz));
+          "ring all-gather", stream);
       continue;
     }
     Batch b(fabric());
