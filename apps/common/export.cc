@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 #include <torch/script.h>
 
+#include "common/trainer.h"
 #include "dtrain/error.h"
+
+namespace fs = std::filesystem;
 
 namespace dtrain::apps {
 
@@ -53,6 +59,67 @@ void save_torchscript(torch::nn::Module& model, const std::function<torch::Tenso
     std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   script.save(tmp, files);
   std::filesystem::rename(tmp, path);
+}
+
+torch::Tensor Trainer::infer(const torch::Tensor&) {
+  throw NotSupported("dtrain-" + app_ + " has no export_model yet");
+}
+
+std::string Trainer::preprocessing_json() const { throw NotSupported("dtrain-" + app_ + " has no export_model yet"); }
+
+void Trainer::export_model(const std::string& output, const std::string& verify_dir, int64_t batch) {
+  opts_ = trainer_table().read(cfg_);
+  torch::manual_seed(static_cast<uint64_t>(opts_.seed));
+  seed_ = static_cast<uint64_t>(opts_.seed);
+  build();
+  model_->to(torch::kCPU);
+  ckpt_dir_ = cfg_.get_string("checkpoint.dir");
+  std::string path = opts_.resume;
+  if (path == "false" || path == "true" || path.empty()) path = (fs::path(ckpt_dir_) / "latest.pt").string();
+  if (!fs::exists(path)) path = latest_sharded_checkpoint(ckpt_dir_);
+  if (path.empty() || !fs::exists(path))
+    config_error(cfg_, "checkpoint.dir",
+                 "export_model found no checkpoint: no " + (fs::path(ckpt_dir_) / "latest.pt").string() +
+                     " and no sharded one (train first, or name one with checkpoint.resume)");
+  // The optimizer's part of the checkpoint is read into a throwaway one.
+  torch::optim::SGD scratch(model_->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  if (fs::is_directory(path)) {
+    auto ars = read_shard_archives(path);
+    load_shards_whole(ars, *model_, scratch);
+  } else {
+    torch::serialize::InputArchive ar, m;
+    ar.load_from(path, torch::Device(torch::kCPU));
+    ar.read("model", m);
+    model_->load(m);
+  }
+  model_->eval();
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < std::min<size_t>(static_cast<size_t>(std::max<int64_t>(1, batch)), eval_set_->size()); ++i)
+    idx.push_back(i);
+  BatchLoader loader(eval_set_, idx, static_cast<int64_t>(idx.size()), false, augment_, false, seed_, 0);
+  Batch b;
+  if (!loader.next(&b)) throw InvalidUsage("export_model: the evaluation set is empty");
+  save_torchscript(*model_, [this](const torch::Tensor& x) { return infer(x); }, b.images, output,
+                   {{"preprocessing.json", preprocessing_json()}});
+  torch::Tensor out;
+  {
+    torch::NoGradGuard ng;
+    out = infer(b.images).contiguous();
+  }
+  log_line(fmt::format("export_model: {} -> {} (TorchScript; input {} -> output {}; preprocessing.json inside)", path,
+                       output, fmt::join(b.images.sizes(), "x"), fmt::join(out.sizes(), "x")));
+  if (verify_dir.empty()) return;
+  fs::create_directories(verify_dir);
+  auto write = [&](const std::string& name, const torch::Tensor& t) {
+    auto c = t.to(torch::kFloat).contiguous();
+    std::ofstream f((fs::path(verify_dir) / name).string(), std::ios::binary);
+    f.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * sizeof(float)));
+    if (!f) throw IoError("cannot write " + (fs::path(verify_dir) / name).string());
+  };
+  write("input.f32", b.images);
+  write("output.f32", out);
+  std::ofstream((fs::path(verify_dir) / "shapes.txt").string())
+      << fmt::format("{}\n{}\n", fmt::join(b.images.sizes(), " "), fmt::join(out.sizes(), " "));
 }
 
 }  // namespace dtrain::apps

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "common/checkpoint.h"
 #include "common/data.h"
 #include "common/device.h"
 #include "common/tensorboard.h"
@@ -89,47 +90,6 @@ struct LrSchedule {
   static LrSchedule from_config(const Config& cfg, int64_t epochs, int64_t steps_per_epoch, int64_t k_merge);
   double at(int64_t micro_step) const;
 };
-
-// ---- progress and checkpoints ------------------------------------------------
-// Where the run is: the next micro-step to run.
-struct RunState {
-  int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
-  bool has_loss_scale = false;  // the checkpoint kept AMP's loss scaler
-  LossScaler::State loss_scale;
-};
-
-// <dir>/latest.pt, written atomically (temporary file, fsync, rename, fsync of
-// the folder) by rank 0: model, optimizer, run state (with the loss scaler's
-// state), world size and the CPU generator's state.
-void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                     const RunState& state, int world);
-// Loads a checkpoint written by save_checkpoint into model and optimizer;
-// returns the run state it saved.
-RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt);
-
-// Sharded checkpoints (strategy.sharding): every rank writes
-// <dir>/sharded-<step>/rank-<r>.pt (its shards, their optimizer state, the
-// model's buffers and the run state); once all have, rank 0 points
-// <dir>/latest-sharded at the folder (written atomically) and removes older
-// ones. Collective.
-void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, torch::optim::Optimizer& opt,
-                             const RunState& state, int rank, int world);
-// The folder <dir>/latest-sharded names, or "" when there is none.
-std::string latest_sharded_checkpoint(const std::string& dir);
-// Loads a sharded checkpoint saved at any world size: into dp's shards (a
-// sharded run, collective) or into the whole model (dp without sharding).
-RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel& dp, torch::optim::Optimizer& opt);
-
-// Fine-tuning ([model] pretrained = PATH): copies into `model` every
-// parameter and buffer of the checkpoint at PATH (a latest.pt, or a sharded
-// checkpoint folder) whose name and shape match; the others keep their
-// initial values and are listed in the returned line (a new head: "skipped
-// fc.weight [10, 64] (checkpoint [5, 64]), ..."). IoError when PATH has
-// none; InvalidUsage when not one tensor matched.
-std::string load_pretrained(const std::string& path, torch::nn::Module& model);
-
-// Writes the raw parameters to `path` ("{rank}" replaced) and returns their FNV-1a 64 hash.
-uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model);
 
 // ---- the loop ---------------------------------------------------------------
 // What one training micro-step reports.
