@@ -1,10 +1,13 @@
 #include "cls/cls.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/data.h"
+#include "common/export.h"
 #include "common/models.h"
 #include "common/trainer.h"
+#include "common/transforms.h"
 #include "dtrain/error.h"
 
 namespace dtrain::apps {
@@ -24,6 +27,8 @@ void add_cls_keys(ConfigSchema& s) {
   s.add("augment.flip", ConfigType::Bool, "true", "random horizontal flip");
   s.add("augment.mean", ConfigType::Float, "0.286", "normalisation mean (all channels)");
   s.add("augment.std", ConfigType::Float, "0.353", "normalisation std (all channels)");
+  s.add_open_table("data.train.transforms");  // PaddleClas operators (common/transforms.h)
+  s.add_open_table("data.eval.transforms");
   s.add("model.name", ConfigType::String, "\"resnet20\"", "resnet20 | resnet32 | resnet56 | resnet18 | resnet50");
   s.add("model.width", ConfigType::Float, "1.0", "channel multiplier");
 }
@@ -60,6 +65,7 @@ class ClsTrainer : public Trainer {
       std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
       if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
       if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
+      if (cfg.has("data.train.transforms")) size = 0;  // each image its own size: the transforms crop
       train_set_ = load_list_dataset(tl, root, classes, size, ch, limit_train);
       eval_set_ = load_list_dataset(vl, root, classes, size, ch, limit_eval);
     } else {
@@ -70,6 +76,10 @@ class ClsTrainer : public Trainer {
     augment_.mean = static_cast<float>(cfg.get_float("augment.mean"));
     augment_.std = static_cast<float>(cfg.get_float("augment.std"));
     if (!(augment_.std > 0)) config_error(cfg, "augment.std", "must be > 0");
+    read_transforms(cfg, Transforms::Flavour::Cls, train_set_->channels(), augment_);
+    if (augment_.train_transforms)
+      log_line("transforms: train " + augment_.train_transforms->describe() + "; eval " +
+               augment_.eval_transforms->describe());
 
     name_ = cfg.get_string("model.name");
     width_ = cfg.get_float("model.width");
@@ -86,6 +96,13 @@ class ClsTrainer : public Trainer {
   torch::Tensor infer(const torch::Tensor& images) override { return any_.forward(images); }
 
   std::string preprocessing_json() const override {
+    if (const auto& t = augment_.eval_transforms)
+      return fmt::format(
+          "{{\"app\": \"cls\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: {}; then pixels * "
+          "scale, then (x - mean) / std per channel\", \"scale\": {}, \"mean\": [{}], \"std\": [{}], \"output\": "
+          "\"float32 [N, {}] logits\"}}",
+          name_, eval_set_->channels(), json_escape(t->describe()), t->scale(), fmt::join(t->mean(), ", "),
+          fmt::join(t->stddev(), ", "), eval_set_->num_classes());
     return fmt::format(
         "{{\"app\": \"cls\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - mean) / "
         "std\", "
@@ -109,9 +126,9 @@ class ClsTrainer : public Trainer {
     std::vector<size_t> idx = eval_indices();
     std::vector<double> sums(4, 0.0);  // loss, top1, top5, count
     if (!idx.empty()) {
-      BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);
+      auto loader = eval_loader(idx);
       Batch b;
-      while (loader.next(&b)) {
+      while (loader->next(&b)) {
         b = to_device(b);
         auto out = any_.forward(b.images);
         sums[0] += torch::nn::functional::cross_entropy(

@@ -13,8 +13,14 @@ namespace dtrain::apps {
 //
 //   [data]       dataset = "fashion-mnist" | "list"; dir (IDX folder); train_list,
 //                val_list, root, image_size, channels, num_classes (list files);
-//                limit_train, limit_eval (0: all; for short runs); prefetch
-//   [augment]    crop_padding, flip, mean, std
+//                limit_train, limit_eval (0: all; for short runs); prefetch, num_workers
+//                (loader threads)
+//   [data.train.transforms], [data.eval.transforms]
+//                PaddleClas operators in order (common/transforms.h): DecodeImage,
+//                RandCropImage, ResizeImage, CropImage, RandFlipImage, NormalizeImage,
+//                ToCHWImage; given, they replace [augment] and image_size (list
+//                images keep their own size until the operators crop them)
+//   [augment]    crop_padding, flip, mean, std (without transforms)
 //   [model]      name (resnet20/32/56/18/50), width (channel multiplier)
 void add_cls_keys(ConfigSchema& schema);
 
@@ -25,7 +31,9 @@ Config load_cls_config(const std::string& path, const std::vector<std::string>& 
 
 // Everything `dtrain-cls JOB.toml [-o k=v]...` does: load and validate the job
 // file, join the job, train, evaluate (top-1/top-5), checkpoint. Returns the
-// exit code; errors are printed as one clear line and give 1.
+// exit code; errors are printed as one clear line and give 1. Also
+// `dtrain-cls export_model` and `dtrain-cls loader_bench JOB [-o k=v]...
+// [--batches N]` (the loader's images/s alone, common/trainer.h).
 int cls_main(int argc, char** argv);
 
 }  // namespace dtrain::apps

@@ -12,6 +12,7 @@
 
 #include <zlib.h>
 
+#include "common/transforms.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/random.h"
 
@@ -121,7 +122,7 @@ std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, 
 
 BatchLoader::BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> indices, int64_t batch_size,
                          bool drop_last, AugmentOptions augment, bool train, uint64_t seed, int64_t epoch,
-                         int64_t first_batch, int prefetch)
+                         int64_t first_batch, int prefetch, int num_workers)
     : dataset_(std::move(dataset)),
       indices_(std::move(indices)),
       batch_size_(batch_size),
@@ -131,16 +132,58 @@ BatchLoader::BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> i
       epoch_(epoch) {
   int64_t n = static_cast<int64_t>(indices_.size());
   num_batches_ = drop_last ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
-  prefetch_ = std::make_unique<Prefetcher<Batch>>(static_cast<size_t>(std::max(1, prefetch)),
-                                                  [this, first_batch](const Prefetcher<Batch>::Push& push) {
-                                                    for (int64_t b = first_batch; b < num_batches_; ++b)
-                                                      if (!push(make_batch(b))) return;
-                                                  });
+  const int workers = std::max(1, num_workers);
+  prefetch_ = std::make_unique<OrderedPrefetcher<Batch>>(
+      std::max<int64_t>(0, num_batches_ - first_batch), workers, static_cast<size_t>(std::max(1, prefetch) + workers),
+      [this, first_batch](int64_t i) { return make_batch(first_batch + i); });
 }
 
 BatchLoader::~BatchLoader() = default;
 
+uint64_t BatchLoader::sample_seed(size_t idx) const {
+  return sdk::splitmix64(seed_ ^ sdk::splitmix64(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+}
+
+Batch BatchLoader::make_transformed_batch(int64_t b, const Transforms& ops) const {
+  int64_t start = b * batch_size_;
+  int64_t end = std::min<int64_t>(start + batch_size_, static_cast<int64_t>(indices_.size()));
+  int64_t count = end - start;
+  Batch out;
+  out.index = b;
+  int c = 0, h = 0, w = 0;
+  bool dense = false;
+  float* dst = nullptr;
+  int64_t* lab = nullptr;
+  for (int64_t k = 0; k < count; ++k) {
+    size_t idx = indices_[start + k];
+    int64_t label = 0;
+    Image im = train_ ? dataset_->get_train(idx, seed_, epoch_, &label) : dataset_->get(idx, &label);
+    Transforms::Output t = ops.apply(im, sample_seed(idx) ^ 0x5bd1e995ULL);
+    if (k == 0) {
+      c = t.channels, h = t.height, w = t.width;
+      dense = !t.mask.empty();
+      out.images = torch::empty({count, c, h, w}, torch::kFloat32);
+      out.labels = dense ? torch::empty({count, h, w}, torch::kInt64) : torch::empty({count}, torch::kInt64);
+      dst = out.images.data_ptr<float>();
+      lab = out.labels.data_ptr<int64_t>();
+    } else if (t.channels != c || t.height != h || t.width != w) {
+      throw InvalidUsage("images of one batch differ in shape after the transforms: item " + std::to_string(idx) +
+                         " is " + std::to_string(t.width) + "x" + std::to_string(t.height) + ", the batch's first " +
+                         std::to_string(w) + "x" + std::to_string(h) +
+                         " (crop or resize to one size, or use a batch size of 1)");
+    }
+    std::copy(t.pixels.begin(), t.pixels.end(), dst + k * c * h * w);
+    if (dense)
+      std::copy(t.mask.begin(), t.mask.end(), lab + k * h * w);
+    else
+      lab[k] = label;
+  }
+  return out;
+}
+
 Batch BatchLoader::make_batch(int64_t b) const {
+  if (const auto& ops = train_ ? augment_.train_transforms : augment_.eval_transforms)
+    return make_transformed_batch(b, *ops);
   int64_t start = b * batch_size_;
   int64_t end = std::min<int64_t>(start + batch_size_, static_cast<int64_t>(indices_.size()));
   int64_t count = end - start;
@@ -175,8 +218,7 @@ Batch BatchLoader::make_batch(int64_t b) const {
     int dx = 0, dy = 0;
     bool flip = false;
     if (train_) {
-      uint64_t r = sdk::splitmix64(
-          seed_ ^ sdk::splitmix64(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+      uint64_t r = sample_seed(idx);
       if (pad > 0) {
         dx = static_cast<int>(r % (2 * pad + 1)) - pad;
         dy = static_cast<int>((r >> 16) % (2 * pad + 1)) - pad;
@@ -243,8 +285,7 @@ void BatchLoader::fill_segmentation(const Image& im, size_t idx, float* o, int64
     for (size_t i = 0; i < im.mask.size(); ++i) lab[i] = im.mask[i];
     return;
   }
-  uint64_t r =
-      sdk::splitmix64(seed_ ^ sdk::splitmix64(static_cast<uint64_t>(epoch_) * 0x10001ULL + idx * 0x9E3779B1ULL + 7));
+  uint64_t r = sample_seed(idx);
   uint64_t r2 = sdk::splitmix64(r);
   double u = double(r2 >> 11) * (1.0 / 9007199254740992.0);
   double s = augment_.min_scale + (augment_.max_scale - augment_.min_scale) * u;

@@ -25,8 +25,9 @@ struct Image {
   std::vector<int64_t> text;  // empty unless text recognition
 };
 
-// A labelled image set. get() must be safe to call from one background thread
-// while the owner does nothing else with the dataset.
+// A labelled image set. get() and get_train() must be safe to call from the
+// loader's threads at once (data.num_workers of them) while the owner does
+// nothing else with the dataset.
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -52,7 +53,8 @@ std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, si
 
 // A PaddleClas list file: one "relative/path.jpg label" per line (blank lines
 // and lines starting with '#' skipped), paths relative to root. Images are
-// decoded with OpenCV when fetched and resized to size x size (channels 1 or 3).
+// decoded with OpenCV when fetched (channels 1 or 3) and resized to size x size;
+// size 0 keeps each image's own size (for a Transforms pipeline to crop).
 // Parsing errors name the list file and line; a label outside [0, num_classes)
 // names the line; a missing image names the path and the list line that
 // referred to it (checked while loading the list).
@@ -78,12 +80,16 @@ std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint
 // a random crop back to the sample's size (plus the crop_padding jitter;
 // pixels from outside the source are 0 in the image and ignore_index in the
 // labels) and the flip. Classification samples use crop_padding and flip only.
+// A Transforms pipeline (common/transforms.h) for the split replaces all of
+// this: the loader runs it on each sample and batches its output.
+class Transforms;
 struct AugmentOptions {
   int crop_padding = 0;  // random crop after zero padding on every side (0: none)
   bool flip = false;     // random horizontal flip
   float mean = 0.0f, std = 1.0f;
-  float min_scale = 1.0f, max_scale = 1.0f;  // segmentation only
-  int ignore_index = 255;                    // segmentation only
+  float min_scale = 1.0f, max_scale = 1.0f;                             // segmentation only
+  int ignore_index = 255;                                               // segmentation only
+  std::shared_ptr<const Transforms> train_transforms, eval_transforms;  // null: the options above
 };
 
 // A batch ready for the model.
@@ -94,15 +100,19 @@ struct Batch {
   int64_t index = 0;            // batch number within the epoch
 };
 
-// Produces the batches of one epoch on a background thread, `prefetch`
-// batches ahead. Training batches come from Dataset::get_train, evaluation
-// batches from Dataset::get. Augmentation randomness is a pure function of (seed, epoch,
-// sample index), so a resumed run sees exactly the batches it would have seen.
+// Produces the batches of one epoch on `num_workers` background threads (each
+// makes whole batches: decoding and transforms in parallel), `prefetch`
+// batches ahead, handed out in order. Training batches come from
+// Dataset::get_train, evaluation batches from Dataset::get. Augmentation
+// randomness is a pure function of (seed, epoch, sample index), so a resumed
+// run sees exactly the batches it would have seen, and any num_workers gives
+// the same batches. The samples of a batch must come out of the pipeline with
+// one shape (InvalidUsage naming the item otherwise).
 class BatchLoader {
  public:
   BatchLoader(std::shared_ptr<Dataset> dataset, std::vector<size_t> indices, int64_t batch_size, bool drop_last,
               AugmentOptions augment, bool train, uint64_t seed, int64_t epoch, int64_t first_batch = 0,
-              int prefetch = 4);
+              int prefetch = 4, int num_workers = 1);
   ~BatchLoader();
   int64_t num_batches() const { return num_batches_; }
   // False once the epoch is exhausted. Rethrows a loading error.
@@ -113,6 +123,8 @@ class BatchLoader {
  private:
   Batch make_batch(int64_t b) const;
   Batch make_text_batch(int64_t b, Image first) const;
+  Batch make_transformed_batch(int64_t b, const Transforms& ops) const;
+  uint64_t sample_seed(size_t idx) const;
   void fill_segmentation(const Image& im, size_t idx, float* image, int64_t* labels) const;
 
   std::shared_ptr<Dataset> dataset_;
@@ -123,7 +135,7 @@ class BatchLoader {
   bool train_;
   uint64_t seed_;
   int64_t epoch_;
-  std::unique_ptr<Prefetcher<Batch>> prefetch_;  // last: its thread uses the members above
+  std::unique_ptr<OrderedPrefetcher<Batch>> prefetch_;  // last: its threads use the members above
 };
 
 }  // namespace dtrain::apps

@@ -35,13 +35,13 @@ class ListDataset : public Dataset {
   int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
     cv::Mat m = read_image(paths_[i], channels_, " (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
-    if (m.rows != size_ || m.cols != size_) {
+    if (size_ > 0 && (m.rows != size_ || m.cols != size_)) {
       cv::Mat r;
       cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
       m = r;
     }
     *label = labels_[i];
-    return Image{channels_, size_, size_, chw_pixels(m, channels_), {}, {}};
+    return Image{channels_, m.rows, m.cols, chw_pixels(m, channels_), {}, {}};
   }
 
  private:

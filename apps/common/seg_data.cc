@@ -134,14 +134,14 @@ class SegListDataset : public Dataset {
                       std::to_string(classes_) + ") and is not the ignore index " + std::to_string(ignore_) +
                       " (data.num_classes = " + std::to_string(classes_) + ")" + where);
     cv::Mat lm(lh, lw, CV_8UC1, lab.data());
-    if (m.rows != size_ || m.cols != size_) {
+    if (size_ > 0 && (m.rows != size_ || m.cols != size_)) {
       cv::Mat r, lr;
       cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_LINEAR);
       cv::resize(lm, lr, cv::Size(size_, size_), 0, 0, cv::INTER_NEAREST);
       m = r;
       lm = lr;
     }
-    return Image{channels_, size_, size_, chw_pixels(m, channels_), chw_pixels(lm, 1), {}};
+    return Image{channels_, m.rows, m.cols, chw_pixels(m, channels_), chw_pixels(lm, 1), {}};
   }
 
  private:

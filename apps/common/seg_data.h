@@ -39,12 +39,11 @@ std::shared_ptr<Dataset> make_scene_dataset(std::shared_ptr<Dataset> items, cons
 
 // A PaddleSeg list file: one "image_path label_path" per line (blank lines and
 // '#' comments skipped), paths relative to root. Images are decoded with
-// OpenCV (channels 1 or 3) and resized to size x size (bilinear); label
-// images (8-bit grey or palette PNG, common/pictures.h) are resized with
-// nearest neighbour. Errors name the list file and line (a malformed line, a
-// missing image or label file: checked while loading the list); a label value
-// that is neither in [0, num_classes) nor ignore_index names the label file,
-// the value and the pixel (checked when the sample is loaded).
+// OpenCV (channels 1 or 3) and resized to size x size (bilinear; size 0
+// keeps each image's own size, for a Transforms pipeline); label images (8-bit
+// grey or palette PNG, common/pictures.h) are resized with nearest neighbour. Errors name the list file and line (a
+// malformed line, a missing image or label file: checked while loading the list); a label value that is neither in [0,
+// num_classes) nor ignore_index names the label file, the value and the pixel (checked when the sample is loaded).
 std::shared_ptr<Dataset> load_seg_list_dataset(const std::string& list_file, const std::string& root, int num_classes,
                                                int ignore_index, int size, int channels, size_t limit = 0);
 

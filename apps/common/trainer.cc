@@ -44,7 +44,10 @@ const ConfigTable<TrainOptions>& trainer_table() {
     t.add("train.device", &T::device, "auto (the launcher's --gpus device, else cpu) | cpu | cuda | cuda:N");
     t.add("train.bf16", &T::bf16, "forward under bf16 autocast (CUDA, or CPU with oneDNN)");
     t.add("train.channels_last", &T::channels_last, "batches and 4-D weights in channels-last layout");
-    t.add("data.prefetch", &T::prefetch, "batches prepared ahead by the loader thread").at_least(1);
+    t.add("data.prefetch", &T::prefetch, "batches prepared ahead by the loader").at_least(1);
+    t.add("data.num_workers", &T::num_workers,
+          "loader threads, each making whole batches (decode and transforms); batches are the same for any number")
+        .in_range(1, 64);
     t.add("eval.every_epochs", &T::eval_every_epochs, "evaluate every N epochs (0: only at the end)").at_least(0);
     t.add("eval.only", &T::eval_only,
           "evaluate the checkpoint checkpoint.resume names (or the latest in checkpoint.dir) and stop");
@@ -163,6 +166,32 @@ std::vector<size_t> Trainer::eval_indices() const {
   std::vector<size_t> idx;
   for (size_t i = static_cast<size_t>(rank_); i < eval_set_->size(); i += static_cast<size_t>(world_)) idx.push_back(i);
   return idx;
+}
+
+std::unique_ptr<BatchLoader> Trainer::eval_loader(const std::vector<size_t>& indices) const {
+  return std::make_unique<BatchLoader>(eval_set_, indices, eval_batch_, false, augment_, false, seed_, 0, 0,
+                                       static_cast<int>(opts_.prefetch), static_cast<int>(opts_.num_workers));
+}
+
+void Trainer::loader_bench(int64_t batches) {
+  opts_ = trainer_table().read(cfg_);
+  torch::set_num_threads(static_cast<int>(opts_.threads));
+  seed_ = static_cast<uint64_t>(opts_.seed);
+  build();
+  auto idx = shard_indices(train_set_->size(), 0, 1, seed_, 0, true);
+  auto t0 = Clock::now();
+  BatchLoader loader(train_set_, idx, opts_.batch_size, true, augment_, true, seed_, 0, 0,
+                     static_cast<int>(opts_.prefetch), static_cast<int>(opts_.num_workers));
+  const int64_t n = batches > 0 ? std::min(batches, loader.num_batches()) : loader.num_batches();
+  int64_t images = 0;
+  Batch b;
+  for (int64_t k = 0; k < n && loader.next(&b); ++k) images += b.images.size(0);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  log_line(fmt::format(
+      "loader: {} images ({} batches of {}, {}x{}x{}) in {:.2f} s: {:.1f} images/s "
+      "(data.num_workers {}, no model)",
+      images, n, opts_.batch_size, b.images.defined() ? b.images.size(1) : 0, b.images.defined() ? b.images.size(2) : 0,
+      b.images.defined() ? b.images.size(3) : 0, secs, double(images) / std::max(secs, 1e-9), opts_.num_workers));
 }
 
 void Trainer::run() {
@@ -358,7 +387,7 @@ void Trainer::train() {
   for (; st.epoch < opts_.epochs && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
     auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true);
     BatchLoader loader(train_set_, idx, opts_.batch_size, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
-                       static_cast<int>(opts_.prefetch));
+                       static_cast<int>(opts_.prefetch), static_cast<int>(opts_.num_workers));
     double win_loss = 0, win_correct = 0, win_count = 0, win_data = loader.wait_seconds();
     auto win_start = Clock::now();
     opt_->reset_stats();
@@ -471,6 +500,24 @@ int trainer_main(int argc, char** argv, const std::string& app, const std::strin
     }
     return run_guarded("dtrain-" + app + " export_model: error: ", [&] {
       make(load(job, over))->export_model(output, verify, batch);
+      return 0;
+    });
+  }
+  if (argc > 1 && std::string(argv[1]) == "loader_bench") {
+    CLI::App lb{"dtrain-" + app + " loader_bench: the data loader's images/s alone (no model, no training)"};
+    std::string job;
+    std::vector<std::string> over;
+    int64_t batches = 0;
+    lb.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
+    lb.add_option("-o,--override", over, "override a key: -o data.num_workers=4 (repeatable)");
+    lb.add_option("--batches", batches, "training batches to read (0: the whole first epoch)");
+    try {
+      lb.parse(argc - 1, argv + 1);
+    } catch (const CLI::ParseError& e) {
+      return lb.exit(e);
+    }
+    return run_guarded("dtrain-" + app + " loader_bench: error: ", [&] {
+      make(load(job, over))->loader_bench(batches);
       return 0;
     });
   }

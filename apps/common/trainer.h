@@ -49,6 +49,7 @@ struct TrainOptions {
   std::string device = "auto";  // common/device.h
   bool bf16 = false, channels_last = false;
   int64_t prefetch = 4;           // [data]
+  int64_t num_workers = 1;        // [data]: loader threads
   int64_t eval_every_epochs = 1;  // [eval] every_epochs
   bool eval_only = false;         // [eval] only
   int64_t checkpoint_every_epochs = 1, checkpoint_every_steps = 0;
@@ -118,6 +119,12 @@ class Trainer {
   // With `verify_dir`, also writes that batch and the model's output there
   // (input.f32, output.f32: raw float32; shapes.txt) for checks outside dtrain.
   void export_model(const std::string& output, const std::string& verify_dir, int64_t batch);
+  // `dtrain-<app> loader_bench`: one process builds the job's data and reads
+  // `batches` training batches of the first epoch (all when 0) through the
+  // loader alone (data.num_workers threads, data.prefetch, the job's
+  // transforms; no model, no training), and prints one line
+  // "loader: N images in S s: X images/s (data.num_workers W)".
+  void loader_bench(int64_t batches);
 
  protected:
   // Creates train_set, eval_set, augment, model and the app's part of the
@@ -140,6 +147,8 @@ class Trainer {
   // The batch on the worker's device (itself on the CPU); run() passes
   // train_step its batches this way, and evaluate() should too.
   Batch to_device(const Batch& b) const;
+  // A loader over eval_set's `indices` (data.num_workers, data.prefetch).
+  std::unique_ptr<BatchLoader> eval_loader(const std::vector<size_t>& indices) const;
 
   Config cfg_;
   std::string app_;

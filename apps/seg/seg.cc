@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -13,7 +14,9 @@
 #include "common/pictures.h"
 #include "common/seg_data.h"
 #include "common/export.h"
+#include "common/slide_window.h"
 #include "common/trainer.h"
+#include "common/transforms.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
 #include "dtrain/torch/metrics.h"
@@ -61,6 +64,12 @@ void add_seg_keys(ConfigSchema& s) {
         "also segment each image mirrored and average the two (PaddleSeg's --aug_eval --flip_horizontal)");
   s.add("eval.scales", ConfigType::FloatList, "[1.0]",
         "segment each image resized by each factor and average (PaddleSeg's --aug_eval --scales)");
+  s.add("eval.is_slide", ConfigType::Bool, "false",
+        "evaluate (and predict) by sliding windows at full resolution, as PaddleSeg's test_config; else whole images");
+  s.add("eval.crop_size", ConfigType::IntList, "[]", "is_slide: the window [width, height]");
+  s.add("eval.stride", ConfigType::IntList, "[]", "is_slide: the step [width, height] between windows");
+  s.add_open_table("data.train.transforms");  // PaddleSeg operators (common/transforms.h)
+  s.add_open_table("data.eval.transforms");
   s.add("eval.picture_dir", ConfigType::String, "\"\"", "where the strips go (\"\": <checkpoint.dir>/pictures)");
 }
 
@@ -121,6 +130,7 @@ std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> make_datasets(cons
     std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
     if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
     if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
+    if (cfg.has("data.train.transforms")) size = 0;  // each image its own size: the transforms scale and crop
     return {load_seg_list_dataset(tl, root, classes, ignore, size, ch, limit_of(cfg, "data.limit_train")),
             load_seg_list_dataset(vl, root, classes, ignore, size, ch, limit_of(cfg, "data.limit_eval"))};
   }
@@ -160,6 +170,44 @@ AugmentOptions augment_options(const Config& cfg) {
     config_error(cfg, "augment.max_scale", "need 0 < augment.min_scale <= augment.max_scale");
   if (a.ignore_index < 0 || a.ignore_index > 255) config_error(cfg, "data.ignore_index", "must be in [0, 255]");
   return a;
+}
+
+// eval.is_slide, eval.crop_size, eval.stride (PaddleSeg's test_config).
+struct SlideOptions {
+  bool on = false;
+  int64_t crop_w = 0, crop_h = 0, stride_w = 0, stride_h = 0;
+};
+
+SlideOptions slide_options(const Config& cfg) {
+  SlideOptions o;
+  o.on = cfg.get_bool("eval.is_slide");
+  if (!o.on) return o;
+  for (const char* key : {"eval.crop_size", "eval.stride"}) {
+    auto v = cfg.get_int_list(key);
+    if (v.size() != 2 || v[0] < 1 || v[1] < 1) config_error(cfg, key, "eval.is_slide needs [width, height], both >= 1");
+    (key[5] == 'c' ? o.crop_w : o.stride_w) = v[0];
+    (key[5] == 'c' ? o.crop_h : o.stride_h) = v[1];
+  }
+  return o;
+}
+
+// The logits of a batch at its full resolution: whole images, or sliding windows.
+torch::Tensor full_forward(SegNetImpl& net, const torch::Tensor& x, const SlideOptions& o) {
+  if (!o.on) return net.forward(x);
+  return slide_inference([&](const torch::Tensor& w) { return net.forward(w); }, x, o.crop_w, o.crop_h, o.stride_w,
+                         o.stride_h);
+}
+
+// An image as the model's input [1, C, H, W]: the eval transforms, else pixels / 255 normalized by [augment].
+torch::Tensor model_input(const Image& im, const AugmentOptions& a) {
+  if (a.eval_transforms) {
+    Transforms::Output t = a.eval_transforms->apply(im, 0);
+    return torch::from_blob(t.pixels.data(), {1, t.channels, t.height, t.width}, torch::kFloat32).clone();
+  }
+  return torch::from_blob(const_cast<uint8_t*>(im.pixels.data()), {1, im.channels, im.height, im.width}, torch::kUInt8)
+      .to(torch::kFloat32)
+      .div(255.0 * a.std)
+      .sub(a.mean / a.std);
 }
 
 std::string fixed4(const std::vector<double>& v) {
@@ -211,6 +259,11 @@ class SegTrainer : public Trainer {
       throw InvalidUsage("training and evaluation data differ in channels or classes");
     classes_ = train_set_->num_classes();
     augment_ = augment_options(cfg_);
+    read_transforms(cfg_, Transforms::Flavour::Seg, train_set_->channels(), augment_);
+    if (augment_.train_transforms)
+      log_line("transforms: train " + augment_.train_transforms->describe() + "; eval " +
+               augment_.eval_transforms->describe());
+    slide_ = slide_options(cfg_);
     dice_ = cfg_.get_float("loss.dice_weight");
     flip_eval_ = cfg_.get_bool("eval.flip");
     eval_scales_ = cfg_.get_float_list("eval.scales");
@@ -227,6 +280,13 @@ class SegTrainer : public Trainer {
   torch::Tensor infer(const torch::Tensor& images) override { return net_->forward(images); }
 
   std::string preprocessing_json() const override {
+    if (const auto& t = augment_.eval_transforms)
+      return fmt::format(
+          "{{\"app\": \"seg\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: {}; pixels * scale, then "
+          "(x - mean) / std per channel\", \"scale\": {}, \"mean\": [{}], \"std\": [{}], \"output\": \"float32 "
+          "[N, {}, H, W] logits; argmax(1) is the class map\", \"ignore_index\": {}}}",
+          json_escape(described_), eval_set_->channels(), json_escape(t->describe()), t->scale(),
+          fmt::join(t->mean(), ", "), fmt::join(t->stddev(), ", "), classes_, augment_.ignore_index);
     return fmt::format(
         "{{\"app\": \"seg\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - "
         "mean) / std\", \"mean\": {}, \"std\": {}, \"output\": \"float32 [N, {}, H, W] logits; argmax(1) is the "
@@ -276,9 +336,9 @@ class SegTrainer : public Trainer {
     if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> written;
     if (!idx.empty()) {
-      BatchLoader loader(eval_set_, idx, eval_batch_, false, augment_, false, seed_, 0);
+      auto loader = eval_loader(idx);
       Batch b;
-      while (loader.next(&b)) {
+      while (loader->next(&b)) {
         b = to_device(b);
         auto out = eval_forward(b.images);
         auto pred = out.argmax(1);
@@ -333,7 +393,16 @@ class SegTrainer : public Trainer {
                           size_t index) const {
     auto img = b.images[k].cpu();
     const int c = int(img.size(0)), h = int(img.size(1)), w = int(img.size(2));
-    auto raw = ((img * augment_.std + augment_.mean) * 255).clamp(0, 255).to(torch::kUInt8).contiguous();
+    torch::Tensor px;
+    if (const auto& t = augment_.eval_transforms) {
+      auto per = [&](const std::vector<double>& v) {
+        return torch::tensor(std::vector<float>(v.begin(), v.end())).view({-1, 1, 1});
+      };
+      px = (img * per(t->stddev()) + per(t->mean())) / t->scale();
+    } else {
+      px = (img * augment_.std + augment_.mean) * 255;
+    }
+    auto raw = px.clamp(0, 255).to(torch::kUInt8).contiguous();
     Image im{c, h, w, std::vector<uint8_t>(raw.data_ptr<uint8_t>(), raw.data_ptr<uint8_t>() + raw.numel()), {}, {}};
     auto t = b.labels[k].to(torch::kCPU, torch::kUInt8).contiguous();
     auto p = pred[k].to(torch::kCPU, torch::kUInt8).contiguous();
@@ -348,7 +417,7 @@ class SegTrainer : public Trainer {
   // each resized (and mirrored) copy, brought back to the input's size: a log-probability,
   // so the loss and argmax read it as logits.
   torch::Tensor eval_forward(const torch::Tensor& x) const {
-    if (!flip_eval_ && eval_scales_.size() == 1 && eval_scales_[0] == 1.0) return net_->forward(x);
+    if (!flip_eval_ && eval_scales_.size() == 1 && eval_scales_[0] == 1.0) return full_forward(*net_, x, slide_);
     namespace F = torch::nn::functional;
     const std::vector<int64_t> size{x.size(2), x.size(3)};
     torch::Tensor sum;
@@ -369,8 +438,8 @@ class SegTrainer : public Trainer {
                                                                        std::max<int64_t>(8, std::lround(f * size[1]))})
                                             .mode(torch::kBilinear)
                                             .align_corners(false));
-      add(net_->forward(xi));
-      if (flip_eval_) add(net_->forward(xi.flip({3})).flip({3}));
+      add(full_forward(*net_, xi, slide_));
+      if (flip_eval_) add(full_forward(*net_, xi.flip({3}), slide_).flip({3}));
     }
     return (sum / n).log();
   }
@@ -381,6 +450,7 @@ class SegTrainer : public Trainer {
   double dice_ = 0;
   bool flip_eval_ = false;
   std::vector<double> eval_scales_{1.0};
+  SlideOptions slide_;
 };
 
 std::unique_ptr<Trainer> make_seg(Config cfg) { return std::make_unique<SegTrainer>(std::move(cfg)); }
@@ -415,27 +485,29 @@ int predict_main(int argc, char** argv) {
     net->eval();
     torch::NoGradGuard ng;
     AugmentOptions a = augment_options(cfg);
+    read_transforms(cfg, Transforms::Flavour::Seg, channels, a);
+    const SlideOptions slide = slide_options(cfg);
     auto colours = palette();
     for (const auto& path : images) {
       cv::Mat m = cv::imread(path, channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR);
       if (m.empty()) throw IoError("cannot read image '" + path + "'");
       if (channels == 3) cv::cvtColor(m, m, cv::COLOR_BGR2RGB);
-      auto x = torch::from_blob(m.data, {m.rows, m.cols, channels}, torch::kUInt8)
-                   .permute({2, 0, 1})
-                   .to(torch::kFloat32)
-                   .div(255.0 * a.std)
-                   .sub(a.mean / a.std)
-                   .unsqueeze(0)
-                   .contiguous();
-      auto pred = net->forward(x).argmax(1)[0].to(torch::kUInt8).contiguous();
+      Image im{channels, m.rows, m.cols, {}, {}, {}};
+      im.pixels.resize(size_t(channels) * m.rows * m.cols);
+      auto chw = torch::from_blob(m.data, {m.rows, m.cols, channels}, torch::kUInt8).permute({2, 0, 1}).contiguous();
+      std::copy_n(chw.data_ptr<uint8_t>(), im.pixels.size(), im.pixels.data());
+      auto x = model_input(im, a);
+      auto pred = full_forward(*net, x, slide).argmax(1)[0].to(torch::kUInt8).contiguous();
       std::vector<uint8_t> mask(pred.data_ptr<uint8_t>(), pred.data_ptr<uint8_t>() + pred.numel());
       std::string out = (fs::path(out_dir) / (fs::path(path).stem().string() + ".png")).string();
-      write_label_png(out, m.rows, m.cols, mask, colours);
+      write_label_png(out, int(pred.size(0)), int(pred.size(1)), mask, colours);
       auto counts = pred.flatten().to(torch::kInt64).bincount({}, classes);
       std::string present;
       for (int c = 0; c < classes; ++c)
         if (counts[c].item<int64_t>() > 0) present += fmt::format("{}{}", present.empty() ? "" : " ", c);
-      log_line(fmt::format("predict: {} -> {} ({}x{}, classes present: {})", path, out, m.cols, m.rows, present));
+      log_line(fmt::format("predict: {} -> {} ({}x{}{}, classes present: {})", path, out, pred.size(1), pred.size(0),
+                           slide.on ? fmt::format(", sliding {}x{} windows", slide.crop_w, slide.crop_h) : "",
+                           present));
     }
     return 0;
   });

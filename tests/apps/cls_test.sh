@@ -4,9 +4,14 @@
 #   cls_test.sh resume  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   kill mid-epoch, resume: same losses as an uninterrupted run
 #   cls_test.sh errors  DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   bad inputs give clear errors
 #   cls_test.sh ucx     DTRAIN DTRAIN_CLS JOB_TOML WORKDIR   the same steps on gloo and ucx give the same parameters
+#   cls_test.sh pipeline DTRAIN DTRAIN_CLS JOB_TOML WORKDIR MAKE_IMAGES   a PaddleClas list of non-square RGB
+#                       JPEG/PNG images trains with RandCropImage + per-channel NormalizeImage and num_workers = 4,
+#                       evaluates with ResizeImage resize_short + CropImage; loader and trainer images/s printed;
+#                       an unknown operator is refused at its line
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 cls=$3 job=$4 work=$5
+[[ $mode != pipeline ]] || need=$6  # its own images, not Fashion-MNIST
 source "$(dirname "$0")/app_lib.sh"
 
 # A small, fast job: 512 images, 8 steps of 32 per worker per epoch.
@@ -110,6 +115,50 @@ ucx)
           if (d > worst) worst = d}
          END {printf "%d parameters, largest difference %g\n", NR, worst; exit bad > 0}' \
     || fail "gloo and ucx parameters differ beyond reduction-order noise"
+  echo PASS
+  ;;
+pipeline)
+  "$6" cls data 60 || fail "cannot write the test images"  # 48 train, 12 val; 40..80 x 30..70 px
+  { cat "$job"; cat <<'EOF'
+
+[data.train.transforms]
+DecodeImage = { to_rgb = true, channel_first = false }
+RandCropImage = { size = 32, scale = [0.35, 1.0], ratio = [0.75, 1.3333333] }
+RandFlipImage = { flip_code = 1 }
+NormalizeImage = { scale = "1.0/255.0", mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225], order = "" }
+
+[data.eval.transforms]
+DecodeImage = { to_rgb = true }
+ResizeImage = { resize_short = 36 }
+CropImage = { size = 32 }
+NormalizeImage = { scale = 0.00392156862745098, mean = [0.485, 0.456, 0.406], std = [0.229, 0.224, 0.225] }
+EOF
+  } > pipeline.toml
+  pipe=(-o data.dataset=list -o data.root=$PWD/data -o data.train_list=data/train.txt -o data.val_list=data/val.txt
+        -o data.num_classes=3 -o data.channels=3 -o data.num_workers=4 -o model.width=0.5 -o train.batch_size=8
+        -o train.eval_batch_size=6 -o train.warmup_epochs=0 -o train.lr=0.05 -o log.every_steps=2
+        -o eval.every_epochs=0 -o checkpoint.resume=false -o checkpoint.dir=ckpt -o train.threads=1)
+  "$cls" loader_bench pipeline.toml "${pipe[@]}" > bench.out 2>&1 || { cat bench.out >&2; fail "loader_bench failed"; }
+  cat bench.out
+  grep -E "^loader: 48 images \(6 batches of 8, 3x32x32\) in [0-9.]+ s: [0-9.]+ images/s \(data.num_workers 4, no model\)" \
+    bench.out || fail "no loader throughput line"
+  "$cls" pipeline.toml "${pipe[@]}" -o train.epochs=4 > train.out 2>&1 || { cat train.out >&2; fail "training failed"; }
+  grep -E "^transforms: train DecodeImage -> RandCropImage\(size 32x32 scale \[0.35, 1\]" train.out \
+    || fail "no transforms line"
+  grep -E "48 train / 12 eval images" train.out || fail "the run did not see 48 + 12 images"
+  expect_loss_falls train.out 10 0.8
+  grep -E " images/s [0-9.]+ " train.out | tail -1 | sed 's/^.*\( images\/s [0-9.]*\).* data_wait \([0-9.]*\).*$/trainer:\1, data_wait \2 ms\/step/'
+  grep -E "^eval epoch 4: top1 [01]\.[0-9]{4} top5 1\.0000 .*\(12 images" train.out || fail "no evaluation of the 12 images"
+  # An unknown operator and a centre crop larger than the resized image are refused, naming the line or the size.
+  sed 's/^RandFlipImage = /RandomFlip = /' pipeline.toml > bad_op.toml
+  line=$(grep -n "^RandomFlip = " bad_op.toml | cut -d: -f1)
+  if "$cls" bad_op.toml "${pipe[@]}" > bad_op.out 2>&1; then fail "an unknown operator was accepted"; fi
+  grep -F "bad_op.toml:$line" bad_op.out | grep -F "unknown operator 'RandomFlip' (known: CropImage, DecodeImage, NormalizeImage, RandCropImage, RandFlipImage" \
+    || { cat bad_op.out >&2; fail "unknown operator: no clear error"; }
+  if "$cls" pipeline.toml "${pipe[@]}" -o train.epochs=1 -o data.eval.transforms.CropImage.size=40 > big.out 2>&1; then
+    fail "a crop larger than the image was accepted"
+  fi
+  grep -F "CropImage: size 40x40 is larger than the" big.out || { cat big.out >&2; fail "big crop: no clear error"; }
   echo PASS
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;

@@ -4,9 +4,14 @@
 #                                                          bit-identical, pictures and predict masks written
 #   seg_test.sh list  DTRAIN DTRAIN_SEG JOB_TOML WORKDIR   a PaddleSeg list trains; a bad label value and missing
 #                                                          files give clear errors
+#   seg_test.sh slide DTRAIN DTRAIN_SEG JOB_TOML WORKDIR MAKE_IMAGES   a PaddleSeg list of 2:1 images trains with
+#                                                          ResizeStepScaling + RandomPaddingCrop (4 loader threads)
+#                                                          and is evaluated and predicted with sliding windows at
+#                                                          full resolution
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 seg=$3 job=$4 work=$5
+[[ $mode != slide ]] || need=$6  # its own images, not Fashion-MNIST
 source "$(dirname "$0")/app_lib.sh"
 
 # A few dozen small scenes, the job's model (LiteSeg, Adam) made small: 4 steps of 8 per worker per epoch.
@@ -117,6 +122,46 @@ list)
   expect missing_list "cannot open list file 'ds/none.txt'" "${list[@]}" -o data.train_list=ds/none.txt \
       -o data.val_list=ds/val.txt
   expect unknown_model "unknown segmentation model 'segformer'; known models: unet, liteseg" -o model.name=segformer
+  echo PASS
+  ;;
+slide)
+  "$6" seg data 24 128 64 || fail "cannot write the test images"  # 18 train, 6 val, 128x64
+  { cat "$job"; cat <<'EOF'
+
+[data.train.transforms]
+ResizeStepScaling = { min_scale_factor = 0.75, max_scale_factor = 1.5, scale_step_size = 0.25 }
+RandomPaddingCrop = { crop_size = [64, 48], im_padding_value = 127.5, label_padding_value = 255 }
+RandomHorizontalFlip = {}
+Normalize = { mean = [0.4, 0.4, 0.4], std = [0.25, 0.25, 0.25] }
+
+[data.eval.transforms]
+Normalize = { mean = [0.4, 0.4, 0.4], std = [0.25, 0.25, 0.25] }
+EOF
+  } > slide.toml
+  args=(-o data.dataset=list -o data.root=$PWD/data -o data.train_list=data/train.txt -o data.val_list=data/val.txt
+        -o data.num_classes=3 -o data.channels=3 -o data.num_workers=4 -o model.width=8 -o model.depth=2
+        -o train.batch_size=6 -o train.eval_batch_size=3 -o train.warmup_epochs=0 -o train.lr=0.01
+        -o log.every_steps=2 -o eval.every_epochs=0 -o eval.flip=false -o "eval.scales=[1.0]" -o eval.is_slide=true
+        -o "eval.crop_size=[64,48]" -o "eval.stride=[48,32]" -o eval.pictures=2 -o checkpoint.resume=false
+        -o checkpoint.dir=ckpt -o train.threads=1)
+  "$seg" slide.toml "${args[@]}" -o train.epochs=8 > train.out 2>&1 || { cat train.out >&2; fail "training failed"; }
+  grep -E "^transforms: train ResizeStepScaling\(min 0.75 max 1.5 step 0.25\) -> RandomPaddingCrop\(crop_size 64x48" \
+    train.out || fail "no transforms line"
+  grep -E "18 train / 6 eval images" train.out || fail "the run did not see 18 + 6 samples"
+  expect_loss_falls train.out 10 0.8
+  grep -E "^eval epoch 8: mIoU 0\.[0-9]{4} .*\(6 images" train.out || fail "no evaluation of the 6 images"
+  # The evaluation strips are image | truth | prediction at the full 128x64: 3 * 128 + 2 * 2 columns.
+  strip=$(ls ckpt/pictures/epoch8_*.png | head -1)
+  [[ $(od -An -tu1 -j16 -N8 "$strip" | awk '{print $3 * 256 + $4, $7 * 256 + $8}') == "388 64" ]] \
+    || fail "evaluation strip $strip is not 388x64"
+  "$seg" predict slide.toml data/images/3.png "${args[@]}" --output masks > predict.out 2>&1 \
+    || { cat predict.out >&2; fail "predict failed"; }
+  grep -F "(128x64, sliding 64x48 windows" predict.out || { cat predict.out >&2; fail "predict: no sliding windows"; }
+  [[ $(od -An -tu1 -j16 -N8 masks/3.png | awk '{print $3 * 256 + $4, $7 * 256 + $8}') == "128 64" ]] \
+    || fail "masks/3.png is not 128x64"
+  if "$seg" slide.toml "${args[@]}" -o "eval.stride=[0,32]" > stride.out 2>&1; then fail "stride 0 accepted"; fi
+  grep -F "key 'eval.stride': eval.is_slide needs [width, height], both >= 1" stride.out \
+    || { cat stride.out >&2; fail "stride 0: no clear error"; }
   echo PASS
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;
