@@ -255,14 +255,25 @@ struct Progress {
   }
 };
 
-// One batch: pull its rows (forward of the embeddings), the dense part and
-// backward, then the optimizer's push; timings go into progress.
-void train_batch(Net& net, const ctr::Batch& b, double scale_per_example, Progress& progress) {
+torch::Tensor keys_of(const ctr::Batch& b) {
+  return torch::from_blob(const_cast<uint64_t*>(b.keys.data()), {static_cast<int64_t>(b.size()), kSparse},
+                          torch::kLong);
+}
+
+// One batch: pull its rows (forward of the embeddings), start pulling the
+// next batch's (async mode; next may be null), the dense part and backward,
+// then the optimizer's push; timings go into progress.
+void train_batch(Net& net, const ctr::Batch& b, const ctr::Batch* next, double scale_per_example, Progress& progress) {
   const auto n = static_cast<int64_t>(b.size());
   auto t0 = Clock::now();
-  auto keys = torch::from_blob(const_cast<uint64_t*>(b.keys.data()), {n, kSparse}, torch::kLong);
+  auto keys = keys_of(b);
   auto wide_rows = net.wide->forward(keys);
   auto deep_rows = net.deep->forward(keys);
+  if (next) {
+    auto next_keys = keys_of(*next);
+    net.wide->prefetch(next_keys);
+    net.deep->prefetch(next_keys);
+  }
   auto t1 = Clock::now();
   auto dense = torch::from_blob(const_cast<float*>(b.dense.data()), {n, kDense}, torch::kFloat);
   auto labels = torch::from_blob(const_cast<float*>(b.labels.data()), {n}, torch::kFloat);
@@ -362,11 +373,17 @@ void train_impl(const Config& job) {
     auto ro = reader_options(c, p.rank, p.world, p.batch, c.get_int("data.limit_train"));
     ro.per_worker = p.per_worker;
     Reader reader(p.train_files, ro);
-    ctr::Batch b;
-    for (int64_t i = 0; reader.next(&b); ++i) {
-      if (epoch * p.steps_per_epoch + i < step) continue;  // resumed: already trained
-      train_batch(net, b, scale, progress);
-      after_step(p, epoch, ++step, progress, tb.get());
+    // One batch read ahead, so its rows can be pulled while this one trains.
+    ctr::Batch b, next;
+    bool have = reader.next(&b);
+    for (int64_t i = 0; have; ++i) {
+      const bool have_next = reader.next(&next);
+      if (epoch * p.steps_per_epoch + i >= step) {  // else resumed: already trained
+        train_batch(net, b, have_next ? &next : nullptr, scale, progress);
+        after_step(p, epoch, ++step, progress, tb.get());
+      }
+      std::swap(b, next);
+      have = have_next;
     }
     if (reader.skipped() > 0)
       log_line(fmt::format("ctr: worker {} skipped {} malformed lines (first: {})", p.rank, reader.skipped(),

@@ -65,6 +65,7 @@ void init(const InitOptions& o) {
       auto copy = std::make_shared<Config>(*cfg);
       copy->set_literal("strategy.a_sync", o.strategy->a_sync ? "true" : "false");
       copy->set_literal("strategy.a_sync_configs.k_steps", std::to_string(o.strategy->ps_mode.geo_k_steps));
+      copy->set_literal("strategy.a_sync_configs.send_queue_size", std::to_string(o.strategy->ps_mode.send_queue_size));
       cfg = std::move(copy);
     }
     s->config = cfg;
@@ -113,6 +114,7 @@ int local_rank() { return detail::state("local_rank").job.role.local_rank; }
 
 void barrier_worker() {
   auto& s = detail::state("barrier_worker");
+  detail::flush_in_flight(s);
   if (s.job.comm && s.job.comm->size() > 1) s.job.comm->barrier(CallOptions::wait_now());
 }
 

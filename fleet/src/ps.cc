@@ -1,5 +1,6 @@
 #include "dtrain/torch/ps.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -57,9 +58,53 @@ void wait_all(std::vector<std::shared_ptr<Work>>& works) {
   works.clear();
 }
 
+// The pushes and pulls a module may leave in flight: async with a_sync_configs.send_queue_size > 0.
+size_t overlap_queue(const ps::PsWorker& w) {
+  const auto& m = w.mode();
+  return m.mode == ps::Mode::Async ? static_cast<size_t>(m.send_queue_size) : 0;
+}
+
+std::shared_ptr<detail::InFlight> register_in_flight(const char* what) {
+  auto f = std::make_shared<detail::InFlight>();
+  detail::state(what).in_flight.push_back(f);
+  return f;
+}
+
 }  // namespace
 
-void init_standalone(std::shared_ptr<const Config> config) {
+namespace detail {
+
+InFlight::~InFlight() {
+  for (auto& op : ops_) {
+    try {
+      op.first->wait();
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void InFlight::add(std::shared_ptr<Work> work, std::shared_ptr<void> keep) {
+  ops_.emplace_back(std::move(work), std::move(keep));
+}
+
+void InFlight::wait_until(size_t n) {
+  while (ops_.size() > n) {
+    auto op = std::move(ops_.front());
+    ops_.pop_front();
+    op.first->wait();
+  }
+}
+
+void flush_in_flight(FleetState& s) {
+  auto& v = s.in_flight;
+  v.erase(std::remove_if(v.begin(), v.end(), [](const std::weak_ptr<InFlight>& w) { return w.expired(); }), v.end());
+  for (auto& w : v)
+    if (auto f = w.lock()) f->wait_until(0);
+}
+
+}  // namespace detail
+
+void init_standalone(std::shared_ptr<const Config> config, int send_queue_size) {
   if (!config) throw InvalidUsage("dtrain::torch::init_standalone: no config");
   auto s = std::make_unique<detail::FleetState>();
   s->config = config;
@@ -78,7 +123,7 @@ void init_standalone(std::shared_ptr<const Config> config) {
   auto job = std::make_unique<ps::PsJob>();
   job->backend = backend;
   job->store = co.store;
-  job->worker = ps::connect_worker(backend, co, ps::ModeOptions{ps::Mode::Async, 0});
+  job->worker = ps::connect_worker(backend, co, ps::ModeOptions{ps::Mode::Async, 0, send_queue_size});
   s->job.role = job->role;
   s->job.store = job->store;
   s->ps = std::move(job);
@@ -108,11 +153,16 @@ void run_server() {
 }
 
 void init_worker() { worker("init_worker"); }
-void stop_worker() { worker("stop_worker").finish(); }
+void stop_worker() {
+  auto& w = worker("stop_worker");
+  detail::flush_in_flight(detail::state("stop_worker"));
+  w.finish();
+}
 
 void save_persistables(const std::string& dir, ps::SaveMode mode, ps::SaveFormat format) {
   auto& s = detail::state("save_persistables");
   worker("save_persistables");
+  detail::flush_in_flight(s);
   std::vector<std::shared_ptr<Work>> works;
   for (auto& t : s.sparse_tables) works.push_back(t.save(dir, mode, format));
   for (auto& t : s.dense_tables) works.push_back(t.save(dir, mode, format));
@@ -144,16 +194,49 @@ SparseEmbeddingImpl::SparseEmbeddingImpl(const ps::TableConfig& config) {
   dim_ = static_cast<int64_t>(config.dim);
   if (w.mode().mode == ps::Mode::Geo)
     geo_ = std::make_unique<ps::GeoSparseTable>(table_, w.num_workers(), w.mode().geo_k_steps);
+  queue_ = overlap_queue(w);
+  pushes_ = register_in_flight("SparseEmbedding");
+}
+
+SparseEmbeddingImpl::~SparseEmbeddingImpl() {
+  try {
+    drop_prefetch();
+  } catch (const std::exception&) {
+  }
+}
+
+void SparseEmbeddingImpl::drop_prefetch() {
+  if (!prefetch_) return;
+  auto p = std::move(prefetch_);
+  p->work->wait();
+}
+
+void SparseEmbeddingImpl::prefetch(const ::torch::Tensor& ids) {
+  if (queue_ == 0) return;
+  drop_prefetch();
+  auto p = std::make_unique<Prefetch>();
+  p->keys = to_keys(ids);
+  p->rows = ::torch::empty({static_cast<int64_t>(p->keys.size()), dim_}, ::torch::kFloat);
+  p->work = table_.pull(p->keys.data(), p->keys.size(), float_buffer(p->rows));
+  prefetch_ = std::move(p);
 }
 
 ::torch::Tensor SparseEmbeddingImpl::forward(const ::torch::Tensor& ids, const ::torch::Tensor& show_click) {
   auto keys = to_keys(ids);
   const auto n = static_cast<int64_t>(keys.size());
-  auto rows = ::torch::empty({n, dim_}, ::torch::kFloat);
-  if (geo_)
-    geo_->lookup(keys.data(), keys.size(), rows.data_ptr<float>());
-  else
-    table_.pull(keys.data(), keys.size(), float_buffer(rows))->wait();
+  ::torch::Tensor rows;
+  if (prefetch_ && prefetch_->keys == keys) {
+    auto p = std::move(prefetch_);
+    p->work->wait();
+    rows = p->rows;
+  } else {
+    drop_prefetch();
+    rows = ::torch::empty({n, dim_}, ::torch::kFloat);
+    if (geo_)
+      geo_->lookup(keys.data(), keys.size(), rows.data_ptr<float>());
+    else
+      table_.pull(keys.data(), keys.size(), float_buffer(rows))->wait();
+  }
   auto shape = ids.sizes().vec();
   shape.push_back(dim_);
   if (!::torch::GradMode::is_enabled()) return rows.view(shape);
@@ -170,8 +253,14 @@ SparseEmbeddingImpl::SparseEmbeddingImpl(const ps::TableConfig& config) {
 }
 
 void SparseEmbeddingImpl::push_gradients() {
-  std::vector<uint64_t> keys;
-  std::vector<float> grads, show_click;
+  struct Pushed {
+    std::vector<uint64_t> keys;
+    std::vector<float> grads, show_click;
+  };
+  auto pushed = std::make_shared<Pushed>();
+  auto& keys = pushed->keys;
+  auto& grads = pushed->grads;
+  auto& show_click = pushed->show_click;
   bool any_show_click = false;
   for (auto& l : lookups_) any_show_click |= l.show_click.defined();
   for (auto& l : lookups_) {
@@ -199,11 +288,16 @@ void SparseEmbeddingImpl::push_gradients() {
     return;
   }
   // One push per step even when empty: in sync mode a worker's n-th push is its step n.
-  table_
-      .push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
-            any_show_click ? show_click.data() : nullptr)
-      ->wait();
+  if (queue_ > 0) pushes_->wait_until(queue_ - 1);
+  auto work = table_.push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
+                          any_show_click ? show_click.data() : nullptr);
+  if (queue_ == 0)
+    work->wait();
+  else
+    pushes_->add(std::move(work), std::move(pushed));
 }
+
+void SparseEmbeddingImpl::flush() { pushes_->wait_until(0); }
 
 void SparseEmbeddingImpl::clear() { lookups_.clear(); }
 
@@ -242,11 +336,15 @@ DenseParameters::DenseParameters(std::shared_ptr<::torch::nn::Module> model, con
     count_ += c.dim;
     params_.push_back(std::move(p));
   }
+  overlap_ = overlap_queue(w) > 0;
+  ops_ = register_in_flight("DenseParameters");
   pull();
 }
 
 void DenseParameters::pull() {
   ::torch::NoGradGuard no_grad;
+  ops_->wait_until(0);
+  staged_pending_ = false;
   std::vector<std::shared_ptr<Work>> works;
   for (auto& p : params_) {
     if (p.geo) {
@@ -265,12 +363,38 @@ void DenseParameters::load(const std::string& dir) {
   pull();
 }
 
+void DenseParameters::flush() {
+  ops_->wait_until(0);
+  copy_in_staged();
+}
+
+void DenseParameters::copy_in_staged() {
+  if (!staged_pending_) return;
+  ::torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].tensor.copy_(staged_[i]);
+  staged_pending_ = false;
+}
+
 void DenseParameters::step() {
   ::torch::NoGradGuard no_grad;
   std::vector<::torch::Tensor> grads;
   for (auto& p : params_) {
     auto g = p.tensor.grad();
-    grads.push_back(g.defined() ? g.contiguous() : ::torch::zeros_like(p.tensor));
+    // Overlapped, the push reads the gradients after zero_grad() cleared them: it gets its own copy.
+    grads.push_back(g.defined() ? (overlap_ ? g.contiguous().clone() : g.contiguous()) : ::torch::zeros_like(p.tensor));
+  }
+  if (overlap_) {
+    flush();
+    if (staged_.empty())
+      for (auto& p : params_) staged_.push_back(::torch::empty_like(p.tensor));
+    auto keep = std::make_shared<std::vector<::torch::Tensor>>(grads);
+    keep->insert(keep->end(), staged_.begin(), staged_.end());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ops_->add(params_[i].table.push(float_buffer(grads[i])), keep);
+      ops_->add(params_[i].table.pull(float_buffer(staged_[i])), keep);
+    }
+    staged_pending_ = true;
+    return;
   }
   std::vector<std::shared_ptr<Work>> works;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -297,6 +421,11 @@ void PsOptimizer::step() {
   for (auto& e : embeddings_) e->push_gradients();
   if (dense_) dense_->step();
   ++steps_;
+}
+
+void PsOptimizer::flush() {
+  for (auto& e : embeddings_) e->flush();
+  if (dense_) dense_->flush();
 }
 
 void PsOptimizer::zero_grad() {

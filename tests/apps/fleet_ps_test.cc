@@ -153,4 +153,61 @@ TEST_F(FleetPs, SavePersistablesWritesEveryTableAndLoadPersistablesRestoresThem)
   fs::remove_all(dir);
 }
 
+// Async with a_sync_configs.send_queue_size = 1: the steps leave their
+// pushes (and the dense pull) in flight.
+class FleetPsOverlap : public FleetPs {
+ protected:
+  void SetUp() override { fleet::init_standalone(job(), 1); }
+};
+
+TEST_F(FleetPsOverlap, PushesInFlightAreInAfterFlushAndPrefetchedRowsAreTaken) {
+  fleet::SparseEmbedding emb(fleet::sparse_table_config("emb"));
+  auto opt = fleet::ps_optimizer({emb}, nullptr);
+  const auto ids = torch::tensor({4, 5, 4}, torch::kInt64);
+  const auto weight = torch::arange(1, 5, torch::kFloat);
+  for (int s = 0; s < 3; ++s) {
+    (emb(ids) * weight).sum().backward();
+    opt->step();
+  }
+  opt->flush();
+  // Three pushes, id 4 twice in each.
+  const auto after = rows_of(emb, torch::tensor({4, 5}, torch::kInt64));
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_FLOAT_EQ(after[0][j].item<float>(), kInit - kLr * 6 * static_cast<float>(j + 1));
+    EXPECT_FLOAT_EQ(after[1][j].item<float>(), kInit - kLr * 3 * static_cast<float>(j + 1));
+  }
+  // A prefetch is issued after the pushes before it, so it sees them; the
+  // forward with the same ids takes it, one with other ids drops it.
+  emb->prefetch(ids);
+  EXPECT_TRUE(torch::equal(rows_of(emb, ids), torch::stack({after[0], after[1], after[0]})));
+  emb->prefetch(ids);
+  EXPECT_TRUE(torch::equal(rows_of(emb, torch::tensor({9}, torch::kInt64)), torch::full({1, 4}, kInit)));
+}
+
+TEST_F(FleetPsOverlap, DenseValuesPulledByAStepArriveAtTheNextStepOrFlush) {
+  torch::manual_seed(5);
+  auto model = std::make_shared<torch::nn::LinearImpl>(3, 2);
+  auto opt = fleet::ps_optimizer({}, model, "dense");
+  const auto w0 = model->weight.detach().clone();
+  const auto x = torch::tensor({1.0f, 2.0f, -1.0f});
+  model->forward(x).sum().backward();
+  const auto g = model->weight.grad().clone();
+  opt->step();
+  opt->zero_grad();  // the push in flight has its own copy of the gradients
+  EXPECT_TRUE(torch::equal(model->weight.detach(), w0)) << "the parameters changed before the next step";
+  opt->flush();
+  EXPECT_TRUE(torch::allclose(model->weight.detach(), w0 - kLr * g, 0, 1e-6));
+  // Without a flush, the next step copies the previous step's values in.
+  const auto w1 = model->weight.detach().clone();
+  model->forward(x).sum().backward();
+  opt->step();
+  opt->zero_grad();
+  EXPECT_TRUE(torch::equal(model->weight.detach(), w1));
+  model->forward(x).sum().backward();
+  opt->step();
+  EXPECT_TRUE(torch::allclose(model->weight.detach(), w1 - kLr * g, 0, 1e-6));
+  opt->flush();
+  EXPECT_TRUE(torch::allclose(model->weight.detach(), w1 - 2 * kLr * g, 0, 1e-6));
+}
+
 }  // namespace

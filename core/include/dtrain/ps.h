@@ -73,6 +73,11 @@ const char* to_string(Optimizer o);
 struct ModeOptions {
   Mode mode = Mode::Sync;
   int geo_k_steps = 0;  // Geo: push deltas and pull every k steps
+  // Async, for the Fleet API's modules (dtrain/torch/ps.h): how many pushes
+  // of a table may be in flight while training goes on (Paddle's
+  // a_sync_configs.send_queue_size); 0: every push is waited for. The
+  // PsWorker itself never waits for a push: its caller decides.
+  int send_queue_size = 1;
 };
 
 // One table, as declared by the workers (mirrors dt_ps_table_desc_v1_t; see

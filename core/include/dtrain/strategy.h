@@ -30,6 +30,8 @@ class Work;
 //   a_sync = false                 parameter-server mode (Paddle's names, see dtrain/ps.h):
 //   [strategy.a_sync_configs]      a_sync = false -> sync; a_sync = true and k_steps = 0 -> async;
 //   k_steps = 0                    k_steps > 0 (with a_sync = true) -> GEO, sync every k steps
+//   send_queue_size = 1            async: pushes in flight per table while training goes on,
+//                                  and the next batch's rows pulled ahead (0: neither)
 //
 // The large-model strategies (docs/training.md), with Paddle's names:
 //

@@ -56,6 +56,13 @@ const ConfigTable<StrategyOptions>& strategy_table() {
                  o.ps_mode.geo_k_steps = static_cast<int>(k);
                });
     t.at_least(0);
+    t.add_read("strategy.a_sync_configs.send_queue_size", ConfigType::Int, "1",
+               "async: pushes of a table in flight while training goes on (0: wait for each; the next batch's rows "
+               "are then not pulled ahead either)",
+               [](const Config& c, S& o) {
+                 o.ps_mode.send_queue_size = static_cast<int>(c.get_int("strategy.a_sync_configs.send_queue_size"));
+               });
+    t.in_range(0, 1024);
     t.add("strategy.sharding", &S::sharding,
           "ZeRO: split optimizer state (stage 1), gradients (2) and parameters (3) over the workers");
     t.add("strategy.sharding_configs.stage", &S::sharding_stage, "1, 2 or 3").in_range(1, 3);
@@ -167,6 +174,7 @@ std::string StrategyOptions::describe() const {
   if (a_sync) {
     os << " a_sync=true (ps " << ps::to_string(ps_mode.mode);
     if (ps_mode.mode == ps::Mode::Geo) os << ", k_steps=" << ps_mode.geo_k_steps;
+    if (ps_mode.mode == ps::Mode::Async) os << ", send_queue_size=" << ps_mode.send_queue_size;
     os << ")";
   }
   return os.str();

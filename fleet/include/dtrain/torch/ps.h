@@ -30,15 +30,21 @@
 #include <torch/torch.h>
 
 #include "dtrain/ps.h"
+#include "dtrain/work.h"
 
 namespace dtrain::torch {
 
+namespace detail {
+class InFlight;
+}
+
 // One process that is its own parameter server: the PS backend of config's
 // [ps] (default ps_grpc) is loaded, one server runs in this process on a
-// memory store and this process is its only worker. For inference on saved
-// tables (load them with SparseTable/DenseParameters::load) and for tests.
-// Like init(false), once per process until shutdown().
-void init_standalone(std::shared_ptr<const Config> config);
+// memory store and this process is its only worker, in async mode. For
+// inference on saved tables (load them with SparseTable/DenseParameters::load)
+// and for tests. send_queue_size as a_sync_configs' (0: every push is waited
+// for). Like init(false), once per process until shutdown().
+void init_standalone(std::shared_ptr<const Config> config, int send_queue_size = 0);
 
 // The role of this process in a PS job (after init(false)).
 bool is_server();
@@ -80,16 +86,33 @@ ps::TableConfig sparse_table_config(const std::string& name);
 // [dim] that requires grad; the gradients of every forward since the last
 // PsOptimizer::step() are pushed by that step (rows of repeated ids summed).
 // show_click (float, ids.numel() x 2, optional) feeds the table's counters.
+//
+// Async mode with a_sync_configs.send_queue_size = q > 0 overlaps the
+// table's traffic with training, as Paddle's async communicator does: a push
+// is left in flight (the step waits only while q pushes are), and
+// prefetch(next_ids) pulls the next batch's rows while this batch computes.
+// Rows may then miss this worker's last q pushes (a pull not prefetched
+// still sees every push of this worker). Sync and GEO keep their semantics:
+// there every push is waited for and prefetch does nothing.
 class SparseEmbeddingImpl : public ::torch::nn::Module {
  public:
   explicit SparseEmbeddingImpl(const ps::TableConfig& config);
+  // Waits for the ops in flight (their buffers are this module's).
+  ~SparseEmbeddingImpl() override;
   ::torch::Tensor forward(const ::torch::Tensor& ids, const ::torch::Tensor& show_click = {});
+  // Starts pulling the rows of ids now (async with send_queue_size > 0, else
+  // nothing); the next forward whose ids are the same takes them. A prefetch
+  // not taken is waited for and dropped by the next forward or prefetch.
+  void prefetch(const ::torch::Tensor& ids);
   int64_t dim() const { return dim_; }
   ps::SparseTable& table() { return table_; }
   // Pushes the gradients gathered since the last call (Sync/Async), or
   // applies them to the local copy and counts a GEO step. Called by
-  // PsOptimizer::step().
+  // PsOptimizer::step(). A push left in flight fails the call that next
+  // waits for it (a later step, flush, barrier_worker).
   void push_gradients();
+  // Waits for this module's pushes in flight.
+  void flush();
   // Drops gathered lookups without pushing (e.g. after an evaluation pass).
   void clear();
 
@@ -99,10 +122,20 @@ class SparseEmbeddingImpl : public ::torch::nn::Module {
     ::torch::Tensor rows;
     ::torch::Tensor show_click;
   };
+  struct Prefetch {
+    std::vector<uint64_t> keys;
+    ::torch::Tensor rows;
+    std::shared_ptr<Work> work;
+  };
+  void drop_prefetch();
+
   ps::SparseTable table_;
   std::unique_ptr<ps::GeoSparseTable> geo_;
   int64_t dim_ = 0;
+  size_t queue_ = 0;  // pushes that may be in flight (async only)
   std::vector<Lookup> lookups_;
+  std::unique_ptr<Prefetch> prefetch_;
+  std::shared_ptr<detail::InFlight> pushes_;
 };
 // TORCH_MODULE(SparseEmbedding), spelled out: inside dtrain::torch the macro's
 // unqualified torch:: would name this namespace.
@@ -127,10 +160,15 @@ class DenseParameters {
                   const std::string& prefix = "dense");
   uint64_t count() const { return count_; }
   // Pushes the gradients, then pulls the new values into the parameters
-  // (Sync/Async); Geo: SGD on the local values and a GEO step.
+  // (Sync/Async); Geo: SGD on the local values and a GEO step. Async with
+  // send_queue_size > 0: the push and the pull run while training goes on,
+  // and the values pulled are copied into the parameters by the next step()
+  // (one step later than without).
   void step();
-  // Pulls the servers' values into the parameters.
+  // Pulls the servers' values into the parameters (after the ops in flight).
   void pull();
+  // Waits for the ops in flight and copies in the values they pulled.
+  void flush();
   // Loads every parameter's table from dir (as saved by a checkpoint or
   // DenseTable::save), then pulls.
   void load(const std::string& dir);
@@ -141,10 +179,16 @@ class DenseParameters {
     ps::DenseTable table;
     std::unique_ptr<ps::GeoDenseTable> geo;
   };
+  void copy_in_staged();
+
   std::shared_ptr<::torch::nn::Module> model_;
   std::vector<Param> params_;
   double lr_ = 0;
   uint64_t count_ = 0;
+  bool overlap_ = false;                 // async with send_queue_size > 0
+  std::vector<::torch::Tensor> staged_;  // overlap: the values the last step pulled
+  bool staged_pending_ = false;          // staged_ not yet copied in
+  std::shared_ptr<detail::InFlight> ops_;
 };
 
 // fleet.distributed_optimizer in PS mode: step() pushes every embedding's
@@ -158,6 +202,8 @@ class PsOptimizer {
               std::shared_ptr<DenseParameters> dense);
   void step();
   void zero_grad();
+  // Waits for every push and pull the steps left in flight (async).
+  void flush();
   int64_t steps() const { return steps_; }
   const std::shared_ptr<DenseParameters>& dense() const { return dense_; }
 
