@@ -172,6 +172,12 @@ std::shared_ptr<const Transforms> Transforms::from_config(const Config& c, const
       }
     auto has = [&](const char* p) { return std::find(params.begin(), params.end(), p) != params.end(); };
     auto k = [&](const char* p) { return key + "." + p; };
+    for (const char* p : {"interpolation", "interp"})
+      if (has(p)) {
+        std::string v = c.get_string(k(p));
+        if (v != "bilinear" && v != "LINEAR" && v != "linear")
+          bad(c, k(p), "'" + v + "' is not available: images are resized bilinearly (\"bilinear\" or \"LINEAR\")");
+      }
     auto probability = [&](const char* p, double def) {
       double v = has(p) ? c.get_float(k(p)) : def;
       if (!(v >= 0 && v <= 1)) bad(c, k(p), "must be in [0, 1]");

@@ -43,7 +43,8 @@ namespace dtrain::apps {
 // = 0.1}, Normalize {mean = [0.5]*3, std = [0.5]*3: (x / 255 - mean) / std}.
 // A size is an integer (square) or [w, h]. Images take bilinear resizing,
 // label masks nearest neighbour. Without a normalize operator the output is
-// pixels / 255. An unknown operator, an unknown or mistyped parameter, or a
+// pixels / 255. `interpolation` (cls) and `interp` (seg) accept only
+// bilinear ("bilinear", "LINEAR"). An unknown operator, an unknown or mistyped parameter, or a
 // bad value is a ConfigError at its file:line naming the key.
 class Transforms {
  public:

@@ -107,6 +107,8 @@ TEST(Transforms, ErrorsNameTheFileLineAndKey) {
   expect_error("DecodeImage = {}\nRandCropImage = { size = 24 }\nNormalizeImage = { scale = \"1/x\" }\n",
                "data.train.transforms.NormalizeImage.scale");
   expect_error("DecodeImage = {}\nToCHWImage = {}\nRandCropImage = { size = 24, scale = [0.5, 0.2] }\n", "min <= max");
+  expect_error("DecodeImage = {}\nToCHWImage = {}\nRandCropImage = { size = 24, interpolation = \"bicubic\" }\n",
+               "'bicubic' is not available");
   EXPECT_THROW(pipeline("ResizeStepScaling = {}\n"), ConfigError);  // a seg operator in a cls pipeline
 }
 
