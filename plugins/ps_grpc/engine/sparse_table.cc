@@ -405,8 +405,68 @@ uint32_t SparseTable::admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npu
   return create_row(d, key, h);
 }
 
+void SparseTable::apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t i, bool geo,
+                            Rule::AdamCache& adam) const {
+  float* w = &d.data[static_cast<size_t>(r) * stride_];
+  const float* g = p.g + i * dim_;
+  RowMeta& m = d.meta[r];
+  if (geo) {
+    for (uint64_t c = 0; c < dim_; ++c) w[c] += g[c];
+  } else {
+    rule_.apply_row(w, w + dim_, m.t, g, dim_, adam);
+  }
+  m.show += p.show(i);
+  m.click += p.click(i);
+  m.unseen = 0;
+  m.changed = kChanged;
+}
+
+// A push (its keys distinct) under every local shard's write lock, in the
+// push's order, as the pull's three-stage pipeline: hash key i and prefetch
+// its slot; find (or admit) key i - kAhead's row and prefetch it; apply the
+// rule to key i - 2 kAhead's. No sort by shard, no scratch.
+void SparseTable::apply_in_order(const Pushed& p) {
+  std::unique_lock<std::shared_mutex> locks[kLockAllShards];
+  for (uint32_t l = 0; l < nlocal_; ++l) locks[l] = std::unique_lock<std::shared_mutex>(shards_[l].mu);
+  constexpr uint32_t kRing = 64;  // > 2 * kAhead, a power of two
+  static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
+  const uint64_t n = p.n;
+  const bool geo = desc_.mode == DT_PS_MODE_GEO;
+  Rule::AdamCache adam;
+  uint32_t local[kRing], row[kRing];
+  for (uint64_t i = 0; i < n + 2 * kAhead; ++i) {
+    if (i < n) {
+      const uint32_t l = local_of_hash(p.h[i]);
+      local[i % kRing] = l;
+      __builtin_prefetch(shards_[l].d.index.probe_address(p.h[i]));
+    }
+    if (i >= kAhead && i - kAhead < n) {
+      const uint64_t j = i - kAhead;
+      ShardData& d = shards_[local[j % kRing]].d;
+      uint32_t r = d.index.find(p.k[j], p.h[j]);
+      if (r == FlatMap::kNone) r = admit(d, p.k[j], p.h[j], p.pushes(j));
+      row[j % kRing] = r;
+      if (r != FlatMap::kNone) {
+        prefetch_row<1>(&d.data[static_cast<size_t>(r) * stride_], stride_);
+        __builtin_prefetch(&d.meta[r], 1);
+      }
+      prefetch_row<0>(p.g + j * dim_, dim_);
+    }
+    if (i >= 2 * kAhead) {
+      const uint64_t j = i - 2 * kAhead;
+      const uint32_t r = row[j % kRing];
+      if (r != FlatMap::kNone) apply_one(shards_[local[j % kRing]].d, r, p, static_cast<uint32_t>(j), geo, adam);
+    }
+  }
+}
+
 // Applies one push (async/GEO) or one merged sync step.
 void SparseTable::apply(const Pushed& p, Scratch& s) {
+  if (nlocal_ <= kLockAllShards) {
+    apply_in_order(p);
+    applied_.fetch_add(1);
+    return;
+  }
   const uint64_t n = p.n;
   s.local.resize(n);
   for (uint64_t i = 0; i < n; ++i) s.local[i] = local_of_hash(p.h[i]);
@@ -439,19 +499,7 @@ void SparseTable::apply(const Pushed& p, Scratch& s) {
         prefetch_row<0>(p.g + s.order[k + kAhead] * dim_, dim_);
       }
       const uint32_t i = s.order[k], r = s.rows[k];
-      if (r == FlatMap::kNone) continue;
-      float* w = &d.data[static_cast<size_t>(r) * stride_];
-      const float* g = p.g + i * dim_;
-      RowMeta& m = d.meta[r];
-      if (geo) {
-        for (uint64_t c = 0; c < dim_; ++c) w[c] += g[c];
-      } else {
-        rule_.apply_row(w, w + dim_, m.t, g, dim_, adam);
-      }
-      m.show += p.show(i);
-      m.click += p.click(i);
-      m.unseen = 0;
-      m.changed = kChanged;
+      if (r != FlatMap::kNone) apply_one(d, r, p, i, geo, adam);
     }
   }
   applied_.fetch_add(1);

@@ -254,58 +254,67 @@ std::shared_ptr<sdk::Work> PsClient::push_sparse(uint32_t id, const uint64_t* ke
   // Sync mode counts every push as a step on every server, so each server
   // gets one, empty or not.
   bool every = t.desc.mode == DT_PS_MODE_SYNC;
-  std::vector<std::shared_ptr<std::vector<SparsePush>>> streams(num_servers_);
+  auto positions = std::make_shared<std::vector<std::vector<uint64_t>>>(std::move(pos));
+  auto name = std::make_shared<grpc::Slice>(t.desc.name);
+  const size_t row = dim * sizeof(float), scb = 2 * sizeof(float);
+  auto total_of = [&](int s) { return num_servers_ > 1 ? (*positions)[s].size() : n; };
   int parts = 0;
-  size_t row = dim * sizeof(float);
-  for (int s = 0; s < num_servers_; ++s) {
-    const std::vector<uint64_t>* p = num_servers_ > 1 ? &pos[s] : nullptr;
-    uint64_t total = p ? p->size() : n;
-    if (total == 0 && !every) continue;
-    auto msgs = std::make_shared<std::vector<SparsePush>>();
-    for (uint64_t off = 0; off < total || msgs->empty(); off += per) {
-      uint64_t len = std::min(per, total - off);
-      SparsePush& m = msgs->emplace_back();
-      if (off == 0) {
-        m.set_worker(rank_);
-        m.set_table(t.desc.name);
-        m.set_total_keys(total);
-        m.set_has_show_click(sc);
-      }
-      std::string* k = m.mutable_keys();
-      std::string* g = m.mutable_grads();
-      std::string* c = sc ? m.mutable_show_click() : nullptr;
-      if (!p) {
-        k->assign(reinterpret_cast<const char*>(keys + off), len * sizeof(uint64_t));
-        g->assign(reinterpret_cast<const char*>(grads + off * dim), len * row);
-        if (c) c->assign(reinterpret_cast<const char*>(show_click + 2 * off), len * 2 * sizeof(float));
-        continue;
-      }
-      k->resize(len * sizeof(uint64_t));
-      g->resize(len * row);
-      if (c) c->resize(len * 2 * sizeof(float));
-      for (uint64_t i = 0; i < len; ++i) {
-        uint64_t j = (*p)[off + i];
-        std::memcpy(&(*k)[i * sizeof(uint64_t)], &keys[j], sizeof(uint64_t));
-        std::memcpy(&(*g)[i * row], grads + j * dim, row);
-        if (c) std::memcpy(&(*c)[i * 2 * sizeof(float)], show_click + 2 * j, 2 * sizeof(float));
-      }
-    }
-    streams[s] = msgs;
-    ++parts;
-  }
+  for (int s = 0; s < num_servers_; ++s) parts += total_of(s) > 0 || every;
   auto op = new_op("a push to sparse table '" + t.desc.name + "'", parts, o);
   op->after = {t.declared, t.last_push};
+  std::vector<StreamPart> streams;
   for (int s = 0; s < num_servers_; ++s) {
-    if (!streams[s]) continue;
-    run(op, s, [msgs = streams[s]](grpc::ClientContext& ctx, Server& srv) {
-      Empty reply;
-      auto writer = srv.stub().PushSparse(&ctx, &reply);
-      for (auto& m : *msgs)
-        if (!writer->Write(m)) break;
-      writer->WritesDone();
-      return writer->Finish();
-    });
+    const std::vector<uint64_t>* p = num_servers_ > 1 ? &(*positions)[s] : nullptr;
+    const uint64_t total = total_of(s);
+    if (total == 0 && !every) continue;
+    // This server's keys, gradients and show/click staged in reused memory
+    // (keys, then gradients, then show/click), each chunk's copied in just
+    // before its message is written and sent as sub-slices of it.
+    const size_t bytes = total * (sizeof(uint64_t) + row + (sc ? scb : 0));
+    grpc::Slice all = lease_slice(staging_->get(std::max<size_t>(1, bytes)), bytes);
+    char* base = reinterpret_cast<char*>(const_cast<uint8_t*>(all.begin()));
+    StreamPart& part = streams.emplace_back();
+    part.server = s;
+    part.count = std::max<uint64_t>(1, (total + per - 1) / per);
+    part.make = [this, op, name, all, base, total, per, row, scb, sc, keys, grads, show_click, dim, p, positions](
+                    size_t i, RawMessage* m) {
+      const uint64_t off = i * per, len = total > off ? std::min(per, total - off) : 0;
+      char* kd = base + off * sizeof(uint64_t);
+      char* gd = base + total * sizeof(uint64_t) + off * row;
+      char* cd = base + total * (sizeof(uint64_t) + row) + off * scb;
+      if (i == 0) {
+        m->add_varint(SparsePush::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
+        m->add_bytes(SparsePush::kTableFieldNumber, *name);
+        m->add_varint(SparsePush::kTotalKeysFieldNumber, total);
+        if (sc) m->add_varint(SparsePush::kHasShowClickFieldNumber, 1);
+      }
+      if (len == 0) return !op->done();
+      // Guarded as a write into the caller's memory: once the op is done
+      // (aborted included) the caller may reuse keys and grads.
+      const bool copied = op->write_out([&] {
+        if (!p) {
+          std::memcpy(kd, keys + off, len * sizeof(uint64_t));
+          std::memcpy(gd, grads + off * dim, len * row);
+          if (sc) std::memcpy(cd, show_click + 2 * off, len * scb);
+          return;
+        }
+        for (uint64_t j = 0; j < len; ++j) {
+          const uint64_t at = (*p)[off + j];
+          std::memcpy(kd + j * sizeof(uint64_t), keys + at, sizeof(uint64_t));
+          std::memcpy(gd + j * row, grads + at * dim, row);
+          if (sc) std::memcpy(cd + j * scb, show_click + 2 * at, scb);
+        }
+      });
+      if (!copied) return false;
+      const size_t kb = static_cast<size_t>(kd - base), gb = static_cast<size_t>(gd - base),
+                   cb = static_cast<size_t>(cd - base);
+      m->add_bytes(SparsePush::kKeysFieldNumber, all.sub(kb, kb + len * sizeof(uint64_t)));
+      m->add_bytes(SparsePush::kGradsFieldNumber, all.sub(gb, gb + len * row));
+      if (sc) m->add_bytes(SparsePush::kShowClickFieldNumber, all.sub(cb, cb + len * scb));
+      return true;
+    };
   }
+  run_streams(op, kPushSparseMethod, std::move(streams));
   t.last_push = op;
   return submit(op);
 }

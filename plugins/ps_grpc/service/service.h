@@ -44,7 +44,10 @@ class PsService final : public ParameterServer::Service {
   // PullSparse, registered as a streamed unary method (one request, one
   // reply) so the reply is a RawMessage the table fills in place.
   grpc::Status PullSparseRaw(grpc::ServerContext*, grpc::ServerUnaryStreamer<SparsePull, RawMessage>*);
-  grpc::Status PushSparse(grpc::ServerContext*, grpc::ServerReader<SparsePush>*, Empty*) override;
+  // PushSparse, registered as a streamed method reading raw chunks (keys,
+  // gradients and show/click copied from gRPC's slices straight into one
+  // staging buffer).
+  grpc::Status PushSparseRaw(grpc::ServerContext*, grpc::ServerReaderWriter<Empty, RawRequest>*);
   grpc::Status Save(grpc::ServerContext*, const SaveRequest*, SaveReply*) override;
   grpc::Status Load(grpc::ServerContext*, const TableRequest*, Empty*) override;
   grpc::Status Shrink(grpc::ServerContext*, const TableRequest*, ShrinkReply*) override;

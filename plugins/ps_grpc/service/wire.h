@@ -29,6 +29,9 @@ constexpr int kPullDenseIndex = 2;
 // ParameterServer.PushDense: the client sends its chunks as raw bytes.
 constexpr char kPushDenseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushDense";
 constexpr int kPushDenseIndex = 3;
+// ParameterServer.PushSparse: the client sends its chunks as raw bytes.
+constexpr char kPushSparseMethod[] = "/dtrain.ps_grpc.ParameterServer/PushSparse";
+constexpr int kPushSparseIndex = 5;
 // A dense push to a server goes as parts of about this many bytes, each its
 // own call, all at once, at most kMaxDensePushParts (client.cc).
 constexpr uint64_t kDensePushPartBytes = uint64_t{4} << 20;
