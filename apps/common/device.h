@@ -14,6 +14,8 @@
 //                                    channels-last layout (oneDNN's and cuDNN's
 //                                    fast convolution layout)
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -26,6 +28,18 @@
 #include "dtrain/torch/amp.h"
 
 namespace dtrain::apps {
+
+// A worker's intra-op threads ([train] threads): libtorch's pool and, where
+// libtorch runs its matrix products on OpenBLAS's pthreads build (Debian's),
+// OpenBLAS's own pool, which torch::set_num_threads leaves at one thread per
+// core: between calls those threads spin in sched_yield, and with several
+// workers on a host they take the cores from the other processes (the CTR
+// job lost a third of its throughput to them).
+inline void set_worker_threads(int n) {
+  ::torch::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
+}
 
 struct DeviceChoice {
   ::torch::Device device = ::torch::kCPU;

@@ -175,7 +175,7 @@ std::unique_ptr<BatchLoader> Trainer::eval_loader(const std::vector<size_t>& ind
 
 void Trainer::loader_bench(int64_t batches) {
   opts_ = trainer_table().read(cfg_);
-  torch::set_num_threads(static_cast<int>(opts_.threads));
+  set_worker_threads(static_cast<int>(opts_.threads));
   seed_ = static_cast<uint64_t>(opts_.seed);
   build();
   auto idx = shard_indices(train_set_->size(), 0, 1, seed_, 0, true);
@@ -219,7 +219,7 @@ void Trainer::setup() {
   rank_ = fleet::worker_index();
   world_ = fleet::worker_num();
   opts_ = trainer_table().read(cfg_);
-  torch::set_num_threads(static_cast<int>(opts_.threads));
+  set_worker_threads(static_cast<int>(opts_.threads));
   seed_ = static_cast<uint64_t>(opts_.seed);
   torch::manual_seed(seed_);
   device_ = choose_device(cfg_, config_error);

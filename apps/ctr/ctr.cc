@@ -346,7 +346,7 @@ void train_impl(const Config& job) {
   io.config = std::make_shared<Config>(c);
   fleet::init(io);
   if (fleet::is_server()) return serve();
-  torch::set_num_threads(static_cast<int>(positive(c, "train.threads")));
+  set_worker_threads(static_cast<int>(positive(c, "train.threads")));
   torch::manual_seed(static_cast<uint64_t>(c.get_int("train.seed")));
   const Plan p(c);
   Net net(c);

@@ -76,5 +76,18 @@ TEST(AppKeys, TheShippedJobFilesValidate) {
   }
 }
 
+// [train] threads sizes libtorch's pool and OpenBLAS's (Debian's libtorch
+// multiplies matrices with OpenBLAS's pthreads build, whose idle threads spin).
+TEST(WorkerThreads, SetWorkerThreadsSizesLibtorchAndOpenBlas) {
+  using GetThreads = int (*)();
+  auto openblas_threads = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ASSERT_NE(openblas_threads, nullptr) << "this libtorch does not multiply with OpenBLAS";
+  for (int n : {2, 1}) {
+    set_worker_threads(n);
+    EXPECT_EQ(torch::get_num_threads(), n);
+    EXPECT_EQ(openblas_threads(), n);
+  }
+}
+
 }  // namespace
 }  // namespace dtrain::apps
