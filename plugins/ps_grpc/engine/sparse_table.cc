@@ -176,14 +176,14 @@ void SparseTable::push_sparse(int worker, const uint64_t* keys, uint64_t n, cons
   hash_and_check(keys, n, s);
   if (desc_.mode != DT_PS_MODE_SYNC) {
     dedupe(keys, n, grads, show_click, false, s, s.pushed);
-    apply(s.pushed, s);
+    apply(s.pushed, s, true);
     return;
   }
   Pushed step;
   dedupe(keys, n, grads, show_click, true, s, step);
   sync_.push(worker, std::move(step), [&](const std::vector<const Pushed*>& by_worker) {
     merge(by_worker, s);
-    apply(s.merged, s);
+    apply(s.merged, s, false);
   });
 }
 
@@ -460,9 +460,12 @@ void SparseTable::apply_in_order(const Pushed& p) {
   }
 }
 
-// Applies one push (async/GEO) or one merged sync step.
-void SparseTable::apply(const Pushed& p, Scratch& s) {
-  if (nlocal_ <= kLockAllShards) {
+// Applies one push (async/GEO) or one merged sync step. A sync step runs
+// under the step's own lock, so it takes the shards' locks one at a time
+// (lock_all false): ThreadSanitizer's deadlock detector tracks at most 64
+// locks held by one thread, the default shard count.
+void SparseTable::apply(const Pushed& p, Scratch& s, bool lock_all) {
+  if (lock_all && nlocal_ <= kLockAllShards) {
     apply_in_order(p);
     applied_.fetch_add(1);
     return;

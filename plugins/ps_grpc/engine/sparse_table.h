@@ -153,7 +153,7 @@ class SparseTable final : public Table {
   uint32_t create_row(ShardData& d, uint64_t key, uint64_t h) const;
   uint32_t admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npush) const;
   void remove_row(ShardData& d, size_t r) const;
-  void apply(const Pushed& p, Scratch& s);
+  void apply(const Pushed& p, Scratch& s, bool lock_all);
   void apply_in_order(const Pushed& p);
   // The rule (or GEO's delta) on row r of d with the push's entry i, and the counters.
   void apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t i, bool geo, Rule::AdamCache& adam) const;
