@@ -183,5 +183,94 @@ TEST(FieldReader, ATruncatedMessageIsAnError) {
   EXPECT_THROW(r.copy_to(out.data(), val), sdk::Error);
 }
 
+// A SparsePush message as the client writes it: the header in the first,
+// then keys, gradients and (if given) show/click.
+grpc::ByteBuffer sparse_push(bool first, uint64_t total, bool sc, const std::vector<uint64_t>& keys,
+                             const std::vector<float>& grads, const std::vector<float>& show_click = {}) {
+  RawMessage m;
+  if (first) {
+    m.add_varint(SparsePush::kWorkerFieldNumber, 1);
+    m.add_bytes(SparsePush::kTableFieldNumber, grpc::Slice(std::string("emb")));
+    m.add_varint(SparsePush::kTotalKeysFieldNumber, total);
+    if (sc) m.add_varint(SparsePush::kHasShowClickFieldNumber, 1);
+  }
+  auto bytes = [](const void* p, size_t n) { return grpc::Slice(p, n); };
+  if (!keys.empty()) m.add_bytes(SparsePush::kKeysFieldNumber, bytes(keys.data(), keys.size() * 8));
+  if (!grads.empty()) m.add_bytes(SparsePush::kGradsFieldNumber, bytes(grads.data(), grads.size() * 4));
+  if (!show_click.empty())
+    m.add_bytes(SparsePush::kShowClickFieldNumber, bytes(show_click.data(), show_click.size() * 4));
+  return serialize(m);
+}
+
+// Reads the messages into buffers sized from the header (dim 2); returns
+// the error text, empty if none.
+struct PushInto {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads, show_click;
+  SparsePushReader::Header header;
+  int begins = 0;
+  std::string read(const std::vector<grpc::ByteBuffer>& msgs) {
+    SparsePushReader r;
+    auto begin = [&](const SparsePushReader::Header& h) {
+      ++begins;
+      header = h;
+      keys.assign(h.total, 0);
+      grads.assign(h.total * 2, 0.0f);
+      show_click.assign(h.total * 2, 0.0f);
+      return SparsePushReader::Target{2, keys.data(), grads.data(), show_click.data()};
+    };
+    try {
+      for (const auto& m : msgs) r.read(m, begin);
+      r.finish();
+    } catch (const sdk::Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+TEST(SparsePushReader, MessagesLandBackToBack) {
+  PushInto p;
+  ASSERT_EQ(p.read({sparse_push(true, 3, true, {7, 8}, {1, 2, 3, 4}, {1, 0, 2, 1}),
+                    sparse_push(false, 3, true, {9}, {5, 6}, {3, 1})}),
+            "");
+  EXPECT_EQ(p.begins, 1);
+  EXPECT_EQ(p.header.worker, 1);
+  EXPECT_EQ(p.header.table, "emb");
+  EXPECT_TRUE(p.header.show_click);
+  EXPECT_EQ(p.keys, (std::vector<uint64_t>{7, 8, 9}));
+  EXPECT_EQ(p.grads, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p.show_click, (std::vector<float>{1, 0, 2, 1, 3, 1}));
+  // An empty push (sync mode sends one to every server): the header alone.
+  PushInto e;
+  EXPECT_EQ(e.read({sparse_push(true, 0, false, {}, {})}), "");
+  EXPECT_EQ(e.begins, 1);
+}
+
+TEST(SparsePushReader, AMalformedPushNamesTheTableAndWhatIsWrong) {
+  auto error_of = [](const std::vector<grpc::ByteBuffer>& msgs) { return PushInto().read(msgs); };
+  auto has = [](const std::string& e, const std::string& part) {
+    return e.find("table 'emb'") != std::string::npos && e.find(part) != std::string::npos;
+  };
+  RawMessage odd;
+  odd.add_varint(SparsePush::kTotalKeysFieldNumber, 1);
+  odd.add_bytes(SparsePush::kTableFieldNumber, grpc::Slice(std::string("emb")));
+  odd.add_bytes(SparsePush::kKeysFieldNumber, grpc::Slice(std::string(12, 'k')));
+  std::string e = error_of({serialize(odd)});
+  EXPECT_TRUE(has(e, "keys are 12 bytes, not a multiple of 8")) << e;
+  e = error_of({sparse_push(true, 2, false, {1, 2}, {1, 1, 1, 1}), sparse_push(false, 2, false, {3}, {1, 1})});
+  EXPECT_TRUE(has(e, "announced 2 keys and sent more")) << e;
+  e = error_of({sparse_push(true, 2, false, {1, 2}, {1, 1, 1})});
+  EXPECT_TRUE(has(e, "of 2 keys carries 3 gradient values; dim is 2, so 4 were expected")) << e;
+  e = error_of({sparse_push(true, 2, false, {1, 2}, {})});
+  EXPECT_TRUE(has(e, "of 2 keys carries 0 gradient values")) << e;
+  e = error_of({sparse_push(true, 1, false, {1}, {1, 1}, {1, 0})});
+  EXPECT_TRUE(has(e, "carries 2 show/click values, not 0")) << e;
+  e = error_of({sparse_push(true, 1, true, {1}, {1, 1})});
+  EXPECT_TRUE(has(e, "carries 0 show/click values, not 2")) << e;
+  e = error_of({sparse_push(true, 5, false, {1, 2}, {1, 1, 1, 1})});
+  EXPECT_TRUE(has(e, "sent 2 of 5 keys")) << e;
+}
+
 }  // namespace
 }  // namespace dtrain::ps_grpc

@@ -408,88 +408,31 @@ grpc::Status PsService::PushSparseRaw(grpc::ServerContext* ctx, grpc::ServerRead
   grpc::Status st = guarded(ctx, [&] {
     RawRequest raw;
     if (!stream->Read(&raw)) sdk::fail(DT_ERR_INVALID_USAGE, "an empty sparse push");
-    // The first message names the worker, the table and the total; every
-    // message's keys, gradients and show/click are copied from gRPC's slices
-    // straight into one staging buffer (keys, then gradients, then
-    // show/click, each back to back), applied as one push at the end.
-    int32_t worker_field = 0;
-    std::string table_name;
-    uint64_t total = 0, dim = 0, got = 0, k = 0;
-    bool sc = false, started = false;
+    // Keys, gradients and show/click of every message into one staging
+    // buffer (each back to back), applied as one push at the end.
+    SparsePushReader reader;
     int wk = -1;
     Table* t = nullptr;
     std::optional<Staging::Lease> lease;
-    uint64_t* keys = nullptr;
-    float *grads = nullptr, *show_click = nullptr;
-    auto start = [&] {
-      wk = worker(worker_field);
-      t = &table(table_name, DT_PS_TABLE_SPARSE);
-      dim = t->desc().dim;
-      const uint64_t row_bytes = sizeof(uint64_t) + dim * sizeof(float) + (sc ? 2 * sizeof(float) : 0);
-      check_size(*t, total * row_bytes, "a sparse push of " + std::to_string(total) + " keys");
-      lease.emplace(staging_->get(std::max<uint64_t>(1, total * row_bytes)));
-      keys = lease->as<uint64_t>();
-      grads = reinterpret_cast<float*>(keys + total);
-      show_click = grads + total * dim;
-      started = true;
-    };
-    auto bad = [&](const std::string& what) {
-      sdk::fail(DT_ERR_INVALID_USAGE, "table '" + t->desc().name + "': a sparse push " + what);
+    SparsePushReader::Target to;
+    auto begin = [&](const SparsePushReader::Header& h) {
+      wk = worker(h.worker);
+      t = &table(h.table, DT_PS_TABLE_SPARSE);
+      to.dim = t->desc().dim;
+      const uint64_t row_bytes = sizeof(uint64_t) + to.dim * sizeof(float) + (h.show_click ? 2 * sizeof(float) : 0);
+      check_size(*t, h.total * row_bytes, "a sparse push of " + std::to_string(h.total) + " keys");
+      lease.emplace(staging_->get(std::max<uint64_t>(1, h.total * row_bytes)));
+      to.keys = lease->as<uint64_t>();
+      to.grads = reinterpret_cast<float*>(to.keys + h.total);
+      to.show_click = to.grads + h.total * to.dim;
+      return to;
     };
     do {
-      FieldReader r;
-      if (!r.open(raw.bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable sparse push chunk");
-      uint64_t v = 0;
-      uint32_t f = 0, type = 0;
-      bool have_keys = false, have_grads = false, have_sc = false;
-      while (r.next(&f, &type, &v)) {
-        if (!started && type == 0 && f == SparsePush::kWorkerFieldNumber) {
-          worker_field = static_cast<int32_t>(v);
-        } else if (!started && type == 2 && f == SparsePush::kTableFieldNumber) {
-          table_name = r.text(v);
-        } else if (!started && type == 0 && f == SparsePush::kTotalKeysFieldNumber) {
-          total = v;
-        } else if (!started && type == 0 && f == SparsePush::kHasShowClickFieldNumber) {
-          sc = v != 0;
-        } else if (type == 2 && f == SparsePush::kKeysFieldNumber) {
-          if (!started) start();
-          if (v % sizeof(uint64_t) != 0) bad("'s keys are " + std::to_string(v) + " bytes, not a multiple of 8");
-          k = v / sizeof(uint64_t);
-          if (k > total - got) bad("announced " + std::to_string(total) + " keys and sent more");
-          r.copy_to(reinterpret_cast<char*>(keys + got), v);
-          have_keys = true;
-        } else if (type == 2 && f == SparsePush::kGradsFieldNumber) {
-          if (!started) start();
-          if (!have_keys) k = 0;
-          if (v != k * dim * sizeof(float))
-            bad("of " + std::to_string(k) + " keys carries " + std::to_string(v / sizeof(float)) +
-                " gradient values; dim is " + std::to_string(dim) + ", so " + std::to_string(k * dim) +
-                " were expected");
-          r.copy_to(reinterpret_cast<char*>(grads + got * dim), v);
-          have_grads = true;
-        } else if (type == 2 && f == SparsePush::kShowClickFieldNumber) {
-          if (!started) start();
-          if (!have_keys) k = 0;
-          if (!sc || v != k * 2 * sizeof(float))
-            bad("of " + std::to_string(k) + " keys carries " + std::to_string(v / sizeof(float)) +
-                " show/click values, not " + std::to_string(sc ? 2 * k : 0));
-          r.copy_to(reinterpret_cast<char*>(show_click + 2 * got), v);
-          have_sc = true;
-        } else if (type == 2) {
-          r.skip(v);
-        }
-      }
-      if (!started) start();
-      if (!have_keys) k = 0;
-      if (k > 0 && !have_grads)
-        bad("of " + std::to_string(k) + " keys carries 0 gradient values; dim is " + std::to_string(dim) + ", so " +
-            std::to_string(k * dim) + " were expected");
-      if (k > 0 && sc && !have_sc)
-        bad("of " + std::to_string(k) + " keys carries 0 show/click values, not " + std::to_string(2 * k));
-      got += k;
+      reader.read(raw.bb, begin);
     } while (stream->Read(&raw));
-    if (got != total) bad("sent " + std::to_string(got) + " of " + std::to_string(total) + " keys");
-    t->push_sparse(wk, keys, total, grads, sc ? show_click : nullptr);
+    reader.finish();
+    const auto& h = reader.header();
+    t->push_sparse(wk, to.keys, h.total, to.grads, h.show_click ? to.show_click : nullptr);
   });
   if (st.ok()) stream->WriteLast(Empty(), grpc::WriteOptions());
   return st;

@@ -263,4 +263,70 @@ grpc::Slice lease_slice(Staging::Lease lease, size_t bytes) {
       held->as<char>(), bytes, [](void* l) { delete static_cast<Staging::Lease*>(l); }, held);
 }
 
+void SparsePushReader::bad(const std::string& what) const {
+  sdk::fail(DT_ERR_INVALID_USAGE, "table '" + header_.table + "': a sparse push " + what);
+}
+
+void SparsePushReader::read(const grpc::ByteBuffer& bb, const std::function<Target(const Header&)>& begin) {
+  FieldReader r;
+  if (!r.open(bb)) sdk::fail(DT_ERR_INVALID_USAGE, "an unreadable sparse push chunk");
+  auto start = [&] {
+    if (started_) return;
+    to_ = begin(header_);
+    started_ = true;
+  };
+  uint64_t v = 0, k = 0;
+  uint32_t f = 0, type = 0;
+  bool have_keys = false, have_grads = false, have_sc = false;
+  while (r.next(&f, &type, &v)) {
+    if (!started_ && type == 0 && f == SparsePush::kWorkerFieldNumber) {
+      header_.worker = static_cast<int32_t>(v);
+    } else if (!started_ && type == 2 && f == SparsePush::kTableFieldNumber) {
+      header_.table = r.text(v);
+    } else if (!started_ && type == 0 && f == SparsePush::kTotalKeysFieldNumber) {
+      header_.total = v;
+    } else if (!started_ && type == 0 && f == SparsePush::kHasShowClickFieldNumber) {
+      header_.show_click = v != 0;
+    } else if (type == 2 && f == SparsePush::kKeysFieldNumber) {
+      start();
+      if (have_keys) bad("message carries its keys twice");
+      if (v % sizeof(uint64_t) != 0) bad("'s keys are " + std::to_string(v) + " bytes, not a multiple of 8");
+      k = v / sizeof(uint64_t);
+      if (k > header_.total - got_) bad("announced " + std::to_string(header_.total) + " keys and sent more");
+      r.copy_to(reinterpret_cast<char*>(to_.keys + got_), v);
+      have_keys = true;
+    } else if (type == 2 && f == SparsePush::kGradsFieldNumber) {
+      start();
+      if (have_grads) bad("message carries its gradients twice");
+      if (v != k * to_.dim * sizeof(float))
+        bad("of " + std::to_string(k) + " keys carries " + std::to_string(v / sizeof(float)) +
+            " gradient values; dim is " + std::to_string(to_.dim) + ", so " + std::to_string(k * to_.dim) +
+            " were expected");
+      r.copy_to(reinterpret_cast<char*>(to_.grads + got_ * to_.dim), v);
+      have_grads = true;
+    } else if (type == 2 && f == SparsePush::kShowClickFieldNumber) {
+      start();
+      if (have_sc) bad("message carries its show/click twice");
+      if (!header_.show_click || v != k * 2 * sizeof(float))
+        bad("of " + std::to_string(k) + " keys carries " + std::to_string(v / sizeof(float)) +
+            " show/click values, not " + std::to_string(header_.show_click ? 2 * k : 0));
+      r.copy_to(reinterpret_cast<char*>(to_.show_click + 2 * got_), v);
+      have_sc = true;
+    } else if (type == 2) {
+      r.skip(v);
+    }
+  }
+  start();
+  if (k > 0 && !have_grads)
+    bad("of " + std::to_string(k) + " keys carries 0 gradient values; dim is " + std::to_string(to_.dim) + ", so " +
+        std::to_string(k * to_.dim) + " were expected");
+  if (k > 0 && header_.show_click && !have_sc)
+    bad("of " + std::to_string(k) + " keys carries 0 show/click values, not " + std::to_string(2 * k));
+  got_ += k;
+}
+
+void SparsePushReader::finish() const {
+  if (got_ != header_.total) bad("sent " + std::to_string(got_) + " of " + std::to_string(header_.total) + " keys");
+}
+
 }  // namespace dtrain::ps_grpc

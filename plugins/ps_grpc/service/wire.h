@@ -144,6 +144,41 @@ class FieldReader {
   size_t slice_ = 0, at_ = 0;  // cursor: slice, byte in it
 };
 
+// The server's side of a sparse push (a stream of SparsePush messages in
+// raw bytes): each message's keys, gradients and show/click are copied from
+// gRPC's slices straight to where begin() said, back to back over the
+// messages. begin(header) runs once, at the first message's first bytes
+// field (or its end): it checks the header (worker, table, size) and returns
+// the table's dim and room for total keys, total x dim gradients and, with
+// show/click, 2 x total values. A malformed message throws sdk::Error
+// (DT_ERR_INVALID_USAGE) naming the table and what is wrong.
+class SparsePushReader {
+ public:
+  struct Header {
+    int32_t worker = 0;
+    std::string table;
+    uint64_t total = 0;
+    bool show_click = false;
+  };
+  struct Target {
+    uint64_t dim = 0;
+    uint64_t* keys = nullptr;
+    float* grads = nullptr;
+    float* show_click = nullptr;  // used only when the header has show/click
+  };
+  void read(const grpc::ByteBuffer& bb, const std::function<Target(const Header&)>& begin);
+  // After the last message: throws unless every announced key came.
+  void finish() const;
+  const Header& header() const { return header_; }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const;
+  Header header_;
+  Target to_;
+  bool started_ = false;
+  uint64_t got_ = 0;  // keys of the messages read so far
+};
+
 // A SparsePull request (ps.proto) of n keys as one slice, serialized in
 // place: the header fields written here, the n keys (8 bytes each,
 // little-endian) by write_keys(dst) (dst unaligned).
