@@ -96,18 +96,8 @@ class ClsTrainer : public Trainer {
   torch::Tensor infer(const torch::Tensor& images) override { return any_.forward(images); }
 
   std::string preprocessing_json() const override {
-    if (const auto& t = augment_.eval_transforms)
-      return fmt::format(
-          "{{\"app\": \"cls\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: {}; then pixels * "
-          "scale, then (x - mean) / std per channel\", \"scale\": {}, \"mean\": [{}], \"std\": [{}], \"output\": "
-          "\"float32 [N, {}] logits\"}}",
-          name_, eval_set_->channels(), json_escape(t->describe()), t->scale(), fmt::join(t->mean(), ", "),
-          fmt::join(t->stddev(), ", "), eval_set_->num_classes());
-    return fmt::format(
-        "{{\"app\": \"cls\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - mean) / "
-        "std\", "
-        "\"mean\": {}, \"std\": {}, \"output\": \"float32 [N, {}] logits\"}}",
-        name_, eval_set_->channels(), augment_.mean, augment_.std, eval_set_->num_classes());
+    return fmt::format("{{\"app\": \"cls\", \"model\": \"{}\", {}, \"output\": \"float32 [N, {}] logits\"}}", name_,
+                       input_json(), eval_set_->num_classes());
   }
 
   StepOutput train_step(const Batch& b) override {

@@ -11,6 +11,7 @@
 #include <torch/script.h>
 
 #include "common/trainer.h"
+#include "common/transforms.h"
 #include "dtrain/error.h"
 
 namespace fs = std::filesystem;
@@ -66,6 +67,19 @@ torch::Tensor Trainer::infer(const torch::Tensor&) {
 }
 
 std::string Trainer::preprocessing_json() const { throw NotSupported("dtrain-" + app_ + " has no export_model yet"); }
+
+std::string Trainer::input_json(const std::string& what) const {
+  const int c = eval_set_->channels();
+  if (const auto& t = augment_.eval_transforms)
+    return fmt::format(
+        "\"input\": \"float32 [N, {}, H, W]{}: {}; then pixels * scale, then (x - mean) / std per channel\", "
+        "\"scale\": {}, \"mean\": [{}], \"std\": [{}]",
+        c, what, json_escape(t->describe()), t->scale(), fmt::join(t->mean(), ", "), fmt::join(t->stddev(), ", "));
+  return fmt::format(
+      "\"input\": \"float32 [N, {}, H, W]{}: pixels / 255, then (x - mean) / std\", \"mean\": {}, "
+      "\"std\": {}",
+      c, what, augment_.mean, augment_.std);
+}
 
 void Trainer::export_model(const std::string& output, const std::string& verify_dir, int64_t batch) {
   opts_ = trainer_table().read(cfg_);

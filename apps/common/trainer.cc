@@ -480,57 +480,54 @@ int run_guarded(const std::string& prefix, const std::function<int()>& body) {
   return 1;
 }
 
-int trainer_main(int argc, char** argv, const std::string& app, const std::string& description,
-                 Config (*load)(const std::string&, const std::vector<std::string>&),
-                 std::unique_ptr<Trainer> (*make)(Config)) {
-  if (argc > 1 && std::string(argv[1]) == "export_model") {
+namespace {
+
+using LoadJob = Config (*)(const std::string&, const std::vector<std::string>&);
+using MakeTrainer = std::unique_ptr<Trainer> (*)(Config);
+
+// `command` JOB [-o key=value ...] plus cli's own options: parses argv, then
+// runs body on the job's trainer, an error printed after the command's name.
+int run_command(CLI::App& cli, int argc, char** argv, const std::string& app, const std::string& command,
+                const std::string& example, LoadJob load, MakeTrainer make, const std::function<void(Trainer&)>& body) {
+  std::string job;
+  std::vector<std::string> over;
+  cli.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
+  cli.add_option("-o,--override", over, "override a key: -o " + example + " (repeatable)");
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli.exit(e);
+  }
+  return run_guarded(command + ": error: ", [&] {
+    body(*make(load(job, over)));
+    return 0;
+  });
+}
+
+}  // namespace
+
+int trainer_main(int argc, char** argv, const std::string& app, const std::string& description, LoadJob load,
+                 MakeTrainer make) {
+  const std::string sub = argc > 1 ? argv[1] : "";
+  if (sub == "export_model") {
     CLI::App ex{"dtrain-" + app + " export_model: the trained model as TorchScript (Paddle's tools/export_model.py)"};
-    std::string job, output, verify;
-    std::vector<std::string> over;
+    std::string output, verify;
     int64_t batch = 8;
-    ex.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
-    ex.add_option("-o,--override", over, "override a key: -o checkpoint.dir=DIR (repeatable)");
     ex.add_option("--output", output, "the TorchScript file to write")->required();
     ex.add_option("--verify", verify, "also write the traced batch and the model's output there (raw float32)");
     ex.add_option("--batch", batch, "images in the traced batch (the first of the evaluation set)");
-    try {
-      ex.parse(argc - 1, argv + 1);
-    } catch (const CLI::ParseError& e) {
-      return ex.exit(e);
-    }
-    return run_guarded("dtrain-" + app + " export_model: error: ", [&] {
-      make(load(job, over))->export_model(output, verify, batch);
-      return 0;
-    });
+    return run_command(ex, argc - 1, argv + 1, app, "dtrain-" + app + " export_model", "checkpoint.dir=DIR", load, make,
+                       [&](Trainer& t) { t.export_model(output, verify, batch); });
   }
-  if (argc > 1 && std::string(argv[1]) == "loader_bench") {
+  if (sub == "loader_bench") {
     CLI::App lb{"dtrain-" + app + " loader_bench: the data loader's images/s alone (no model, no training)"};
-    std::string job;
-    std::vector<std::string> over;
     int64_t batches = 0;
-    lb.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
-    lb.add_option("-o,--override", over, "override a key: -o data.num_workers=4 (repeatable)");
     lb.add_option("--batches", batches, "training batches to read (0: the whole first epoch)");
-    try {
-      lb.parse(argc - 1, argv + 1);
-    } catch (const CLI::ParseError& e) {
-      return lb.exit(e);
-    }
-    return run_guarded("dtrain-" + app + " loader_bench: error: ", [&] {
-      make(load(job, over))->loader_bench(batches);
-      return 0;
-    });
+    return run_command(lb, argc - 1, argv + 1, app, "dtrain-" + app + " loader_bench", "data.num_workers=4", load, make,
+                       [&](Trainer& t) { t.loader_bench(batches); });
   }
   CLI::App cli{description};
-  std::string job_file;
-  std::vector<std::string> overrides;
-  cli.add_option("job", job_file, "job file (TOML), e.g. apps/" + app + ".toml")->required();
-  cli.add_option("-o,--override", overrides, "override a key: -o train.epochs=2 (repeatable)");
-  CLI11_PARSE(cli, argc, argv);
-  return run_guarded("dtrain-" + app + ": error: ", [&] {
-    make(load(job_file, overrides))->run();
-    return 0;
-  });
+  return run_command(cli, argc, argv, app, "dtrain-" + app, "train.epochs=2", load, make, [](Trainer& t) { t.run(); });
 }
 
 }  // namespace dtrain::apps

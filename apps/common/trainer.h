@@ -139,6 +139,10 @@ class Trainer {
   // preprocessing as JSON. The defaults refuse: the app has no export yet.
   virtual torch::Tensor infer(const torch::Tensor& images);
   virtual std::string preprocessing_json() const;
+  // The normalisation members of preprocessing.json ("input", "scale",
+  // "mean", "std"): the eval transforms' per-channel Normalize, or [augment]
+  // mean/std. `what` follows the shape in "input" (" grey text lines").
+  std::string input_json(const std::string& what = "") const;
 
   // Averages BatchNorm statistics across workers; every worker calls it.
   void sync_buffers() { dp_->average_buffers(); }

@@ -318,10 +318,9 @@ class OcrTrainer : public Trainer {
     std::string dict;
     for (const auto& c : dict_->chars()) dict += (dict.empty() ? "\"" : ", \"") + json_escape(c) + "\"";
     return fmt::format(
-        "{{\"app\": \"ocr\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W] grey text lines: pixels / "
-        "255, then (x - mean) / std\", \"mean\": {}, \"std\": {}, \"output\": \"float32 [T, N, classes] logits; "
-        "CTC greedy: argmax per step, drop repeats, drop blank 0; class k >= 1 is dict[k - 1]\", \"dict\": [{}]}}",
-        json_escape(described_), eval_set_->channels(), augment_.mean, augment_.std, dict);
+        "{{\"app\": \"ocr\", \"model\": \"{}\", {}, \"output\": \"float32 [T, N, classes] logits; CTC greedy: "
+        "argmax per step, drop repeats, drop blank 0; class k >= 1 is dict[k - 1]\", \"dict\": [{}]}}",
+        json_escape(described_), input_json(" grey text lines"), dict);
   }
 
   torch::Tensor ctc(const torch::Tensor& logits, const Batch& b) const {

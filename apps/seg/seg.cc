@@ -280,18 +280,10 @@ class SegTrainer : public Trainer {
   torch::Tensor infer(const torch::Tensor& images) override { return net_->forward(images); }
 
   std::string preprocessing_json() const override {
-    if (const auto& t = augment_.eval_transforms)
-      return fmt::format(
-          "{{\"app\": \"seg\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: {}; pixels * scale, then "
-          "(x - mean) / std per channel\", \"scale\": {}, \"mean\": [{}], \"std\": [{}], \"output\": \"float32 "
-          "[N, {}, H, W] logits; argmax(1) is the class map\", \"ignore_index\": {}}}",
-          json_escape(described_), eval_set_->channels(), json_escape(t->describe()), t->scale(),
-          fmt::join(t->mean(), ", "), fmt::join(t->stddev(), ", "), classes_, augment_.ignore_index);
     return fmt::format(
-        "{{\"app\": \"seg\", \"model\": \"{}\", \"input\": \"float32 [N, {}, H, W]: pixels / 255, then (x - "
-        "mean) / std\", \"mean\": {}, \"std\": {}, \"output\": \"float32 [N, {}, H, W] logits; argmax(1) is the "
+        "{{\"app\": \"seg\", \"model\": \"{}\", {}, \"output\": \"float32 [N, {}, H, W] logits; argmax(1) is the "
         "class map\", \"ignore_index\": {}}}",
-        json_escape(described_), eval_set_->channels(), augment_.mean, augment_.std, classes_, augment_.ignore_index);
+        json_escape(described_), input_json(), classes_, augment_.ignore_index);
   }
 
   torch::Tensor loss_of(const torch::Tensor& bf16_or_f32_logits, const torch::Tensor& labels) const {
