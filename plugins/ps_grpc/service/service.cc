@@ -415,18 +415,19 @@ grpc::Status PsService::PushSparseRaw(grpc::ServerContext* ctx, grpc::ServerRead
     Table* t = nullptr;
     std::optional<Staging::Lease> lease;
     SparsePushReader::Target to;
-    auto begin = [&](const SparsePushReader::Header& h) {
-      wk = worker(h.worker);
-      t = &table(h.table, DT_PS_TABLE_SPARSE);
-      to.dim = t->desc().dim;
-      const uint64_t row_bytes = sizeof(uint64_t) + to.dim * sizeof(float) + (h.show_click ? 2 * sizeof(float) : 0);
-      check_size(*t, h.total * row_bytes, "a sparse push of " + std::to_string(h.total) + " keys");
-      lease.emplace(staging_->get(std::max<uint64_t>(1, h.total * row_bytes)));
-      to.keys = lease->as<uint64_t>();
-      to.grads = reinterpret_cast<float*>(to.keys + h.total);
-      to.show_click = to.grads + h.total * to.dim;
-      return to;
-    };
+    const std::function<SparsePushReader::Target(const SparsePushReader::Header&)> begin =
+        [&](const SparsePushReader::Header& h) {
+          wk = worker(h.worker);
+          t = &table(h.table, DT_PS_TABLE_SPARSE);
+          to.dim = t->desc().dim;
+          const uint64_t row_bytes = sizeof(uint64_t) + to.dim * sizeof(float) + (h.show_click ? 2 * sizeof(float) : 0);
+          check_size(*t, h.total * row_bytes, "a sparse push of " + std::to_string(h.total) + " keys");
+          lease.emplace(staging_->get(std::max<uint64_t>(1, h.total * row_bytes)));
+          to.keys = lease->as<uint64_t>();
+          to.grads = reinterpret_cast<float*>(to.keys + h.total);
+          to.show_click = to.grads + h.total * to.dim;
+          return to;
+        };
     do {
       reader.read(raw.bb, begin);
     } while (stream->Read(&raw));
