@@ -29,7 +29,8 @@ void add_cls_keys(ConfigSchema& s) {
   s.add("augment.std", ConfigType::Float, "0.353", "normalisation std (all channels)");
   s.add_open_table("data.train.transforms");  // PaddleClas operators (common/transforms.h)
   s.add_open_table("data.eval.transforms");
-  s.add("model.name", ConfigType::String, "\"resnet20\"", "resnet20 | resnet32 | resnet56 | resnet18 | resnet50");
+  s.add("model.name", ConfigType::String, "\"resnet20\"",
+        "resnet20 | resnet32 | resnet56 | resnet18 | resnet50 | liteseg");
   s.add("model.width", ConfigType::Float, "1.0", "channel multiplier");
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -230,30 +231,73 @@ std::map<std::string, torch::Tensor> checkpoint_tensors(const std::string& path,
 
 }  // namespace
 
+namespace {
+
+// "a.* (3), b.* (12)": names grouped by their first component, in order of first appearance.
+std::string grouped(const std::vector<std::string>& names) {
+  std::vector<std::pair<std::string, int>> groups;
+  for (const auto& n : names) {
+    std::string head = n.substr(0, n.find('.'));
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == head; });
+    if (g == groups.end()) g = groups.emplace(groups.end(), head, 0);
+    ++g->second;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [head, count] : groups) parts.push_back(fmt::format("{}.* ({})", head, count));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// A convolution's weight [out, in, kh, kw] saved for 1 input channel and
+// wanted for N, or the other way round.
+bool adapts_input_channels(const torch::Tensor& from, const torch::Tensor& to) {
+  if (from.dim() != 4 || to.dim() != 4 || from.size(1) == to.size(1) || (from.size(1) != 1 && to.size(1) != 1))
+    return false;
+  for (int d : {0, 2, 3})
+    if (from.size(d) != to.size(d)) return false;
+  return true;
+}
+
+}  // namespace
+
 std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
   auto saved = checkpoint_tensors(path, model);
-  std::vector<std::string> skipped;
+  std::vector<std::string> mismatched, missing, adapted;
   int loaded = 0;
   torch::NoGradGuard ng;
   auto take = [&](const std::string& name, torch::Tensor& t) {
     auto it = saved.find(name);
     if (it == saved.end()) {
-      skipped.push_back(name + " (not in the checkpoint)");
-    } else if (it->second.sizes() != t.sizes()) {
-      skipped.push_back(fmt::format("{} [{}] (checkpoint [{}])", name, fmt::join(t.sizes(), ", "),
-                                    fmt::join(it->second.sizes(), ", ")));
+      missing.push_back(name);
+      return;
+    }
+    const torch::Tensor& from = it->second;
+    if (from.sizes() != t.sizes() && adapts_input_channels(from, t)) {
+      // timm's adapt_input_conv: a grey stem into a colour model (the weights spread over the channels) or back.
+      t.copy_(from.size(1) == 1 ? from.repeat({1, t.size(1), 1, 1}) / double(t.size(1)) : from.sum(1, true));
+      ++loaded;
+      adapted.push_back(fmt::format("{} from {} to {} input channels", name, from.size(1), t.size(1)));
+    } else if (from.sizes() != t.sizes()) {
+      mismatched.push_back(fmt::format("{} [{}] (checkpoint [{}])", name, fmt::join(t.sizes(), ", "),
+                                       fmt::join(it->second.sizes(), ", ")));
     } else {
       t.copy_(it->second);
       ++loaded;
     }
+    saved.erase(it);
   };
   for (auto& kv : model.named_parameters()) take(kv.key(), kv.value());
   for (auto& kv : model.named_buffers()) take(kv.key(), kv.value());
   if (loaded == 0)
     throw InvalidUsage("model.pretrained: not one tensor of '" + path +
                        "' matches this model by name and shape (is it another app's or model's checkpoint?)");
-  return fmt::format("pretrained: {} tensors from {}{}", loaded, path,
-                     skipped.empty() ? std::string() : fmt::format("; skipped {}", fmt::join(skipped, ", ")));
+  std::vector<std::string> unused;
+  for (const auto& kv : saved) unused.push_back(kv.first);
+  std::string line = fmt::format("pretrained: {} tensors from {}", loaded, path);
+  if (!adapted.empty()) line += fmt::format("; adapted {}", fmt::join(adapted, ", "));
+  if (!mismatched.empty()) line += fmt::format("; skipped {}", fmt::join(mismatched, ", "));
+  if (!missing.empty()) line += "; not in the checkpoint (initial values kept): " + grouped(missing);
+  if (!unused.empty()) line += "; not in this model: " + grouped(unused);
+  return line;
 }
 
 uint64_t dump_parameters(std::string path, int rank, torch::nn::Module& model) {

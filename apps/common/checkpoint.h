@@ -52,8 +52,14 @@ RunState load_sharded_checkpoint(const std::string& folder, fleet::DataParallel&
 // parameter and buffer of the checkpoint at PATH (a latest.pt, or a sharded
 // checkpoint folder) whose name and shape match; the others keep their
 // initial values and are listed in the returned line (a new head: "skipped
-// fc.weight [10, 64] (checkpoint [5, 64]), ..."). IoError when PATH has
-// none; InvalidUsage when not one tensor matched.
+// fc.weight [10, 64] (checkpoint [5, 64]), ..."; a new decoder: "not in the
+// checkpoint (initial values kept): ppm1.* (5), ..."), and so are the
+// checkpoint's tensors this model has no place for ("not in this model:
+// fc.* (2)"). A convolution saved for 1 input channel and wanted for N (a
+// grey cls backbone into a colour seg model) is spread over the N channels
+// and divided by N, as timm's adapt_input_conv (N to 1: summed), and named
+// as adapted. IoError when PATH has none; InvalidUsage when not one tensor
+// matched.
 std::string load_pretrained(const std::string& path, torch::nn::Module& model);
 
 // Writes the raw parameters to `path` ("{rank}" replaced) and returns their FNV-1a 64 hash.

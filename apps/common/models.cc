@@ -78,6 +78,9 @@ struct BottleneckImpl : nn::Module {
 };
 TORCH_MODULE(Bottleneck);
 
+// apps/seg.toml's liteseg: width 24, depth 2.
+constexpr int kLiteSegBase = 24, kLiteSegBlocks = 2;
+
 int scaled(int c, double width) { return std::max(1, static_cast<int>(std::lround(c * width))); }
 
 void init_weights(nn::Module& m) {
@@ -163,9 +166,76 @@ ResNet imagenet_resnet(bool bottleneck, const std::vector<int>& layers, double w
   return ResNet(stem, c, true, blocks, in, classes);
 }
 
+// ResNet's basic block as dtrain-seg's liteseg has it: two 3x3 conv-BN, the
+// input added before the last ReLU, the channels kept.
+class LiteBlockImpl : public nn::Module {
+ public:
+  explicit LiteBlockImpl(int ch) {
+    a_ = register_module("a", ConvBnRelu(ch, ch, 3, 1));
+    conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(ch, ch, 3).padding(1).bias(false)));
+    bn_ = register_module("bn", BatchNorm2d(ch));
+  }
+  torch::Tensor forward(torch::Tensor x) { return torch::relu(x + bn_->forward(conv_->forward(a_->forward(x)))); }
+
+ private:
+  ConvBnRelu a_{nullptr};
+  nn::Conv2d conv_{nullptr};
+  BatchNorm2d bn_{nullptr};
+};
+TORCH_MODULE(LiteBlock);
+
+nn::Sequential lite_stage(int in, int out, int blocks) {
+  nn::Sequential s(ConvBnRelu(in, out, 3, 2));
+  if (blocks == 0) s->push_back(ConvBnRelu(out, out, 3, 1));
+  for (int i = 0; i < blocks; ++i) s->push_back(LiteBlock(out));
+  return s;
+}
+
+struct LiteSegClassifierImpl : nn::Module {
+  LiteSegClassifierImpl(int base, int blocks, int in, int classes) : backbone(*this, base, blocks, in) {
+    fc = register_module("fc", nn::Linear(backbone.channels(3), classes));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto f16 = backbone.forward(x)[3];
+    return fc(torch::adaptive_avg_pool2d(f16, {1, 1}).flatten(1));
+  }
+  LiteSegBackbone backbone;
+  nn::Linear fc{nullptr};
+};
+TORCH_MODULE(LiteSegClassifier);
+
 }  // namespace
 
-std::vector<std::string> known_models() { return {"resnet20", "resnet32", "resnet56", "resnet18", "resnet50"}; }
+ConvBnReluImpl::ConvBnReluImpl(int in, int out, int k, int stride) {
+  conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false)));
+  bn_ = register_module("bn", BatchNorm2d(out));
+}
+
+torch::Tensor ConvBnReluImpl::forward(torch::Tensor x) { return torch::relu(bn_->forward(conv_->forward(x))); }
+
+torch::Tensor run_stage(const nn::Sequential& stage, const torch::Tensor& x) {
+  auto s = stage.ptr();
+  return dtrain::torch::run_block(
+      *s, [s](const torch::Tensor& t) { return s->forward(t); }, x);
+}
+
+LiteSegBackbone::LiteSegBackbone(nn::Module& owner, int base, int blocks, int in) : base(base) {
+  stem = owner.register_module("stem", nn::Sequential(ConvBnRelu(in, base, 3, 2), ConvBnRelu(base, base, 3, 1)));
+  stage2 = owner.register_module("stage2", lite_stage(base, base * 2, blocks > 0 ? 1 : 0));
+  stage3 = owner.register_module("stage3", lite_stage(base * 2, base * 4, blocks));
+  stage4 = owner.register_module("stage4", lite_stage(base * 4, base * 8, blocks));
+}
+
+std::array<torch::Tensor, 4> LiteSegBackbone::forward(const torch::Tensor& x) const {
+  auto f2 = run_stage(stem, x);
+  auto f4 = run_stage(stage2, f2);
+  auto f8 = run_stage(stage3, f4);
+  return {f2, f4, f8, run_stage(stage4, f8)};
+}
+
+std::vector<std::string> known_models() {
+  return {"resnet20", "resnet32", "resnet56", "resnet18", "resnet50", "liteseg"};
+}
 
 torch::nn::AnyModule make_model(const std::string& name, double width, int in_channels, int num_classes) {
   if (!(width > 0)) throw InvalidUsage("model.width must be > 0");
@@ -174,6 +244,8 @@ torch::nn::AnyModule make_model(const std::string& name, double width, int in_ch
   if (name == "resnet56") return nn::AnyModule(cifar_resnet(56, width, in_channels, num_classes));
   if (name == "resnet18") return nn::AnyModule(imagenet_resnet(false, {2, 2, 2, 2}, width, in_channels, num_classes));
   if (name == "resnet50") return nn::AnyModule(imagenet_resnet(true, {3, 4, 6, 3}, width, in_channels, num_classes));
+  if (name == "liteseg")
+    return nn::AnyModule(LiteSegClassifier(scaled(kLiteSegBase, width), kLiteSegBlocks, in_channels, num_classes));
   std::string known;
   for (auto& k : known_models()) known += (known.empty() ? "" : ", ") + k;
   throw InvalidUsage("unknown model '" + name + "'; known models: " + known);

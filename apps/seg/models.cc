@@ -1,9 +1,8 @@
 #include "seg/models.h"
 
+#include "common/models.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
-#include "dtrain/torch/blocks.h"
-#include "dtrain/torch/sync_batch_norm.h"
 
 namespace dtrain::apps {
 
@@ -11,31 +10,6 @@ namespace {
 
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
-// SyncBatchNorm-capable, with torch::nn::BatchNorm2d's parameters and buffers.
-using BatchNorm2d = dtrain::torch::BatchNorm2d;
-
-// Runs a stage as a declared block (dtrain/torch/blocks.h), so the strategies
-// that act per block (recompute, sharding stage 3) see it.
-torch::Tensor run_stage(const nn::Sequential& stage, const torch::Tensor& x) {
-  auto s = stage.ptr();
-  return dtrain::torch::run_block(
-      *s, [s](const torch::Tensor& t) { return s->forward(t); }, x);
-}
-
-class ConvBnReluImpl : public nn::Module {
- public:
-  ConvBnReluImpl(int in, int out, int k, int stride) {
-    conv_ =
-        register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false)));
-    bn_ = register_module("bn", BatchNorm2d(out));
-  }
-  torch::Tensor forward(torch::Tensor x) { return torch::relu(bn_->forward(conv_->forward(x))); }
-
- private:
-  nn::Conv2d conv_{nullptr};
-  BatchNorm2d bn_{nullptr};
-};
-TORCH_MODULE(ConvBnRelu);
 
 ConvBnRelu conv_bn_relu(int in, int out, int k = 3, int stride = 1) { return ConvBnRelu(in, out, k, stride); }
 
@@ -119,41 +93,10 @@ class UafmImpl : public nn::Module {
 };
 TORCH_MODULE(Uafm);
 
-// ResNet's basic block: two 3x3 conv-BN, the input added before the last ReLU.
-class BasicBlockImpl : public nn::Module {
- public:
-  explicit BasicBlockImpl(int ch) {
-    a_ = register_module("a", conv_bn_relu(ch, ch));
-    conv_ = register_module("conv", nn::Conv2d(nn::Conv2dOptions(ch, ch, 3).padding(1).bias(false)));
-    bn_ = register_module("bn", BatchNorm2d(ch));
-  }
-  torch::Tensor forward(torch::Tensor x) { return torch::relu(x + bn_->forward(conv_->forward(a_->forward(x)))); }
-
- private:
-  ConvBnRelu a_{nullptr};
-  nn::Conv2d conv_{nullptr};
-  BatchNorm2d bn_{nullptr};
-};
-TORCH_MODULE(BasicBlock);
-
-// A strided conv-BN-ReLU down to the stage's resolution, then `blocks` basic
-// blocks (none: one more conv-BN-ReLU).
-nn::Sequential stage(int in, int out, int blocks) {
-  nn::Sequential s(conv_bn_relu(in, out, 3, 2));
-  if (blocks == 0) s->push_back(conv_bn_relu(out, out));
-  for (int i = 0; i < blocks; ++i) s->push_back(BasicBlock(out));
-  return s;
-}
-
 class LiteSegImpl : public SegNetImpl {
  public:
-  LiteSegImpl(int base, int blocks, int in, int classes) {
+  LiteSegImpl(int base, int blocks, int in, int classes) : backbone_(*this, base, blocks, in) {
     const int c1 = base, c2 = base * 2, c3 = base * 4, c4 = base * 8;
-    // Backbone: 1/2, 1/4, 1/8, 1/16; the deep stages carry the residual blocks.
-    stem_ = register_module("stem", nn::Sequential(conv_bn_relu(in, c1, 3, 2), conv_bn_relu(c1, c1)));
-    s2_ = register_module("stage2", stage(c1, c2, blocks > 0 ? 1 : 0));
-    s3_ = register_module("stage3", stage(c2, c3, blocks));
-    s4_ = register_module("stage4", stage(c3, c4, blocks));
     // Simple pyramid pooling: bins 1, 2, 4, summed, then a 3x3 conv.
     for (int b : {1, 2, 4}) {
       bins_.push_back(b);
@@ -169,10 +112,7 @@ class LiteSegImpl : public SegNetImpl {
         register_module("head", nn::Sequential(conv_bn_relu(c1, c1), nn::Conv2d(nn::Conv2dOptions(c1, classes, 1))));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    auto f2 = run_stage(stem_, x);
-    auto f4 = run_stage(s2_, f2);
-    auto f8 = run_stage(s3_, f4);
-    auto f16 = run_stage(s4_, f8);
+    auto [f2, f4, f8, f16] = backbone_.forward(x);
     torch::Tensor ctx;
     for (size_t i = 0; i < ppm_.size(); ++i) {
       auto p = F::adaptive_avg_pool2d(f16, F::AdaptiveAvgPool2dFuncOptions({bins_[i], bins_[i]}));
@@ -187,7 +127,8 @@ class LiteSegImpl : public SegNetImpl {
   }
 
  private:
-  nn::Sequential stem_{nullptr}, s2_{nullptr}, s3_{nullptr}, s4_{nullptr}, head_{nullptr};
+  LiteSegBackbone backbone_;  // stem, stage2, stage3, stage4: a dtrain-cls liteseg checkpoint loads into them
+  nn::Sequential head_{nullptr};
   ConvBnRelu ppm_out_{nullptr};
   std::vector<ConvBnRelu> ppm_;
   std::vector<int64_t> bins_;

@@ -27,7 +27,9 @@ class SegNetImpl : public torch::nn::Module {
 //             pyramid pooling module (bins 1, 2, 4), a flexible lightweight
 //             decoder with spatial-attention fusion (UAFM) of the 1/8, 1/4 and
 //             1/2 features, the head at 1/2 and a bilinear upsampling to the
-//             input size.
+//             input size. The backbone is common/models.h's LiteSegBackbone:
+//             dtrain-cls's liteseg classifier has the same one, so its
+//             checkpoint starts this model ([model] pretrained).
 // An unknown name throws InvalidUsage listing the known ones.
 std::shared_ptr<SegNetImpl> make_seg_model(const std::string& name, int base, int depth, int in_channels,
                                            int num_classes);

@@ -68,7 +68,7 @@ errors)
     echo "ok $name: $(grep -m1 error "$name.out")"
   }
   expect missing_data "missing data file '/nonexistent/fmnist/train-images-idx3-ubyte.gz'" -o data.dir=/nonexistent/fmnist
-  expect unknown_model "unknown model 'resnet19'; known models: resnet20, resnet32, resnet56, resnet18, resnet50" \
+  expect unknown_model "unknown model 'resnet19'; known models: resnet20, resnet32, resnet56, resnet18, resnet50, liteseg" \
       -o model.name=resnet19
   expect unknown_key "unknown key 'train.epoch'" -o train.epoch=3
   # No GPU here (or a CPU libtorch): train.device = "cuda" fails at start, naming the key.

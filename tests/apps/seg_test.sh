@@ -8,6 +8,9 @@
 #                                                          ResizeStepScaling + RandomPaddingCrop (4 loader threads)
 #                                                          and is evaluated and predicted with sliding windows at
 #                                                          full resolution
+#   seg_test.sh pretrained DTRAIN DTRAIN_SEG JOB_TOML WORKDIR DTRAIN_CLS CLS_TOML   a dtrain-cls liteseg checkpoint
+#                                                          starts seg's liteseg ([model] pretrained): the backbone
+#                                                          is taken, the decoder and the classifier are named
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
 mode=$1 dtrain=$2 seg=$3 job=$4 work=$5
@@ -162,6 +165,27 @@ EOF
   if "$seg" slide.toml "${args[@]}" -o "eval.stride=[0,32]" > stride.out 2>&1; then fail "stride 0 accepted"; fi
   grep -F "key 'eval.stride': eval.is_slide needs [width, height], both >= 1" stride.out \
     || { cat stride.out >&2; fail "stride 0: no clear error"; }
+  echo PASS
+  ;;
+pretrained)
+  cls=$6 cls_job=$7
+  "$cls" "$cls_job" -o model.name=liteseg -o model.width=0.34 -o data.limit_train=256 -o data.limit_eval=64 \
+      -o train.batch_size=32 -o train.epochs=1 -o train.warmup_epochs=0 -o eval.every_epochs=0 -o train.threads=1 \
+      -o checkpoint.dir=cls_ckpt -o checkpoint.resume=false > cls.out 2>&1 || { cat cls.out >&2; fail "cls training failed"; }
+  grep -E "model liteseg width 0.34" cls.out || { cat cls.out >&2; fail "cls did not train its liteseg classifier"; }
+  "$seg" "$job" "${small[@]}" -o train.epochs=1 -o model.pretrained=cls_ckpt/latest.pt -o checkpoint.dir=ckpt \
+      > seg.out 2>&1 || { cat seg.out >&2; fail "seg from the cls checkpoint failed"; }
+  # The backbone's 45 parameters and 45 buffers (width 8 = cls's 24 x 0.34, depth 2) come from cls, the grey
+# stem spread over seg's 3 channels.
+  grep -m1 "^pretrained:" seg.out
+  grep -qE "^pretrained: 90 tensors from cls_ckpt/latest.pt; adapted stem\\.0\\.conv\\.weight from 1 to 3 input channels; not in the checkpoint \(initial values kept\): \
+ppm1\.\* \([0-9]+\), ppm2\.\* \([0-9]+\), ppm4\.\* \([0-9]+\), ppm_out\.\* \([0-9]+\), fuse8\.\* \([0-9]+\), \
+fuse4\.\* \([0-9]+\), fuse2\.\* \([0-9]+\), head\.\* \([0-9]+\); not in this model: fc\.\* \(2\)$" seg.out \
+    || fail "seg did not take exactly the backbone"
+  if "$seg" "$job" "${small[@]}" -o model.name=unet -o model.depth=2 -o model.pretrained=cls_ckpt/latest.pt \
+      -o checkpoint.dir=ckpt_unet > unet.out 2>&1; then fail "a unet took a liteseg checkpoint"; fi
+  grep -F "not one tensor of 'cls_ckpt/latest.pt' matches this model by name and shape" unet.out \
+    || { cat unet.out >&2; fail "unet: no clear error"; }
   echo PASS
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;
