@@ -59,6 +59,9 @@ void add_ocr_keys(ConfigSchema& s) {
   s.add("augment.texture", ConfigType::Float, "0.5", "probability of a background texture");
   s.add("augment.margin", ConfigType::Float, "0.3", "largest crop margin, share of the font size");
   s.add("augment.tight", ConfigType::Float, "0.3", "probability of a tight crop");
+  s.add("augment.stroke", ConfigType::Float, "0",
+        "largest stroke-width change, share of the font size (emboldening or thinning; 0: off)");
+  s.add("augment.stretch", ConfigType::Float, "0", "largest horizontal scaling: x (1 + u) or / (1 + u) (0: off)");
   s.add("model.backbone", ConfigType::String, "\"vgg\"", "vgg | mobilenetv3");
   s.add("model.width", ConfigType::Int, "32", "backbone base channels");
   s.add("model.hidden", ConfigType::Int, "96", "LSTM size per direction");
@@ -129,6 +132,10 @@ ocr::RenderOptions render_options(const Config& cfg) {
   o.texture = cfg.get_float("augment.texture");
   o.margin = cfg.get_float("augment.margin");
   o.tight = cfg.get_float("augment.tight");
+  o.stroke = cfg.get_float("augment.stroke");
+  if (o.stroke < 0 || o.stroke > 0.1) config_error(cfg, "augment.stroke", "must be in [0, 0.1]");
+  o.stretch = cfg.get_float("augment.stretch");
+  if (o.stretch < 0 || o.stretch > 1) config_error(cfg, "augment.stretch", "must be in [0, 1]");
   return o;
 }
 

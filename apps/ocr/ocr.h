@@ -20,7 +20,7 @@ namespace dtrain::apps {
 //              list: train_list, val_list, root, unknown_chars ("error" | "skip"),
 //              limit_train, limit_eval
 //   [augment]  min_font_px, max_font_px, slant, rotate, spacing, blur, noise,
-//              min_contrast, texture, margin, tight
+//              min_contrast, texture, margin, tight, stroke, stretch
 //   [model]    backbone (vgg | mobilenetv3), width, hidden, layers
 //   [eval]     ignore_space, filter (PaddleOCR's RecMetric), pictures, picture_dir, mistakes
 void add_ocr_keys(ConfigSchema& schema);

@@ -2,6 +2,7 @@
 
 #include <ft2build.h>
 #include FT_FREETYPE_H
+#include FT_OUTLINE_H
 
 #include <algorithm>
 #include <cerrno>
@@ -104,6 +105,9 @@ cv::Mat render_text(const std::string& text, const std::string& font, uint64_t s
   if (FT_Set_Pixel_Sizes(face, 0, FT_UInt(px)) != 0) throw InvalidUsage("font '" + font + "': cannot set its size");
   const int asc = int(face->size->metrics.ascender >> 6), desc = int(-(face->size->metrics.descender >> 6));
   const double spacing = aug ? rng.uniform(-0.02, o.spacing) * px : 0.0;
+  // Draws only when enabled, so the other draws of a seed stay those of a job without them.
+  const double stroke = aug && o.stroke > 0 ? rng.uniform(-o.stroke, o.stroke) * px : 0.0;
+  const double stretch = aug && o.stretch > 0 ? std::exp(rng.uniform(-1.0, 1.0) * std::log1p(o.stretch)) : 1.0;
   auto chars = utf8_chars(text);
   // The ink, on a canvas wide enough for any advance; baseline at `pad + asc`.
   const int pad = px, width = int(chars.size()) * (2 * px + 4) + 2 * pad, height = asc + desc + 2 * pad;
@@ -118,7 +122,10 @@ cv::Mat render_text(const std::string& text, const std::string& font, uint64_t s
       FT_Vector k;
       if (FT_Get_Kerning(face, prev, gi, FT_KERNING_DEFAULT, &k) == 0) pen += double(k.x) / 64.0;
     }
-    if (FT_Load_Glyph(face, gi, FT_LOAD_DEFAULT) != 0 || FT_Render_Glyph(face->glyph, FT_RENDER_MODE_NORMAL) != 0)
+    bool ok = FT_Load_Glyph(face, gi, stroke != 0 ? FT_LOAD_NO_BITMAP : FT_LOAD_DEFAULT) == 0;
+    if (ok && stroke != 0 && face->glyph->format == FT_GLYPH_FORMAT_OUTLINE)
+      ok = FT_Outline_Embolden(&face->glyph->outline, FT_Pos(std::lround(stroke * 64))) == 0;
+    if (!ok || FT_Render_Glyph(face->glyph, FT_RENDER_MODE_NORMAL) != 0)
       throw InvalidUsage("font '" + font + "': cannot render '" + ch + "'");
     const FT_Bitmap& bm = face->glyph->bitmap;
     int x0 = int(std::lround(pen)) + face->glyph->bitmap_left, y0 = pad + asc - face->glyph->bitmap_top;
@@ -151,13 +158,14 @@ cv::Mat render_text(const std::string& text, const std::string& font, uint64_t s
   };
   double left = ink_x0 - margin(), right = ink_x1 + margin();
   double top = pad - margin(), bottom = pad + asc + desc + margin();
-  const int out_w = std::max(4, int(std::lround(right - left))), out_h = std::max(4, int(std::lround(bottom - top)));
-  // Output pixel -> canvas pixel: about the crop's centre, shear (slant) then rotation.
+  const int out_w = std::max(4, int(std::lround((right - left) * stretch)));
+  const int out_h = std::max(4, int(std::lround(bottom - top)));
+  // Output pixel -> canvas pixel: about the crop's centre, stretch, shear (slant) then rotation.
   double shear = aug ? rng.uniform(-o.slant, o.slant) : 0.0;
   double angle = aug ? rng.uniform(-o.rotate, o.rotate) * M_PI / 180.0 : 0.0;
   double cx = (left + right) / 2, cy = (top + bottom) / 2, c = std::cos(angle), s = std::sin(angle);
-  // canvas = centre + R * S * (out - out_centre), S = [[1, shear], [0, 1]]
-  double a00 = c, a01 = c * shear - s, a10 = s, a11 = s * shear + c;
+  // canvas = centre + R * S * D * (out - out_centre), S = [[1, shear], [0, 1]], D = diag(1 / stretch, 1)
+  double a00 = c / stretch, a01 = c * shear - s, a10 = s / stretch, a11 = s * shear + c;
   double ox = out_w / 2.0, oy = out_h / 2.0;
   cv::Mat inverse = (cv::Mat_<double>(2, 3) << a00, a01, cx - a00 * ox - a01 * oy, a10, a11, cy - a10 * ox - a11 * oy);
   cv::Mat alpha;

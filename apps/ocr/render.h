@@ -28,6 +28,9 @@ struct RenderOptions {
   double texture = 0.5;                    // probability of a smooth background texture
   double margin = 0.3;                     // largest crop margin, share of the font size
   double tight = 0.3;                      // probability of a tight crop (margins 0..0.05, may clip ink)
+  double stroke = 0;                       // largest stroke-width change (FreeType emboldening; negative
+                                           // thins), share of the font size; 0: off, no draw
+  double stretch = 0;                      // largest horizontal scaling, x (1 + u) or / (1 + u); 0: off, no draw
   bool augment = true;                     // false: black text on white, upright, fixed size and margin
 };
 

@@ -2,6 +2,7 @@
 // errors, CTC greedy decoding, edit distance and PaddleOCR's metrics, the
 // recognition list format and its errors, the word split, the renderer's
 // determinism and PaddleOCR's resize-and-pad; the CRNN's output layout.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -189,6 +190,47 @@ TEST(OcrRender, SameSeedSamePixels) {
   EXPECT_TRUE(missing_glyphs(kFont, {"a", "'", "Z"}).empty());
   EXPECT_EQ(error_of([&] { render_text("a", "/nonexistent.ttf", 1, o); }),
             "cannot load font '/nonexistent.ttf' (missing, or not a font FreeType reads)");
+}
+
+// Pixels nearer the text's grey than the background's (the background is the
+// image's most common value: no noise, texture or blur below).
+int ink_pixels(const cv::Mat& m) {
+  int hist[256] = {0};
+  for (int y = 0; y < m.rows; ++y)
+    for (int x = 0; x < m.cols; ++x) ++hist[m.at<uint8_t>(y, x)];
+  int bg = int(std::max_element(hist, hist + 256) - hist), ink = 0;
+  for (int y = 0; y < m.rows; ++y)
+    for (int x = 0; x < m.cols; ++x) ink += std::abs(int(m.at<uint8_t>(y, x)) - bg) > 100;
+  return ink;
+}
+
+TEST(OcrRender, StrokeAndStretchChangeTheShapesOnlyWhenEnabled) {
+  if (!fs::exists(kFont)) GTEST_FAIL() << kFont << " missing (scripts/setup.sh installs fonts-dejavu-core)";
+  RenderOptions plain;
+  plain.slant = plain.rotate = plain.blur = plain.noise = plain.texture = 0;
+  plain.min_contrast = 200;
+  RenderOptions shaped = plain;
+  shaped.stroke = 0.1;
+  shaped.stretch = 0.5;
+  RenderOptions off = plain;  // enabled at 0: the same pixels as a job without the keys
+  off.stroke = off.stretch = 0;
+  int bolder = 0, thinner = 0, wider = 0, narrower = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    cv::Mat a = render_text("mmmm", kFont, seed, plain), b = render_text("mmmm", kFont, seed, shaped);
+    ASSERT_EQ(cv::norm(a, render_text("mmmm", kFont, seed, off), cv::NORM_L1), 0.0);
+    double ink = double(ink_pixels(b)) / ink_pixels(a), width = double(b.cols) / a.cols;
+    // Per pixel of width: the margins and the stretch aside, emboldening adds ink, thinning takes it away.
+    double density = ink / width;
+    bolder += density > 1.25;
+    thinner += density < 0.8;
+    // The crop margins alone move the width by at most ~1.18x for these four letters.
+    wider += width > 1.25;
+    narrower += width < 0.8;
+  }
+  EXPECT_GE(bolder, 3);
+  EXPECT_GE(thinner, 3);
+  EXPECT_GE(wider, 2);
+  EXPECT_GE(narrower, 2);
 }
 
 TEST(OcrRender, ModelInputResizesToHeightAndPadsRightWithMidGrey) {
