@@ -229,10 +229,6 @@ std::map<std::string, torch::Tensor> checkpoint_tensors(const std::string& path,
   return out;
 }
 
-}  // namespace
-
-namespace {
-
 // "a.* (3), b.* (12)": names grouped by their first component, in order of first appearance.
 std::string grouped(const std::vector<std::string>& names) {
   std::vector<std::pair<std::string, int>> groups;
@@ -271,17 +267,17 @@ std::string load_pretrained(const std::string& path, torch::nn::Module& model) {
       return;
     }
     const torch::Tensor& from = it->second;
-    if (from.sizes() != t.sizes() && adapts_input_channels(from, t)) {
+    if (from.sizes() == t.sizes()) {
+      t.copy_(from);
+      ++loaded;
+    } else if (adapts_input_channels(from, t)) {
       // timm's adapt_input_conv: a grey stem into a colour model (the weights spread over the channels) or back.
       t.copy_(from.size(1) == 1 ? from.repeat({1, t.size(1), 1, 1}) / double(t.size(1)) : from.sum(1, true));
       ++loaded;
       adapted.push_back(fmt::format("{} from {} to {} input channels", name, from.size(1), t.size(1)));
-    } else if (from.sizes() != t.sizes()) {
-      mismatched.push_back(fmt::format("{} [{}] (checkpoint [{}])", name, fmt::join(t.sizes(), ", "),
-                                       fmt::join(it->second.sizes(), ", ")));
     } else {
-      t.copy_(it->second);
-      ++loaded;
+      mismatched.push_back(
+          fmt::format("{} [{}] (checkpoint [{}])", name, fmt::join(t.sizes(), ", "), fmt::join(from.sizes(), ", ")));
     }
     saved.erase(it);
   };
