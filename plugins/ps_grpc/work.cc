@@ -42,13 +42,15 @@ void Op::abort(const std::string& message) {
   complete(DT_ERR_ABORTED, message);
 }
 
-TaskPool::~TaskPool() {
+void TaskPool::join() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
+    threads.swap(threads_);
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads) t.join();
 }
 
 void TaskPool::post(std::function<void()> task) {

@@ -79,12 +79,14 @@ class Op : public LongWork {
 
 // Runs tasks on threads started on demand (a task may block in a gRPC call
 // until its deadline, so a fixed-size pool could starve); idle threads wait
-// for the next task. The destructor runs what is queued, then joins.
+// for the next task.
 class TaskPool {
  public:
   TaskPool() = default;
-  ~TaskPool();
+  ~TaskPool() { join(); }
   void post(std::function<void()> task);
+  // Runs what is queued, then joins the threads (a task may still post).
+  void join();
 
  private:
   void loop();

@@ -18,6 +18,20 @@ std::chrono::system_clock::time_point wall_deadline(sdk::Clock::time_point deadl
          std::chrono::duration_cast<std::chrono::system_clock::duration>(deadline - sdk::Clock::now());
 }
 
+// Runs f, a part's own work after its call: DT_OK, or the error it threw
+// (an sdk::Error named after the server).
+template <typename F>
+std::pair<dt_status_t, std::string> part_status(int server, const std::string& endpoint, F&& f) {
+  try {
+    f();
+    return {DT_OK, ""};
+  } catch (const sdk::Error& e) {
+    return {e.status(), "parameter server " + std::to_string(server) + " (" + endpoint + "): " + e.what()};
+  } catch (const std::exception& e) {
+    return {DT_ERR_INTERNAL, e.what()};
+  }
+}
+
 }  // namespace
 
 PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
@@ -62,38 +76,18 @@ PsClient::PsClient(const sdk::CommInit& init, const PsOptions& options)
     hello(*srv, left);
     servers_.push_back(std::move(srv));
   }
+  poller_ = std::thread([this] { poll(); });
 }
 
-PsClient::~PsClient() { abort("the communicator was destroyed"); }
-
-grpc::Status PsClient::Server::unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
-                                     grpc::ByteBuffer* reply) {
-  grpc::GenericStub& g = *generic[next.fetch_add(1, std::memory_order_relaxed) % generic.size()];
-  grpc::CompletionQueue cq;
-  grpc::Status st;
-  auto rpc = g.PrepareUnaryCall(&ctx, method, request, &cq);
-  rpc->StartCall();
-  rpc->Finish(reply, &st, nullptr);
-  void* tag = nullptr;
-  bool ok = false;
-  cq.Next(&tag, &ok);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
+PsClient::~PsClient() {
+  abort("the communicator was destroyed");
+  pool_.join();  // its tasks may still start batches (each call then refused)
+  {
+    std::unique_lock<std::mutex> lk(live_mu_);
+    live_cv_.wait(lk, [&] { return live_ == 0; });
   }
-  return st;
-}
-
-grpc::Status PsClient::Server::client_stream(grpc::ClientContext& ctx, const char* method,
-                                             const std::vector<RawMessage>& msgs) {
-  const auto& ch = channel();
-  grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
-  Empty reply;
-  std::unique_ptr<grpc::ClientWriter<RawMessage>> writer(
-      grpc::internal::ClientWriterFactory<RawMessage>::Create(ch.get(), rpc, &ctx, &reply));
-  for (const RawMessage& m : msgs)
-    if (!writer->Write(m)) break;
-  writer->WritesDone();
-  return writer->Finish();
+  cq_.Shutdown();
+  poller_.join();
 }
 
 void PsClient::hello(Server& s, int64_t timeout_ms) {
@@ -231,159 +225,297 @@ void PsClient::run(const std::shared_ptr<Op>& op, int s, Call call) {
     Server& srv = *servers_[s];
     grpc::ClientContext ctx;
     if (!open_call(*op, ctx)) return;
-    dt_status_t code = DT_OK;
-    std::string msg;
-    try {
-      grpc::Status st = call(ctx, srv);
-      if (!st.ok()) std::tie(code, msg) = translate(st, ctx, srv, *op);
-    } catch (const sdk::Error& e) {
-      code = e.status();
-      msg = "parameter server " + std::to_string(s) + " (" + srv.endpoint + "): " + e.what();
-    } catch (const std::exception& e) {
-      code = DT_ERR_INTERNAL;
-      msg = e.what();
-    }
+    grpc::Status st;
+    auto [code, msg] = part_status(s, srv.endpoint, [&] { st = call(ctx, srv); });
+    if (code == DT_OK && !st.ok()) std::tie(code, msg) = translate(st, ctx, srv, *op);
     untrack(&ctx);
     op->part_done(code, msg);
   });
 }
 
-void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts) {
-  pool_.post([this, op, method, parts = std::move(parts)] {
+void PsClient::launch(const std::shared_ptr<Op>& op, std::unique_ptr<Batch> batch) {
+  {
+    std::lock_guard<std::mutex> lk(live_mu_);
+    ++live_;
+  }
+  Batch* b = batch.release();
+  auto go = [this, b] {
+    {
+      std::lock_guard<std::mutex> lk(b->mu);
+      b->start();
+    }
+    if (b->release()) end_batch(b);
+  };
+  bool ready = true;
+  for (auto& w : op->after)
+    if (auto a = w.lock(); a && a.get() != op.get() && !a->done()) ready = false;
+  if (ready) {
+    go();
+    return;
+  }
+  pool_.post([op, go] {
     wait_after(*op);
-    struct Pending {
-      grpc::ClientContext ctx;
-      grpc::ByteBuffer reply;
-      grpc::Status status;
-      std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
-    };
-    std::vector<std::unique_ptr<Pending>> calls(parts.size());
-    grpc::CompletionQueue cq;
-    size_t started = 0;
-    const bool done = op->done();
-    for (size_t i = 0; i < parts.size(); ++i) {
-      if (done) {
-        op->part_done(DT_ERR_ABORTED, "");
-        continue;
-      }
-      auto c = std::make_unique<Pending>();
-      if (!open_call(*op, c->ctx)) continue;
-      Server& srv = *servers_[parts[i].server];
-      c->rpc = srv.generic_stub().PrepareUnaryCall(&c->ctx, method, parts[i].request, &cq);
-      c->rpc->StartCall();
-      c->rpc->Finish(&c->reply, &c->status, reinterpret_cast<void*>(i));
-      calls[i] = std::move(c);
-      ++started;
-    }
-    for (size_t k = 0; k < started; ++k) {
-      void* tag = nullptr;
-      bool ok = false;
-      if (!cq.Next(&tag, &ok)) break;  // cannot happen before Shutdown
-      const size_t i = reinterpret_cast<size_t>(tag);
-      Pending& c = *calls[i];
-      Server& srv = *servers_[parts[i].server];
-      dt_status_t code = DT_OK;
-      std::string msg;
-      try {
-        if (!c.status.ok())
-          std::tie(code, msg) = translate(c.status, c.ctx, srv, *op);
-        else
-          parts[i].on_reply(c.reply);
-      } catch (const sdk::Error& e) {
-        code = e.status();
-        msg = "parameter server " + std::to_string(srv.index) + " (" + srv.endpoint + "): " + e.what();
-      } catch (const std::exception& e) {
-        code = DT_ERR_INTERNAL;
-        msg = e.what();
-      }
-      untrack(&c.ctx);
-      c.reply.Clear();
-      op->part_done(code, msg);
-    }
-    cq.Shutdown();
-    void* tag = nullptr;
-    bool ok = false;
-    while (cq.Next(&tag, &ok)) {
-    }
+    go();
   });
 }
 
-void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts) {
-  pool_.post([this, op, method, parts = std::move(parts)] {
-    wait_after(*op);
-    struct Pending {
-      grpc::ClientContext ctx;
-      Empty reply;
-      grpc::Status status;
-      std::unique_ptr<grpc::ClientAsyncWriter<RawMessage>> rpc;
-      RawMessage msg;   // the message being written
-      size_t next = 0;  // the next message to write
-    };
-    std::vector<std::unique_ptr<Pending>> calls(parts.size());
-    grpc::CompletionQueue cq;
-    // Tags: 2 * call + 0 (a write) or 1 (the call's end).
-    auto tag = [](size_t i, size_t kind) { return reinterpret_cast<void*>(2 * i + kind); };
-    // Writes call i's next message, or ends the call after its last (or
-    // when the op ended: cancelled).
-    auto step = [&](size_t i) {
-      Pending& c = *calls[i];
-      const StreamPart& p = parts[i];
-      c.msg = RawMessage();
-      if (c.next < p.count && p.make(c.next, &c.msg)) {
-        grpc::WriteOptions wo;
-        if (c.next + 1 == p.count) wo.set_last_message();
-        c.rpc->Write(c.msg, wo, tag(i, 0));
-        ++c.next;
-        return;
-      }
-      if (c.next < p.count) c.ctx.TryCancel();
-      c.next = p.count + 1;  // no more writes
-      c.rpc->Finish(&c.status, tag(i, 1));
-    };
-    size_t started = 0;
-    const bool done = op->done();
-    for (size_t i = 0; i < parts.size(); ++i) {
+void PsClient::end_batch(Batch* b) {
+  delete b;
+  // Notified under the lock: the destructor may return as soon as it sees 0.
+  std::lock_guard<std::mutex> lk(live_mu_);
+  --live_;
+  live_cv_.notify_all();
+}
+
+void PsClient::poll() {
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq_.Next(&tag, &ok)) {
+    auto* t = static_cast<Tag*>(tag);
+    Batch* b = t->batch.load(std::memory_order_acquire);
+    bool ended = false;
+    {
+      std::lock_guard<std::mutex> lk(b->mu);
+      ended = b->on_event(t->call, t->kind, ok);
+    }
+    if (ended && b->release()) end_batch(b);
+  }
+}
+
+class PsClient::UnaryBatch final : public Batch {
+ public:
+  UnaryBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<UnaryPart> parts)
+      : Batch(parts.size()), c_(c), op_(std::move(op)), method_(method), parts_(std::move(parts)) {}
+
+  void start() override {
+    calls_.resize(parts_.size());
+    const bool done = op_->done();
+    for (size_t i = 0; i < parts_.size(); ++i) {
       if (done) {
-        op->part_done(DT_ERR_ABORTED, "");
+        op_->part_done(DT_ERR_ABORTED, "");
+        release();
         continue;
       }
-      auto c = std::make_unique<Pending>();
-      if (!open_call(*op, c->ctx)) continue;
-      c->ctx.set_initial_metadata_corked(true);
-      const auto& ch = servers_[parts[i].server]->channel();
-      grpc::internal::RpcMethod rpc(method, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
-      c->rpc.reset(grpc::internal::ClientAsyncWriterFactory<RawMessage>::Create(ch.get(), &cq, rpc, &c->ctx, &c->reply,
-                                                                                false, nullptr));
-      c->rpc->StartCall(nullptr);  // corked: the headers go with the first write
-      calls[i] = std::move(c);
-      ++started;
+      calls_[i] = std::make_unique<Call>();
+      Call& call = *calls_[i];
+      call.tag.set(this, i, 0);
+      if (!c_->open_call(*op_, call.ctx)) {
+        release();
+        continue;
+      }
+      call.rpc = c_->servers_[parts_[i].server]->generic_stub().PrepareUnaryCall(&call.ctx, method_, parts_[i].request,
+                                                                                 &c_->cq_);
+      call.rpc->StartCall();
+      call.rpc->Finish(&call.reply, &call.status, &call.tag);
+    }
+  }
+
+  bool on_event(size_t i, unsigned, bool) override {
+    Call& call = *calls_[i];
+    Server& srv = *c_->servers_[parts_[i].server];
+    dt_status_t code = DT_OK;
+    std::string msg;
+    if (!call.status.ok())
+      std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
+    else
+      std::tie(code, msg) = part_status(srv.index, srv.endpoint, [&] { parts_[i].on_reply(call.reply); });
+    c_->untrack(&call.ctx);
+    call.reply.Clear();
+    op_->part_done(code, msg);
+    return true;
+  }
+
+ private:
+  struct Call {
+    Tag tag;
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+  };
+  PsClient* c_;
+  std::shared_ptr<Op> op_;
+  const char* method_;
+  std::vector<UnaryPart> parts_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
+void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts) {
+  launch(op, std::make_unique<UnaryBatch>(this, op, method, std::move(parts)));
+}
+
+class PsClient::StreamBatch final : public Batch {
+ public:
+  StreamBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<StreamPart> parts)
+      : Batch(parts.size()), c_(c), op_(std::move(op)), method_(method), parts_(std::move(parts)) {}
+
+  void start() override {
+    calls_.resize(parts_.size());
+    const bool done = op_->done();
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (done) {
+        op_->part_done(DT_ERR_ABORTED, "");
+        release();
+        continue;
+      }
+      calls_[i] = std::make_unique<Call>();
+      Call& call = *calls_[i];
+      call.write.set(this, i, kWrite);
+      call.finish.set(this, i, kFinish);
+      if (!c_->open_call(*op_, call.ctx)) {
+        release();
+        continue;
+      }
+      call.ctx.set_initial_metadata_corked(true);
+      const auto& ch = c_->servers_[parts_[i].server]->channel();
+      grpc::internal::RpcMethod rpc(method_, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+      call.rpc.reset(grpc::internal::ClientAsyncWriterFactory<RawMessage>::Create(ch.get(), &c_->cq_, rpc, &call.ctx,
+                                                                                  &call.reply, false, nullptr));
+      call.rpc->StartCall(nullptr);  // corked: the headers go with the first write, no event
       step(i);
     }
-    for (size_t ended = 0; ended < started;) {
-      void* t = nullptr;
-      bool ok = false;
-      if (!cq.Next(&t, &ok)) break;  // cannot happen before Shutdown
-      const size_t i = reinterpret_cast<size_t>(t) / 2;
-      Pending& c = *calls[i];
-      if (reinterpret_cast<size_t>(t) % 2 == 0) {
-        if (!ok) c.next = parts[i].count;  // the stream broke: its status says why
-        step(i);
+  }
+
+  bool on_event(size_t i, unsigned kind, bool ok) override {
+    Call& call = *calls_[i];
+    if (kind == kWrite) {
+      if (!ok) call.next = parts_[i].count;  // the stream broke: its status says why
+      step(i);
+      return false;
+    }
+    Server& srv = *c_->servers_[parts_[i].server];
+    dt_status_t code = DT_OK;
+    std::string msg;
+    if (!call.status.ok()) std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
+    c_->untrack(&call.ctx);
+    op_->part_done(code, msg);
+    return true;
+  }
+
+ private:
+  static constexpr unsigned kWrite = 0, kFinish = 1;
+  struct Call {
+    Tag write, finish;
+    grpc::ClientContext ctx;
+    Empty reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncWriter<RawMessage>> rpc;
+    RawMessage msg;   // the message being written
+    size_t next = 0;  // the next message to write
+  };
+  // Writes call i's next message, or ends the call after its last (or when
+  // the op ended: cancelled).
+  void step(size_t i) {
+    Call& call = *calls_[i];
+    const StreamPart& p = parts_[i];
+    call.msg = RawMessage();
+    if (call.next < p.count && p.make(call.next, &call.msg)) {
+      grpc::WriteOptions wo;
+      if (call.next + 1 == p.count) wo.set_last_message();
+      ++call.next;
+      call.rpc->Write(call.msg, wo, &call.write);
+      return;
+    }
+    if (call.next < p.count) call.ctx.TryCancel();
+    call.next = p.count + 1;  // no more writes
+    call.rpc->Finish(&call.status, &call.finish);
+  }
+
+  PsClient* c_;
+  std::shared_ptr<Op> op_;
+  const char* method_;
+  std::vector<StreamPart> parts_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
+void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts) {
+  launch(op, std::make_unique<StreamBatch>(this, op, method, std::move(parts)));
+}
+
+class PsClient::PullBatch final : public Batch {
+ public:
+  PullBatch(PsClient* c, std::shared_ptr<Op> op, std::vector<PullPart> parts)
+      : Batch(parts.size()), c_(c), op_(std::move(op)), parts_(std::move(parts)) {}
+
+  void start() override {
+    calls_.resize(parts_.size());
+    const bool done = op_->done();
+    for (size_t i = 0; i < parts_.size(); ++i) {
+      if (done) {
+        op_->part_done(DT_ERR_ABORTED, "");
+        release();
         continue;
       }
-      ++ended;
-      Server& srv = *servers_[parts[i].server];
-      dt_status_t code = DT_OK;
-      std::string msg;
-      if (!c.status.ok()) std::tie(code, msg) = translate(c.status, c.ctx, srv, *op);
-      untrack(&c.ctx);
-      op->part_done(code, msg);
+      calls_[i] = std::make_unique<Call>();
+      Call& call = *calls_[i];
+      call.tags[kStart].set(this, i, kStart);
+      call.tags[kRead].set(this, i, kRead);
+      call.tags[kFinish].set(this, i, kFinish);
+      if (!c_->open_call(*op_, call.ctx)) {
+        release();
+        continue;
+      }
+      call.rpc = c_->servers_[parts_[i].server]->stub().PrepareAsyncPullDense(&call.ctx, parts_[i].request, &c_->cq_);
+      // The first read goes with the start: two events, then one per chunk.
+      call.rpc->StartCall(&call.tags[kStart]);
+      call.rpc->Read(&call.chunk, &call.tags[kRead]);
     }
-    cq.Shutdown();
-    void* t = nullptr;
-    bool ok = false;
-    while (cq.Next(&t, &ok)) {
+  }
+
+  bool on_event(size_t i, unsigned kind, bool ok) override {
+    Call& call = *calls_[i];
+    const PullPart& p = parts_[i];
+    if (kind == kFinish) {
+      Server& srv = *c_->servers_[p.server];
+      dt_status_t code = call.error_code;
+      std::string msg = call.error;
+      if (code == DT_OK && !call.status.ok()) std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
+      if (code == DT_OK) std::tie(code, msg) = part_status(srv.index, srv.endpoint, [&] { p.on_end(); });
+      c_->untrack(&call.ctx);
+      op_->part_done(code, msg);
+      return true;
     }
-  });
+    if (kind == kStart) {
+      call.started = true;
+    } else if (ok) {
+      bool more = false;
+      const Server& srv = *c_->servers_[p.server];
+      std::tie(call.error_code, call.error) =
+          part_status(srv.index, srv.endpoint, [&] { more = p.on_chunk(call.chunk); });
+      if (more) {
+        call.rpc->Read(&call.chunk, &call.tags[kRead]);
+        return false;
+      }
+      call.ctx.TryCancel();
+      call.read_all = true;
+    } else {
+      call.read_all = true;
+    }
+    if (call.started && call.read_all) call.rpc->Finish(&call.status, &call.tags[kFinish]);
+    return false;
+  }
+
+ private:
+  static constexpr unsigned kStart = 0, kRead = 1, kFinish = 2;
+  struct Call {
+    Tag tags[3];
+    grpc::ClientContext ctx;
+    DenseChunk chunk;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncReader<DenseChunk>> rpc;
+    bool started = false, read_all = false;
+    dt_status_t error_code = DT_OK;  // a chunk's error (the call then cancelled)
+    std::string error;
+  };
+
+  PsClient* c_;
+  std::shared_ptr<Op> op_;
+  std::vector<PullPart> parts_;
+  std::vector<std::unique_ptr<Call>> calls_;
+};
+
+void PsClient::run_pulls(const std::shared_ptr<Op>& op, std::vector<PullPart> parts) {
+  launch(op, std::make_unique<PullBatch>(this, op, std::move(parts)));
 }
 
 }  // namespace dtrain::ps_grpc

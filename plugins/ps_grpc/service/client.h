@@ -1,15 +1,20 @@
 #pragma once
 // The worker side of ps_grpc: a channel (or a few) to every server, and the
-// PS operations as works fanned out to the servers. Parts of an op run on a
-// TaskPool as blocking gRPC calls with the op's deadline; every call in
-// flight is registered so abort() can cancel it.
+// PS operations as works fanned out to the servers. Pulls and pushes start
+// their calls on one completion queue from the submitting thread (a pool
+// thread when they must wait for an earlier op) and one poller thread
+// handles the replies; the other ops run on a TaskPool as blocking gRPC
+// calls. Every call has the op's deadline and is registered while in flight
+// so abort() can cancel it.
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -58,12 +63,6 @@ class PsClient {
     grpc::GenericStub& generic_stub() {
       return *generic[next.fetch_add(1, std::memory_order_relaxed) % generic.size()];
     }
-    // A blocking unary call of `method` in raw bytes (ctx's deadline holds).
-    grpc::Status unary(grpc::ClientContext& ctx, const char* method, const grpc::ByteBuffer& request,
-                       grpc::ByteBuffer* reply);
-    // A blocking client-streamed call of `method` sending raw messages (a
-    // sparse push's chunks, built in place: no serialization copy).
-    grpc::Status client_stream(grpc::ClientContext& ctx, const char* method, const std::vector<RawMessage>& msgs);
     const std::shared_ptr<grpc::Channel>& channel() {
       return channels[next.fetch_add(1, std::memory_order_relaxed) % channels.size()];
     }
@@ -87,9 +86,8 @@ class PsClient {
     grpc::ByteBuffer request;
     std::function<void(const grpc::ByteBuffer& reply)> on_reply;
   };
-  // Queues every part of op as one task: it starts all the calls at once on
-  // one completion queue and handles each reply as it comes (no thread
-  // hand-off per call), each call a part of op.
+  // Starts every part of op at once on cq_ and handles each reply on
+  // poller_ as it comes, each call a part of op.
   void run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts);
   // One client-streamed call in raw bytes of an op (its reply empty): its
   // number of messages, and what builds message i just before it is written
@@ -99,12 +97,62 @@ class PsClient {
     size_t count = 0;
     std::function<bool(size_t i, RawMessage* m)> make;
   };
-  // Queues every part of op as one task, as run_unary: it starts every
-  // stream at once on one completion queue and writes a stream's next
-  // message when its last write completes (no thread per call, so the
-  // writes leave a core to the server beside it on one host; the headers go
-  // with the first message, the end of the stream with the last).
+  // Starts every stream at once on cq_, as run_unary; poller_ writes a
+  // stream's next message when its last write completes (no thread per
+  // call, so the writes leave a core to the server beside it on one host;
+  // the headers go with the first message, the end of the stream with the
+  // last).
   void run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts);
+  // One dense pull from a server (a server-streamed call): each chunk as it
+  // comes (false: the op ended, the call is cancelled), then the end of a
+  // call that succeeded; both may throw sdk::Error (a chunk's error cancels
+  // the call and fails the part).
+  struct PullPart {
+    int server = 0;
+    DensePull request;
+    std::function<bool(const DenseChunk& chunk)> on_chunk;
+    std::function<void()> on_end;
+  };
+  void run_pulls(const std::shared_ptr<Op>& op, std::vector<PullPart> parts);
+
+  // The calls of one op started together on cq_ (UnaryBatch, StreamBatch,
+  // PullBatch in client.cc). start() runs on the submitting thread when the
+  // ops op runs after are done, else on a pool thread after wait_after();
+  // every event of its calls is handled on poller_. Both run under mu (the
+  // happens-before gRPC's queue gives is invisible to ThreadSanitizer). It
+  // holds one count per call and one for start(); the last release deletes
+  // it (end_batch).
+  class Batch {
+   public:
+    explicit Batch(size_t calls) : holds_(calls + 1) {}
+    virtual ~Batch() = default;
+    virtual void start() = 0;
+    // An event of call i; true when it was the call's last (its Finish).
+    virtual bool on_event(size_t i, unsigned kind, bool ok) = 0;
+    bool release() { return holds_.fetch_sub(1) == 1; }
+    std::mutex mu;
+
+   private:
+    std::atomic<size_t> holds_;
+  };
+  // A completion-queue tag: the batch, its call and which of the call's ops
+  // (batch published last, for poller_ to read before it locks the batch).
+  struct Tag {
+    std::atomic<Batch*> batch{nullptr};
+    size_t call = 0;
+    unsigned kind = 0;
+    void set(Batch* b, size_t i, unsigned k) {
+      call = i;
+      kind = k;
+      batch.store(b, std::memory_order_release);
+    }
+  };
+  class UnaryBatch;
+  class StreamBatch;
+  class PullBatch;
+  void launch(const std::shared_ptr<Op>& op, std::unique_ptr<Batch> batch);
+  void end_batch(Batch* b);
+  void poll();
   // Waits (up to op's deadline) for the ops op runs after.
   static void wait_after(Op& op);
   std::shared_ptr<sdk::Work> submit(const std::shared_ptr<Op>& op);
@@ -137,6 +185,12 @@ class PsClient {
   std::string reason_;
   std::set<grpc::ClientContext*> calls_;
   std::vector<std::weak_ptr<Op>> ops_;
+
+  grpc::CompletionQueue cq_;  // every batch's calls
+  std::thread poller_;        // handles cq_'s events; started once the constructor cannot fail
+  std::mutex live_mu_;
+  std::condition_variable live_cv_;
+  size_t live_ = 0;  // batches not yet ended
 
   TaskPool pool_;  // last: joined first, while everything its tasks use is alive
 };

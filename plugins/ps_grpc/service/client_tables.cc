@@ -75,41 +75,32 @@ std::shared_ptr<sdk::Work> PsClient::pull_dense(uint32_t id, float* values, uint
   check_f32("ps_pull_dense", t.desc.name, count, t.desc.dim, "values");
   auto op = new_op("a pull of dense table '" + t.desc.name + "'", num_servers_, o);
   op->after = {t.declared, t.last_push};
-  std::string name = t.desc.name;
-  uint64_t dim = t.desc.dim;
+  const uint64_t dim = t.desc.dim;
+  std::vector<PullPart> parts(num_servers_);
   for (int s = 0; s < num_servers_; ++s) {
-    uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
-    run(op, s, [this, op, name, values, begin, n](grpc::ClientContext& ctx, Server& srv) {
-      DensePull req;
-      req.set_worker(rank_);
-      req.set_table(name);
-      auto reader = srv.stub().PullDense(&ctx, req);
-      DenseChunk msg;
-      uint64_t got = 0;
-      bool bad = false;
-      while (reader->Read(&msg)) {
-        uint64_t len = msg.values().size() / sizeof(float);
-        if (msg.total() != n || msg.offset() + len > n || msg.values().size() % sizeof(float)) {
-          bad = true;
-          ctx.TryCancel();
-          break;
-        }
-        if (!op->write_out([&] { std::memcpy(values + begin + msg.offset(), msg.values().data(), len * 4); })) {
-          ctx.TryCancel();
-          break;
-        }
-        got += len;
-      }
-      grpc::Status st = reader->Finish();
-      if (bad)
+    const uint64_t begin = sharding_.dense_begin(dim, s), n = sharding_.dense_end(dim, s) - begin;
+    PullPart& part = parts[s];
+    part.server = s;
+    part.request.set_worker(rank_);
+    part.request.set_table(t.desc.name);
+    auto got = std::make_shared<uint64_t>(0);
+    part.on_chunk = [op, values, begin, n, got](const DenseChunk& msg) {
+      const uint64_t len = msg.values().size() / sizeof(float);
+      if (msg.total() != n || msg.offset() + len > n || msg.values().size() % sizeof(float))
         sdk::fail(DT_ERR_REMOTE, "sent a dense chunk outside its range (total " + std::to_string(msg.total()) +
                                      ", offset " + std::to_string(msg.offset()) + ", expected " + std::to_string(n) +
                                      " values): is it a different dtrain version?");
-      if (st.ok() && got != n && !op->done())
-        sdk::fail(DT_ERR_REMOTE, "sent " + std::to_string(got) + " of " + std::to_string(n) + " values");
-      return st;
-    });
+      if (!op->write_out([&] { std::memcpy(values + begin + msg.offset(), msg.values().data(), len * 4); }))
+        return false;
+      *got += len;
+      return true;
+    };
+    part.on_end = [op, n, got] {
+      if (*got != n && !op->done())
+        sdk::fail(DT_ERR_REMOTE, "sent " + std::to_string(*got) + " of " + std::to_string(n) + " values");
+    };
   }
+  run_pulls(op, std::move(parts));
   return submit(op);
 }
 
@@ -147,20 +138,26 @@ std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads,
       const uint64_t pb = n * p / parts[s], pe = n * (p + 1) / parts[s];
       // A message is built once its values are in (a sub-slice under 24
       // bytes is an inlined copy, not a reference).
+      // The headers of a part of several chunks go out before any values; a
+      // part of one chunk is one message.
+      const uint64_t chunks = (pe - pb + per - 1) / per;
+      const bool single = chunks <= 1;
       StreamPart& part = streams.emplace_back();
       part.server = s;
-      part.count = 1 + (pe - pb + per - 1) / per;
-      part.make = [this, op, name, all, dst, src, n, pb, pe, per, push](size_t i, RawMessage* m) {
-        if (i == 0) {  // the headers of every part go out before any values
+      part.count = single ? 1 : 1 + chunks;
+      part.make = [this, op, name, all, dst, src, n, pb, pe, per, push, single](size_t i, RawMessage* m) {
+        if (i == 0) {
           m->add_varint(DenseChunk::kWorkerFieldNumber, static_cast<uint64_t>(rank_));
           m->add_bytes(DenseChunk::kTableFieldNumber, *name);
           m->add_varint(DenseChunk::kTotalFieldNumber, n);
           m->add_varint(DenseChunk::kPushFieldNumber, push);
           m->add_varint(DenseChunk::kPartValuesFieldNumber, pe - pb);
-          m->add_varint(DenseChunk::kOffsetFieldNumber, pb);
-          return !op->done();
+          if (!single || pe == pb) {
+            m->add_varint(DenseChunk::kOffsetFieldNumber, pb);
+            return !op->done();
+          }
         }
-        const uint64_t off = pb + (i - 1) * per, len = std::min(per, pe - off);
+        const uint64_t off = pb + (single ? i : i - 1) * per, len = std::min(per, pe - off);
         if (!op->write_out([&] { std::memcpy(dst + off * sizeof(float), src + off, len * sizeof(float)); }))
           return false;
         m->add_varint(DenseChunk::kOffsetFieldNumber, off);
