@@ -282,159 +282,14 @@ void PsClient::poll() {
   }
 }
 
-class PsClient::UnaryBatch final : public Batch {
+// The calls of one op, one per part (Part: what the op asked of that call;
+// C: the call's state, a CallState): start() skips every call once the op
+// has ended and every call the client refuses (aborted), and begin() starts
+// the others; end() reports a call's outcome to the op.
+template <typename Part, typename C>
+class PsClient::PartsBatch : public Batch {
  public:
-  UnaryBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<UnaryPart> parts)
-      : Batch(parts.size()), c_(c), op_(std::move(op)), method_(method), parts_(std::move(parts)) {}
-
-  void start() override {
-    calls_.resize(parts_.size());
-    const bool done = op_->done();
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      if (done) {
-        op_->part_done(DT_ERR_ABORTED, "");
-        release();
-        continue;
-      }
-      calls_[i] = std::make_unique<Call>();
-      Call& call = *calls_[i];
-      call.tag.set(this, i, 0);
-      if (!c_->open_call(*op_, call.ctx)) {
-        release();
-        continue;
-      }
-      call.rpc = c_->servers_[parts_[i].server]->generic_stub().PrepareUnaryCall(&call.ctx, method_, parts_[i].request,
-                                                                                 &c_->cq_);
-      call.rpc->StartCall();
-      call.rpc->Finish(&call.reply, &call.status, &call.tag);
-    }
-  }
-
-  bool on_event(size_t i, unsigned, bool) override {
-    Call& call = *calls_[i];
-    Server& srv = *c_->servers_[parts_[i].server];
-    dt_status_t code = DT_OK;
-    std::string msg;
-    if (!call.status.ok())
-      std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
-    else
-      std::tie(code, msg) = part_status(srv.index, srv.endpoint, [&] { parts_[i].on_reply(call.reply); });
-    c_->untrack(&call.ctx);
-    call.reply.Clear();
-    op_->part_done(code, msg);
-    return true;
-  }
-
- private:
-  struct Call {
-    Tag tag;
-    grpc::ClientContext ctx;
-    grpc::ByteBuffer reply;
-    grpc::Status status;
-    std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
-  };
-  PsClient* c_;
-  std::shared_ptr<Op> op_;
-  const char* method_;
-  std::vector<UnaryPart> parts_;
-  std::vector<std::unique_ptr<Call>> calls_;
-};
-
-void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts) {
-  launch(op, std::make_unique<UnaryBatch>(this, op, method, std::move(parts)));
-}
-
-class PsClient::StreamBatch final : public Batch {
- public:
-  StreamBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<StreamPart> parts)
-      : Batch(parts.size()), c_(c), op_(std::move(op)), method_(method), parts_(std::move(parts)) {}
-
-  void start() override {
-    calls_.resize(parts_.size());
-    const bool done = op_->done();
-    for (size_t i = 0; i < parts_.size(); ++i) {
-      if (done) {
-        op_->part_done(DT_ERR_ABORTED, "");
-        release();
-        continue;
-      }
-      calls_[i] = std::make_unique<Call>();
-      Call& call = *calls_[i];
-      call.write.set(this, i, kWrite);
-      call.finish.set(this, i, kFinish);
-      if (!c_->open_call(*op_, call.ctx)) {
-        release();
-        continue;
-      }
-      call.ctx.set_initial_metadata_corked(true);
-      const auto& ch = c_->servers_[parts_[i].server]->channel();
-      grpc::internal::RpcMethod rpc(method_, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
-      call.rpc.reset(grpc::internal::ClientAsyncWriterFactory<RawMessage>::Create(ch.get(), &c_->cq_, rpc, &call.ctx,
-                                                                                  &call.reply, false, nullptr));
-      call.rpc->StartCall(nullptr);  // corked: the headers go with the first write, no event
-      step(i);
-    }
-  }
-
-  bool on_event(size_t i, unsigned kind, bool ok) override {
-    Call& call = *calls_[i];
-    if (kind == kWrite) {
-      if (!ok) call.next = parts_[i].count;  // the stream broke: its status says why
-      step(i);
-      return false;
-    }
-    Server& srv = *c_->servers_[parts_[i].server];
-    dt_status_t code = DT_OK;
-    std::string msg;
-    if (!call.status.ok()) std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
-    c_->untrack(&call.ctx);
-    op_->part_done(code, msg);
-    return true;
-  }
-
- private:
-  static constexpr unsigned kWrite = 0, kFinish = 1;
-  struct Call {
-    Tag write, finish;
-    grpc::ClientContext ctx;
-    Empty reply;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncWriter<RawMessage>> rpc;
-    RawMessage msg;   // the message being written
-    size_t next = 0;  // the next message to write
-  };
-  // Writes call i's next message, or ends the call after its last (or when
-  // the op ended: cancelled).
-  void step(size_t i) {
-    Call& call = *calls_[i];
-    const StreamPart& p = parts_[i];
-    call.msg = RawMessage();
-    if (call.next < p.count && p.make(call.next, &call.msg)) {
-      grpc::WriteOptions wo;
-      if (call.next + 1 == p.count) wo.set_last_message();
-      ++call.next;
-      call.rpc->Write(call.msg, wo, &call.write);
-      return;
-    }
-    if (call.next < p.count) call.ctx.TryCancel();
-    call.next = p.count + 1;  // no more writes
-    call.rpc->Finish(&call.status, &call.finish);
-  }
-
-  PsClient* c_;
-  std::shared_ptr<Op> op_;
-  const char* method_;
-  std::vector<StreamPart> parts_;
-  std::vector<std::unique_ptr<Call>> calls_;
-};
-
-void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts) {
-  launch(op, std::make_unique<StreamBatch>(this, op, method, std::move(parts)));
-}
-
-class PsClient::PullBatch final : public Batch {
- public:
-  PullBatch(PsClient* c, std::shared_ptr<Op> op, std::vector<PullPart> parts)
+  PartsBatch(PsClient* c, std::shared_ptr<Op> op, std::vector<Part> parts)
       : Batch(parts.size()), c_(c), op_(std::move(op)), parts_(std::move(parts)) {}
 
   void start() override {
@@ -446,42 +301,168 @@ class PsClient::PullBatch final : public Batch {
         release();
         continue;
       }
-      calls_[i] = std::make_unique<Call>();
-      Call& call = *calls_[i];
-      call.tags[kStart].set(this, i, kStart);
-      call.tags[kRead].set(this, i, kRead);
-      call.tags[kFinish].set(this, i, kFinish);
+      calls_[i] = std::make_unique<C>();
+      C& call = *calls_[i];
+      for (unsigned k = 0; k < 3; ++k) call.tags[k].set(this, i, k);
       if (!c_->open_call(*op_, call.ctx)) {
         release();
         continue;
       }
-      call.rpc = c_->servers_[parts_[i].server]->stub().PrepareAsyncPullDense(&call.ctx, parts_[i].request, &c_->cq_);
-      // The first read goes with the start: two events, then one per chunk.
-      call.rpc->StartCall(&call.tags[kStart]);
-      call.rpc->Read(&call.chunk, &call.tags[kRead]);
+      begin(i, call, *c_->servers_[parts_[i].server]);
     }
   }
 
+ protected:
+  virtual void begin(size_t i, C& call, Server& srv) = 0;
+  // Call i ended: DT_OK, or the error of the part's own work, else the
+  // call's status translated.
+  void end(size_t i, C& call, std::pair<dt_status_t, std::string> outcome) {
+    if (outcome.first == DT_OK && !call.status.ok())
+      outcome = c_->translate(call.status, call.ctx, *c_->servers_[parts_[i].server], *op_);
+    c_->untrack(&call.ctx);
+    op_->part_done(outcome.first, outcome.second);
+  }
+  // Runs f, the part's own work on what the call brought (a throw fails the part).
+  template <typename F>
+  std::pair<dt_status_t, std::string> work(size_t i, F&& f) {
+    const Server& srv = *c_->servers_[parts_[i].server];
+    return part_status(srv.index, srv.endpoint, std::forward<F>(f));
+  }
+
+  PsClient* c_;
+  std::shared_ptr<Op> op_;
+  std::vector<Part> parts_;
+  std::vector<std::unique_ptr<C>> calls_;
+};
+
+namespace {
+
+// A call's tags (kinds 0-2), context and final status.
+struct CallState {
+  Tag tags[3];
+  grpc::ClientContext ctx;
+  grpc::Status status;
+};
+
+struct UnaryCall : CallState {
+  grpc::ByteBuffer reply;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+};
+
+struct StreamCall : CallState {
+  Empty reply;
+  std::unique_ptr<grpc::ClientAsyncWriter<RawMessage>> rpc;
+  RawMessage msg;   // the message being written
+  size_t next = 0;  // the next message to write
+};
+
+struct PullCall : CallState {
+  DenseChunk chunk;
+  std::unique_ptr<grpc::ClientAsyncReader<DenseChunk>> rpc;
+  bool started = false, read_all = false;
+  std::pair<dt_status_t, std::string> error{DT_OK, ""};  // a chunk's (the call then cancelled)
+};
+
+}  // namespace
+
+class PsClient::UnaryBatch final : public PartsBatch<UnaryPart, UnaryCall> {
+ public:
+  UnaryBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<UnaryPart> parts)
+      : PartsBatch(c, std::move(op), std::move(parts)), method_(method) {}
+
+  bool on_event(size_t i, unsigned, bool) override {
+    UnaryCall& call = *calls_[i];
+    std::pair<dt_status_t, std::string> outcome{DT_OK, ""};
+    if (call.status.ok()) outcome = work(i, [&] { parts_[i].on_reply(call.reply); });
+    call.reply.Clear();
+    end(i, call, std::move(outcome));
+    return true;
+  }
+
+ private:
+  void begin(size_t i, UnaryCall& call, Server& srv) override {
+    call.rpc = srv.generic_stub().PrepareUnaryCall(&call.ctx, method_, parts_[i].request, &c_->cq_);
+    call.rpc->StartCall();
+    call.rpc->Finish(&call.reply, &call.status, &call.tags[0]);
+  }
+
+  const char* method_;
+};
+
+void PsClient::run_unary(const std::shared_ptr<Op>& op, const char* method, std::vector<UnaryPart> parts) {
+  launch(op, std::make_unique<UnaryBatch>(this, op, method, std::move(parts)));
+}
+
+class PsClient::StreamBatch final : public PartsBatch<StreamPart, StreamCall> {
+ public:
+  StreamBatch(PsClient* c, std::shared_ptr<Op> op, const char* method, std::vector<StreamPart> parts)
+      : PartsBatch(c, std::move(op), std::move(parts)), method_(method) {}
+
   bool on_event(size_t i, unsigned kind, bool ok) override {
-    Call& call = *calls_[i];
+    StreamCall& call = *calls_[i];
+    if (kind == kWrite) {
+      if (!ok) call.next = parts_[i].count;  // the stream broke: its status says why
+      step(i);
+      return false;
+    }
+    end(i, call, {DT_OK, ""});
+    return true;
+  }
+
+ private:
+  static constexpr unsigned kWrite = 0, kFinish = 1;
+  void begin(size_t i, StreamCall& call, Server& srv) override {
+    call.ctx.set_initial_metadata_corked(true);
+    const auto& ch = srv.channel();
+    grpc::internal::RpcMethod rpc(method_, grpc::internal::RpcMethod::CLIENT_STREAMING, ch);
+    call.rpc.reset(grpc::internal::ClientAsyncWriterFactory<RawMessage>::Create(ch.get(), &c_->cq_, rpc, &call.ctx,
+                                                                                &call.reply, false, nullptr));
+    call.rpc->StartCall(nullptr);  // corked: the headers go with the first write, no event
+    step(i);
+  }
+  // Writes call i's next message, or ends the call after its last (or when
+  // the op ended: cancelled).
+  void step(size_t i) {
+    StreamCall& call = *calls_[i];
+    const StreamPart& p = parts_[i];
+    call.msg = RawMessage();
+    if (call.next < p.count && p.make(call.next, &call.msg)) {
+      grpc::WriteOptions wo;
+      if (call.next + 1 == p.count) wo.set_last_message();
+      ++call.next;
+      call.rpc->Write(call.msg, wo, &call.tags[kWrite]);
+      return;
+    }
+    if (call.next < p.count) call.ctx.TryCancel();
+    call.next = p.count + 1;  // no more writes
+    call.rpc->Finish(&call.status, &call.tags[kFinish]);
+  }
+
+  const char* method_;
+};
+
+void PsClient::run_streams(const std::shared_ptr<Op>& op, const char* method, std::vector<StreamPart> parts) {
+  launch(op, std::make_unique<StreamBatch>(this, op, method, std::move(parts)));
+}
+
+class PsClient::PullBatch final : public PartsBatch<PullPart, PullCall> {
+ public:
+  using PartsBatch::PartsBatch;
+
+  bool on_event(size_t i, unsigned kind, bool ok) override {
+    PullCall& call = *calls_[i];
     const PullPart& p = parts_[i];
     if (kind == kFinish) {
-      Server& srv = *c_->servers_[p.server];
-      dt_status_t code = call.error_code;
-      std::string msg = call.error;
-      if (code == DT_OK && !call.status.ok()) std::tie(code, msg) = c_->translate(call.status, call.ctx, srv, *op_);
-      if (code == DT_OK) std::tie(code, msg) = part_status(srv.index, srv.endpoint, [&] { p.on_end(); });
-      c_->untrack(&call.ctx);
-      op_->part_done(code, msg);
+      auto outcome = call.error;
+      if (outcome.first == DT_OK && call.status.ok()) outcome = work(i, [&] { p.on_end(); });
+      end(i, call, std::move(outcome));
       return true;
     }
     if (kind == kStart) {
       call.started = true;
     } else if (ok) {
       bool more = false;
-      const Server& srv = *c_->servers_[p.server];
-      std::tie(call.error_code, call.error) =
-          part_status(srv.index, srv.endpoint, [&] { more = p.on_chunk(call.chunk); });
+      call.error = work(i, [&] { more = p.on_chunk(call.chunk); });
       if (more) {
         call.rpc->Read(&call.chunk, &call.tags[kRead]);
         return false;
@@ -497,21 +478,12 @@ class PsClient::PullBatch final : public Batch {
 
  private:
   static constexpr unsigned kStart = 0, kRead = 1, kFinish = 2;
-  struct Call {
-    Tag tags[3];
-    grpc::ClientContext ctx;
-    DenseChunk chunk;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncReader<DenseChunk>> rpc;
-    bool started = false, read_all = false;
-    dt_status_t error_code = DT_OK;  // a chunk's error (the call then cancelled)
-    std::string error;
-  };
-
-  PsClient* c_;
-  std::shared_ptr<Op> op_;
-  std::vector<PullPart> parts_;
-  std::vector<std::unique_ptr<Call>> calls_;
+  void begin(size_t i, PullCall& call, Server& srv) override {
+    call.rpc = srv.stub().PrepareAsyncPullDense(&call.ctx, parts_[i].request, &c_->cq_);
+    // The first read goes with the start: two events, then one per chunk.
+    call.rpc->StartCall(&call.tags[kStart]);
+    call.rpc->Read(&call.chunk, &call.tags[kRead]);
+  }
 };
 
 void PsClient::run_pulls(const std::shared_ptr<Op>& op, std::vector<PullPart> parts) {

@@ -28,6 +28,39 @@
 
 namespace dtrain::ps_grpc {
 
+// The calls of one op started together on PsClient's completion queue (a
+// PartsBatch in client.cc). start() runs on the submitting thread when the
+// ops op runs after are done, else on a pool thread after wait_after();
+// every event of its calls is handled on the poller thread. Both run under
+// mu (the happens-before gRPC's queue gives is invisible to
+// ThreadSanitizer). It holds one count per call and one for start(); the
+// last release deletes it (PsClient::end_batch).
+class Batch {
+ public:
+  explicit Batch(size_t calls) : holds_(calls + 1) {}
+  virtual ~Batch() = default;
+  virtual void start() = 0;
+  // An event of call i; true when it was the call's last (its Finish).
+  virtual bool on_event(size_t i, unsigned kind, bool ok) = 0;
+  bool release() { return holds_.fetch_sub(1) == 1; }
+  std::mutex mu;
+
+ private:
+  std::atomic<size_t> holds_;
+};
+// A completion-queue tag: the batch, its call and which of the call's ops
+// (batch published last, for the poller to read before it locks the batch).
+struct Tag {
+  std::atomic<Batch*> batch{nullptr};
+  size_t call = 0;
+  unsigned kind = 0;
+  void set(Batch* b, size_t i, unsigned k) {
+    call = i;
+    kind = k;
+    batch.store(b, std::memory_order_release);
+  }
+};
+
 class PsClient {
  public:
   using Opts = dt_call_opts_v1_t;
@@ -115,38 +148,9 @@ class PsClient {
   };
   void run_pulls(const std::shared_ptr<Op>& op, std::vector<PullPart> parts);
 
-  // The calls of one op started together on cq_ (UnaryBatch, StreamBatch,
-  // PullBatch in client.cc). start() runs on the submitting thread when the
-  // ops op runs after are done, else on a pool thread after wait_after();
-  // every event of its calls is handled on poller_. Both run under mu (the
-  // happens-before gRPC's queue gives is invisible to ThreadSanitizer). It
-  // holds one count per call and one for start(); the last release deletes
-  // it (end_batch).
-  class Batch {
-   public:
-    explicit Batch(size_t calls) : holds_(calls + 1) {}
-    virtual ~Batch() = default;
-    virtual void start() = 0;
-    // An event of call i; true when it was the call's last (its Finish).
-    virtual bool on_event(size_t i, unsigned kind, bool ok) = 0;
-    bool release() { return holds_.fetch_sub(1) == 1; }
-    std::mutex mu;
-
-   private:
-    std::atomic<size_t> holds_;
-  };
-  // A completion-queue tag: the batch, its call and which of the call's ops
-  // (batch published last, for poller_ to read before it locks the batch).
-  struct Tag {
-    std::atomic<Batch*> batch{nullptr};
-    size_t call = 0;
-    unsigned kind = 0;
-    void set(Batch* b, size_t i, unsigned k) {
-      call = i;
-      kind = k;
-      batch.store(b, std::memory_order_release);
-    }
-  };
+  // The batches of calls (client.cc): a shared base and one per kind of call.
+  template <typename Part, typename C>
+  class PartsBatch;
   class UnaryBatch;
   class StreamBatch;
   class PullBatch;
