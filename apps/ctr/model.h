@@ -33,13 +33,17 @@ class WideDeepImpl : public ::torch::nn::Module {
   ::torch::nn::Linear pair_weight_{nullptr};  // interaction = "dot": one weight per slot pair
   ::torch::nn::Sequential mlp_{nullptr};
   bool dot_ = false;
-  ::torch::Tensor pairs_;  // the (i < j) slot pairs, as i * kSparse + j
 };
 
 class WideDeep : public ::torch::nn::ModuleHolder<WideDeepImpl> {
  public:
   using ::torch::nn::ModuleHolder<WideDeepImpl>::ModuleHolder;
 };
+
+// The dot products of every (i < j) pair of slot embeddings: emb [B, S, D]
+// float32 -> [B, S (S - 1) / 2], pairs in (0,1), (0,2), ..., (1,2), ...
+// order; differentiable (the backward gives emb's gradient).
+::torch::Tensor pair_dots(const ::torch::Tensor& emb);
 
 // Evaluation counters of one pass: log loss sums and AUC buckets.
 struct EvalStats {
