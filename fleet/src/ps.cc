@@ -42,6 +42,82 @@ std::vector<uint64_t> to_keys(const ::torch::Tensor& ids) {
   return keys;
 }
 
+// The distinct keys of a list in order of first appearance: list[i] == keys[at[i]].
+struct Distinct {
+  std::vector<uint64_t> keys;
+  std::vector<uint32_t> at;
+};
+
+Distinct distinct(const std::vector<uint64_t>& keys) {
+  Distinct d;
+  d.at.resize(keys.size());
+  size_t cap = 16;
+  while (cap < 2 * keys.size()) cap *= 2;
+  std::vector<uint32_t> slot(cap, 0);  // position in d.keys + 1
+  for (size_t i = 0; i < keys.size(); ++i) {
+    uint64_t h = keys[i] * 0x9e3779b97f4a7c15ull;
+    for (size_t j = static_cast<size_t>(h ^ (h >> 32)) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+      if (slot[j] == 0) {
+        d.keys.push_back(keys[i]);
+        slot[j] = static_cast<uint32_t>(d.keys.size());
+      } else if (d.keys[slot[j] - 1] != keys[i]) {
+        continue;
+      }
+      d.at[i] = slot[j] - 1;
+      break;
+    }
+  }
+  return d;
+}
+
+// Rows of the distinct keys [U, dim] -> rows of every key [at.size(), dim].
+::torch::Tensor expand_rows(const ::torch::Tensor& distinct_rows, const std::vector<uint32_t>& at) {
+  const int64_t dim = distinct_rows.size(1);
+  if (distinct_rows.size(0) == static_cast<int64_t>(at.size())) return distinct_rows;
+  auto rows = ::torch::empty({static_cast<int64_t>(at.size()), dim}, ::torch::kFloat);
+  const float* from = distinct_rows.data_ptr<float>();
+  float* to = rows.data_ptr<float>();
+  const size_t row = static_cast<size_t>(dim);
+  for (size_t i = 0; i < at.size(); ++i) std::memcpy(to + i * row, from + at[i] * row, row * sizeof(float));
+  return rows;
+}
+
+// One push's keys, gradient rows and show/click (empty: show 1, click 0 per key).
+struct PushedRows {
+  std::vector<uint64_t> keys;
+  std::vector<float> grads, show_click;
+};
+
+// Repeated keys merged as the servers would merge them (rows summed in order
+// of appearance, shows and clicks summed), so each key travels once.
+void merge_repeats(PushedRows& p, int64_t dim) {
+  Distinct d = distinct(p.keys);
+  if (d.keys.size() == p.keys.size()) return;
+  const size_t row = static_cast<size_t>(dim), u = d.keys.size();
+  std::vector<float> grads(u * row), show_click(2 * u);
+  std::vector<bool> seen(u, false);
+  for (size_t i = 0; i < p.keys.size(); ++i) {
+    const size_t k = d.at[i];
+    const float* g = p.grads.data() + i * row;
+    float* to = grads.data() + k * row;
+    const float sh = p.show_click.empty() ? 1.0f : p.show_click[2 * i];
+    const float cl = p.show_click.empty() ? 0.0f : p.show_click[2 * i + 1];
+    if (!seen[k]) {
+      seen[k] = true;
+      std::memcpy(to, g, row * sizeof(float));
+      show_click[2 * k] = sh;
+      show_click[2 * k + 1] = cl;
+      continue;
+    }
+    for (size_t j = 0; j < row; ++j) to[j] += g[j];
+    show_click[2 * k] += sh;
+    show_click[2 * k + 1] += cl;
+  }
+  p.keys = std::move(d.keys);
+  p.grads = std::move(grads);
+  p.show_click = std::move(show_click);
+}
+
 Buffer float_buffer(const ::torch::Tensor& t) {
   return Buffer::of(t.data_ptr<float>(), static_cast<size_t>(t.numel()));
 }
@@ -216,26 +292,33 @@ void SparseEmbeddingImpl::prefetch(const ::torch::Tensor& ids) {
   drop_prefetch();
   auto p = std::make_unique<Prefetch>();
   p->keys = to_keys(ids);
-  p->rows = ::torch::empty({static_cast<int64_t>(p->keys.size()), dim_}, ::torch::kFloat);
-  p->work = table_.pull(p->keys.data(), p->keys.size(), float_buffer(p->rows));
+  Distinct d = distinct(p->keys);
+  p->distinct = std::move(d.keys);
+  p->at = std::move(d.at);
+  p->rows = ::torch::empty({static_cast<int64_t>(p->distinct.size()), dim_}, ::torch::kFloat);
+  p->work = table_.pull(p->distinct.data(), p->distinct.size(), float_buffer(p->rows));
   prefetch_ = std::move(p);
 }
 
 ::torch::Tensor SparseEmbeddingImpl::forward(const ::torch::Tensor& ids, const ::torch::Tensor& show_click) {
   auto keys = to_keys(ids);
   const auto n = static_cast<int64_t>(keys.size());
+  // Each distinct key is pulled once; Criteo-like batches repeat most keys
+  // (a batch of 512 x 26 slots has ~3,600 distinct).
   ::torch::Tensor rows;
   if (prefetch_ && prefetch_->keys == keys) {
     auto p = std::move(prefetch_);
     p->work->wait();
-    rows = p->rows;
+    rows = expand_rows(p->rows, p->at);
   } else {
     drop_prefetch();
-    rows = ::torch::empty({n, dim_}, ::torch::kFloat);
+    Distinct d = distinct(keys);
+    auto got = ::torch::empty({static_cast<int64_t>(d.keys.size()), dim_}, ::torch::kFloat);
     if (geo_)
-      geo_->lookup(keys.data(), keys.size(), rows.data_ptr<float>());
+      geo_->lookup(d.keys.data(), d.keys.size(), got.data_ptr<float>());
     else
-      table_.pull(keys.data(), keys.size(), float_buffer(rows))->wait();
+      table_.pull(d.keys.data(), d.keys.size(), float_buffer(got))->wait();
+    rows = expand_rows(got, d.at);
   }
   auto shape = ids.sizes().vec();
   shape.push_back(dim_);
@@ -253,11 +336,7 @@ void SparseEmbeddingImpl::prefetch(const ::torch::Tensor& ids) {
 }
 
 void SparseEmbeddingImpl::push_gradients() {
-  struct Pushed {
-    std::vector<uint64_t> keys;
-    std::vector<float> grads, show_click;
-  };
-  auto pushed = std::make_shared<Pushed>();
+  auto pushed = std::make_shared<PushedRows>();
   auto& keys = pushed->keys;
   auto& grads = pushed->grads;
   auto& show_click = pushed->show_click;
@@ -282,6 +361,7 @@ void SparseEmbeddingImpl::push_gradients() {
     }
   }
   lookups_.clear();
+  merge_repeats(*pushed, dim_);
   if (geo_) {
     geo_->apply(keys.data(), keys.size(), grads.data());
     geo_->step();
@@ -290,7 +370,7 @@ void SparseEmbeddingImpl::push_gradients() {
   // One push per step even when empty: in sync mode a worker's n-th push is its step n.
   if (queue_ > 0) pushes_->wait_until(queue_ - 1);
   auto work = table_.push(keys.data(), keys.size(), Buffer::of(grads.data(), grads.size()),
-                          any_show_click ? show_click.data() : nullptr);
+                          show_click.empty() ? nullptr : show_click.data());
   if (queue_ == 0)
     work->wait();
   else

@@ -11,7 +11,10 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "dtrain/config.h"
@@ -87,6 +90,45 @@ TEST_F(FleetPs, SparseEmbeddingPullsRowsAndItsGradientsArePushedByTheStep) {
   emb(ids);
   opt->step();
   EXPECT_TRUE(torch::equal(rows_of(emb, torch::tensor({1, 2, 3, 9}, torch::kInt64)), after));
+}
+
+// The worker merges repeated ids before they travel: the table must end as
+// if it had merged them itself (rows summed; shows and clicks summed, an id
+// without show_click counting show 1, click 0).
+TEST_F(FleetPs, RepeatedIdsAreMergedWithTheirShowsAndClicksSummed) {
+  fleet::SparseEmbedding emb(fleet::sparse_table_config("emb"));
+  auto opt = fleet::ps_optimizer({emb}, nullptr);
+  const auto sc = torch::tensor({1, 0, 1, 1, 1, 1, 1, 0}, torch::kFloat).reshape({4, 2});
+  auto a = emb(torch::tensor({7, 8, 7, 7}, torch::kInt64), sc);
+  auto b = emb(torch::tensor({8, 9}, torch::kInt64));
+  (a.sum() + b.sum()).backward();
+  opt->step();
+
+  const std::string dir = temp_dir();
+  fleet::save_persistables(dir, dtrain::ps::SaveMode::Full, dtrain::ps::SaveFormat::Text);
+  std::map<uint64_t, std::vector<float>> rows;  // key -> 4 values, show, click
+  for (const auto& f : fs::recursive_directory_iterator(fs::path(dir) / "emb")) {
+    if (!f.is_regular_file() || f.path().filename() == "MANIFEST") continue;
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      uint64_t key = 0;
+      std::vector<float> v(6);
+      if (!(ls >> key)) continue;
+      for (float& x : v) ls >> x;
+      if (ls) rows[key] = v;
+    }
+  }
+  fs::remove_all(dir);
+  ASSERT_EQ(rows.size(), 3u);
+  const float expect[3][3] = {{3, 3, 1}, {2, 2, 1}, {1, 1, 0}};  // pushes, show, click of ids 7, 8, 9
+  for (int i = 0; i < 3; ++i) {
+    const auto& v = rows[static_cast<uint64_t>(7 + i)];
+    for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(v[j], kInit - kLr * expect[i][0]) << "id " << 7 + i;
+    EXPECT_FLOAT_EQ(v[4], expect[i][1]) << "show of id " << 7 + i;
+    EXPECT_FLOAT_EQ(v[5], expect[i][2]) << "click of id " << 7 + i;
+  }
 }
 
 TEST_F(FleetPs, PsOptimizerAppliesOneSgdStepToTheDenseParametersOnTheServer) {

@@ -85,6 +85,8 @@ ps::TableConfig sparse_table_config(const std::string& name);
 // rows of ids (int64, any shape) and returns a tensor of shape ids.shape +
 // [dim] that requires grad; the gradients of every forward since the last
 // PsOptimizer::step() are pushed by that step (rows of repeated ids summed).
+// A pull asks for each distinct id once, and a push sends each id once (its
+// rows, shows and clicks summed on the worker, as a server would sum them).
 // show_click (float, ids.numel() x 2, optional) feeds the table's counters.
 //
 // Async mode with a_sync_configs.send_queue_size = q > 0 overlaps the
@@ -124,7 +126,9 @@ class SparseEmbeddingImpl : public ::torch::nn::Module {
   };
   struct Prefetch {
     std::vector<uint64_t> keys;
-    ::torch::Tensor rows;
+    std::vector<uint64_t> distinct;  // pulled: keys without repeats, in order of first appearance
+    std::vector<uint32_t> at;        // keys[i] == distinct[at[i]]
+    ::torch::Tensor rows;            // [distinct.size(), dim]
     std::shared_ptr<Work> work;
   };
   void drop_prefetch();
