@@ -60,8 +60,9 @@ void add_ocr_keys(ConfigSchema& s) {
   s.add("augment.margin", ConfigType::Float, "0.3", "largest crop margin, share of the font size");
   s.add("augment.tight", ConfigType::Float, "0.3", "probability of a tight crop");
   s.add("augment.stroke", ConfigType::Float, "0",
-        "largest stroke-width change, share of the font size (emboldening or thinning; 0: off)");
-  s.add("augment.stretch", ConfigType::Float, "0", "largest horizontal scaling: x (1 + u) or / (1 + u) (0: off)");
+        "largest stroke-width change, share of the font size (emboldening or thinning; training words only; 0: off)");
+  s.add("augment.stretch", ConfigType::Float, "0",
+        "largest horizontal scaling: x (1 + u) or / (1 + u) (training words only; 0: off)");
   s.add("model.backbone", ConfigType::String, "\"vgg\"", "vgg | mobilenetv3");
   s.add("model.width", ConfigType::Int, "32", "backbone base channels");
   s.add("model.hidden", ConfigType::Int, "96", "LSTM size per direction");
@@ -209,6 +210,10 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     o.size = size_t(positive(cfg, "data.train_samples"));
     o.seed = seed * 2;
     d.train = std::make_shared<ocr::RenderedDataset>(o, dict);
+    // Stroke and stretch distort the training words only: the evaluation
+    // sets are the same whatever they are set to.
+    o.render.stroke = 0;
+    o.render.stretch = 0;
     o.words = test;
     o.size = n_eval;
     o.seed = seed * 2 + 1;

@@ -2,7 +2,8 @@
 # Tests of dtrain-ocr through the dtrain launcher.
 #   ocr_test.sh ci    DTRAIN DTRAIN_OCR JOB_TOML WORKDIR   short 2-worker run on rendered words: CTC loss falls,
 #                                                          both workers' parameters bit-identical and scores equal,
-#                                                          render and predict (one image, a list) work
+#                                                          render and predict (one image, a list) work, stroke
+#                                                          and stretch change training words, not test words
 #   ocr_test.sh list  DTRAIN DTRAIN_OCR JOB_TOML WORKDIR   a PaddleOCR list and dictionary written here train, and
 #                                                          predict --list scores as the evaluation did; bad lines
 #                                                          and dictionaries give errors naming file and line
@@ -42,6 +43,15 @@ ci)
     || { cat render.log >&2; fail "render failed"; }
   [[ $(wc -l < test_words/list.txt) == 40 && -s test_words/sheet.png && -s test_words/images/00039.png ]] \
     || fail "render did not write 40 images, their list and the sheet"
+  # stroke and stretch change the training words only: the test words render the same with them.
+  distort=(-o augment.stroke=0.05 -o augment.stretch=0.3)
+  for split in test train; do
+    "$ocr" render "$job" "${small[@]}" --output plain_$split --split $split --count 8 > /dev/null 2>&1
+    "$ocr" render "$job" "${small[@]}" "${distort[@]}" --output distorted_$split --split $split --count 8 \
+      > /dev/null 2>&1 || fail "render with stroke and stretch failed"
+  done
+  cmp -s plain_test/sheet.png distorted_test/sheet.png || fail "stroke/stretch changed the test words"
+  ! cmp -s plain_train/sheet.png distorted_train/sheet.png || fail "stroke/stretch left the training words alone"
   "$ocr" predict "$job" "${small[@]}" -o checkpoint.dir=ckpt --list test_words/list.txt \
       -o data.root=test_words > predict.log 2>&1 || { cat predict.log >&2; fail "predict failed"; }
   tail -2 predict.log
