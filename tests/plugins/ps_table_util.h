@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -181,9 +182,19 @@ struct Cluster {
   }
 };
 
+// A new folder, removed with everything in it when the test program exits.
 inline std::string temp_dir() {
+  struct Made {
+    std::vector<std::string> dirs;
+    ~Made() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Made made;
   std::string t = testing::TempDir() + "ps_table_XXXXXX";
   if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed");
+  made.dirs.push_back(t);
   return t;
 }
 
