@@ -9,6 +9,18 @@ namespace nn = ::torch::nn;
 
 namespace {
 
+// Blocks of 16 examples with restrict pointers: at -O2 GCC vectorizes a loop
+// only when its trip count is fixed and nothing may alias.
+constexpr int64_t kBlock = 16;
+
+inline void add_products(float* __restrict acc, const float* __restrict a, const float* __restrict b) {
+  for (int64_t t = 0; t < kBlock; ++t) acc[t] += a[t] * b[t];
+}
+
+inline void add_scaled(float* __restrict y, const float* __restrict w, const float* __restrict x) {
+  for (int64_t t = 0; t < kBlock; ++t) y[t] += w[t] * x[t];
+}
+
 // torch::bmm on [B, 26, 8] runs one small matrix product per example
 // through select() (three per example and step with the backward), ~3x this
 // op's time on a CPU: this does the pairs only, in slot-major layout so the
@@ -23,11 +35,18 @@ struct PairDots : ::torch::autograd::Function<PairDots> {
     float* o = out.data_ptr<float>();
     for (int64_t i = 0; i < S; ++i)
       for (int64_t j = i + 1; j < S; ++j, o += B) {
-        std::fill(o, o + B, 0.0f);
-        for (int64_t d = 0; d < D; ++d) {
-          const float* a = x + (i * D + d) * B;
-          const float* b = x + (j * D + d) * B;
-          for (int64_t k = 0; k < B; ++k) o[k] += a[k] * b[k];
+        const float* a = x + i * D * B;
+        const float* b = x + j * D * B;
+        int64_t k = 0;
+        for (; k + kBlock <= B; k += kBlock) {
+          float acc[kBlock] = {};
+          for (int64_t d = 0; d < D; ++d) add_products(acc, a + d * B + k, b + d * B + k);
+          std::copy(acc, acc + kBlock, o + k);
+        }
+        for (; k < B; ++k) {
+          float sum = 0;
+          for (int64_t d = 0; d < D; ++d) sum += a[d * B + k] * b[d * B + k];
+          o[k] = sum;
         }
       }
     ctx->save_for_backward({et});
@@ -50,7 +69,12 @@ struct PairDots : ::torch::autograd::Function<PairDots> {
           const float* b = x + (j * D + d) * B;
           float* ga = gx + (i * D + d) * B;
           float* gb = gx + (j * D + d) * B;
-          for (int64_t k = 0; k < B; ++k) {
+          int64_t k = 0;
+          for (; k + kBlock <= B; k += kBlock) {
+            add_scaled(ga + k, w + k, b + k);
+            add_scaled(gb + k, w + k, a + k);
+          }
+          for (; k < B; ++k) {
             ga[k] += w[k] * b[k];
             gb[k] += w[k] * a[k];
           }

@@ -17,7 +17,7 @@ namespace {
 
 TEST(CtrModel, PairDotsMatchBmmForwardAndBackward) {
   ::torch::manual_seed(7);
-  for (auto shape : std::vector<std::vector<int64_t>>{{5, 26, 8}, {3, 4, 3}, {1, 2, 1}, {0, 26, 8}}) {
+  for (auto shape : std::vector<std::vector<int64_t>>{{37, 26, 8}, {32, 3, 5}, {5, 26, 8}, {1, 2, 1}, {0, 26, 8}}) {
     auto e0 = ::torch::randn(shape);
     auto a = e0.clone().requires_grad_(), b = e0.clone().requires_grad_();
     auto ya = pair_dots(a), yb = reference(b);
