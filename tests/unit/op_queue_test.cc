@@ -80,6 +80,50 @@ TEST(DetachedDrainers, LeavesADrainerStillBlockedAfterTheWaitDetached) {
   EXPECT_TRUE(wait_for(finished, 10s));
 }
 
+// A communicator may shut down while the process exits (the core's watchdog
+// held its last reference): its drainer is adopted while close() runs, or after.
+TEST(DetachedDrainers, WaitsForADrainerAdoptedWhileItCloses) {
+  DetachedDrainers registry(5s);
+  Flag first_done = flag(), second_done = flag(), second_after = flag(), closed = flag();
+  registry.adopt(std::thread([first_done] {
+                   std::this_thread::sleep_for(300ms);
+                   first_done->store(true);
+                 }),
+                 first_done);
+  std::thread closer([&] {
+    registry.close();
+    closed->store(true);
+  });
+  std::this_thread::sleep_for(100ms);
+  ASSERT_FALSE(closed->load());
+  registry.adopt(std::thread([second_done, second_after] {
+                   std::this_thread::sleep_for(400ms);
+                   second_done->store(true);
+                   std::this_thread::sleep_for(50ms);  // the join waits for this too
+                   second_after->store(true);
+                 }),
+                 second_done);
+  closer.join();
+  EXPECT_TRUE(second_after->load());
+  EXPECT_EQ(registry.size(), 0u);
+}
+
+TEST(DetachedDrainers, DetachesADrainerAdoptedAfterItClosed) {
+  DetachedDrainers registry(5s);
+  registry.close();
+  Flag done = flag(), release = flag();
+  auto start = std::chrono::steady_clock::now();
+  registry.adopt(std::thread([done, release] {
+                   wait_for(release, 60s);
+                   done->store(true);
+                 }),
+                 done);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(registry.size(), 0u);
+  release->store(true);
+  EXPECT_TRUE(wait_for(done, 10s));
+}
+
 // Gloo's case: a non-interruptible queue shut down after an abort while its
 // drainer is blocked in a body. shutdown() returns without waiting for the
 // body and hands the drainer to the plugin's registry, which joins it before

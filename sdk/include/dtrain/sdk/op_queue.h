@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "dtrain/sdk/clock.h"
 #include "dtrain/sdk/error.h"
@@ -30,17 +31,28 @@ class OpQueue;
 // (OpQueue::shutdown). Each ends on its own, at its op's deadline, but runs
 // the plugin's code until then, so the plugin must not be unmapped under it.
 // One registry per plugin (this header is compiled into each, with hidden
-// visibility). Its destructor runs when the plugin is unloaded or the process
-// exits, before the plugin's code goes away: it joins every drainer that ends
-// within its wait (kExitWait) and leaves one still blocked after that detached.
+// visibility). close() runs when the plugin is unloaded or the process exits,
+// before the plugin's code goes away: it joins every drainer that ends within
+// its wait (kExitWait) and leaves one still blocked after that detached.
+// Communicators may still shut down while it runs or after it (the core's
+// watchdog can hold the last reference to one while the process exits): a
+// drainer adopted during close() is waited for too, one adopted after it is
+// detached at once.
 class DetachedDrainers {
  public:
   static constexpr std::chrono::milliseconds kExitWait{10000};
 
-  // The plugin's registry (OpQueue::shutdown adopts into it).
+  // The plugin's registry (OpQueue::shutdown adopts into it). It lives in
+  // static storage and is never destroyed, so adopt() stays valid during and
+  // after static destruction; a static guard closes it then (a closed
+  // registry holds no heap memory, so an unloaded plugin leaks nothing).
   static DetachedDrainers& get() {
-    static DetachedDrainers registry;
-    return registry;
+    alignas(DetachedDrainers) static unsigned char storage[sizeof(DetachedDrainers)];
+    static auto* registry = new (storage) DetachedDrainers();
+    static struct Closer {
+      ~Closer() { registry->close(); }
+    } closer;
+    return *registry;
   }
   explicit DetachedDrainers(std::chrono::milliseconds wait = kExitWait) : wait_(wait) {}
   DetachedDrainers(const DetachedDrainers&) = delete;
@@ -50,6 +62,10 @@ class DetachedDrainers {
   // process that aborts many communicators keeps no finished threads.
   void adopt(std::thread t, std::shared_ptr<std::atomic<bool>> done) {
     std::lock_guard<std::mutex> lk(mu_);
+    if (closed_) {
+      t.detach();
+      return;
+    }
     for (auto it = drainers_.begin(); it != drainers_.end();) {
       if (it->done->load(std::memory_order_acquire)) {
         it->thread.join();
@@ -64,22 +80,30 @@ class DetachedDrainers {
     std::lock_guard<std::mutex> lk(mu_);
     return drainers_.size();
   }
-  ~DetachedDrainers() {
+  // Joins or detaches every drainer (see above); later adopters are detached.
+  void close() {
     auto until = std::chrono::steady_clock::now() + wait_;
-    std::deque<Drainer> drainers;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      drainers.swap(drainers_);
-    }
-    for (auto& d : drainers) {
-      while (!d.done->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      if (d.done->load(std::memory_order_acquire))
-        d.thread.join();
-      else
-        d.thread.detach();
+    for (;;) {
+      std::vector<Drainer> drainers;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (drainers_.empty()) {
+          closed_ = true;
+          return;
+        }
+        drainers.swap(drainers_);
+      }
+      for (auto& d : drainers) {
+        while (!d.done->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        if (d.done->load(std::memory_order_acquire))
+          d.thread.join();
+        else
+          d.thread.detach();
+      }
     }
   }
+  ~DetachedDrainers() { close(); }
 
  private:
   struct Drainer {
@@ -88,7 +112,8 @@ class DetachedDrainers {
   };
   const std::chrono::milliseconds wait_;
   std::mutex mu_;
-  std::deque<Drainer> drainers_;
+  std::vector<Drainer> drainers_;
+  bool closed_ = false;
 };
 
 // A collective queued on an OpQueue. Its body runs once, on the thread that
