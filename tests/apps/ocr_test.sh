@@ -23,9 +23,12 @@ small=(-o model.width=8 -o model.hidden=32 -o model.layers=1 -o data.eval_sample
 
 case $mode in
 ci)
+  # With SyncBatchNorm: the CRNN's normalization layers are dtrain::torch::BatchNorm2d.
   "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o data.train_samples=320 -o train.epochs=3 \
-      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
+      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb \
+      -o strategy.sync_batch_norm=true > console.log 2>&1 \
     || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
+  grep -E "^dtrain-ocr: rank 0/2 .*strategy: .*sync_batch_norm" log/workerlog.0 || fail "sync_batch_norm is not in use"
   expect_loss_falls log/workerlog.0 10 0.5
   expect_same_params
   for r in 0 1; do
