@@ -19,6 +19,7 @@ using ::torch::autograd::variable_list;
 struct SyncState : ::torch::CustomClassHolder {
   std::shared_ptr<Communicator> comm;
   double count = 0;  // elements per channel over all ranks
+  double eps = 0;
 };
 
 // Sums `packed` (a contiguous tensor) over the ranks, in place.
@@ -33,58 +34,85 @@ struct RunningStats {
   Tensor mean, var;  // undefined without track_running_stats
 };
 
+// Statistics and normalization run in float at least (half and bfloat16
+// activations are widened), with ATen's fused kernels: one pass for the local
+// mean and variance, one to normalize; backward one pass for the two sums
+// and two for the input gradient.
+Tensor widened(const Tensor& t) {
+  auto st = t.scalar_type();
+  return st == ::torch::kHalf || st == ::torch::kBFloat16 ? t.to(::torch::kFloat) : t;
+}
+
+Tensor defined_or_none(const Tensor& t) { return t.numel() > 0 ? t : Tensor(); }
+
 // Input 0 the activations [N, C, H, W], 1 and 2 weight and bias (empty
 // without affine). Running statistics move in forward.
 struct SyncBatchNormFunction : ::torch::autograd::Function<SyncBatchNormFunction> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                         RunningStats running, double momentum, double eps, std::shared_ptr<Communicator> comm) {
     Tensor &running_mean = running.mean, &running_var = running.var;
-    const int64_t local = x.numel() / std::max<int64_t>(x.size(1), 1);
-    Tensor packed =
-        ::torch::cat({x.sum({0, 2, 3}, false, ::torch::kDouble), x.square().sum({0, 2, 3}, false, ::torch::kDouble),
-                      ::torch::full({1}, static_cast<double>(local), x.options().dtype(::torch::kDouble))})
-            .contiguous();
-    allreduce_sum(*comm, packed);
     const int64_t c = x.size(1);
+    const double local = static_cast<double>(x.numel() / std::max<int64_t>(c, 1));
+    Tensor xw = widened(x);
+    auto [local_var, local_mean] = ::torch::var_mean(xw, {0, 2, 3}, /*unbiased=*/false);
+    Tensor m = local_mean.to(::torch::kDouble);
+    // [sum, sum of squares, count] per channel, as the ranks add them up.
+    Tensor packed = ::torch::cat({m * local, (local_var.to(::torch::kDouble) + m.square()) * local,
+                                  ::torch::full({1}, local, m.options())})
+                        .contiguous();
+    allreduce_sum(*comm, packed);
     const double n = packed[2 * c].item<double>();
     if (n <= 1)
       throw InvalidUsage("SyncBatchNorm: expected more than 1 value per channel over all ranks when training, got " +
                          std::to_string(static_cast<int64_t>(n)));
     Tensor mean = packed.slice(0, 0, c) / n;
     Tensor var = (packed.slice(0, c, 2 * c) / n - mean.square()).clamp_min(0);
-    Tensor invstd = (var + eps).rsqrt();
     if (running_mean.defined()) {
       running_mean.mul_(1 - momentum).add_(mean.to(running_mean.scalar_type()), momentum);
       running_var.mul_(1 - momentum).add_((var * (n / (n - 1))).to(running_var.scalar_type()), momentum);
     }
-    Tensor mean_x = mean.to(x.scalar_type()), invstd_x = invstd.to(x.scalar_type());
-    Tensor y = (x - per_channel(mean_x)) * per_channel(invstd_x);
-    if (weight.numel() > 0) y = y * per_channel(weight) + per_channel(bias);
-    ctx->save_for_backward({x, weight, mean_x, invstd_x});
+    Tensor mean_w = mean.to(xw.scalar_type()), var_w = var.to(xw.scalar_type());
+    // Eval-mode batch norm normalizes with the statistics it is given: the global ones.
+    Tensor y = ::torch::batch_norm(xw, defined_or_none(weight), defined_or_none(bias), mean_w, var_w,
+                                   /*training=*/false, 0.0, eps, /*cudnn_enabled=*/true);
+    ctx->save_for_backward({x, weight, mean_w, var_w});
     auto state = c10::make_intrusive<SyncState>();
     state->comm = std::move(comm);
     state->count = n;
+    state->eps = eps;
     ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
-    return y;
+    return y.scalar_type() == x.scalar_type() ? y : y.to(x.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto state = c10::static_intrusive_pointer_cast<SyncState>(ctx->saved_data["state"].toCapsule());
     auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &weight = saved[1], &mean = saved[2], &invstd = saved[3];
-    Tensor dy = grads[0].defined() ? grads[0] : ::torch::zeros_like(x);
-    Tensor xhat = (x - per_channel(mean)) * per_channel(invstd);
-    Tensor sum_dy = dy.sum({0, 2, 3}, false, ::torch::kDouble);
-    Tensor sum_dy_xhat = (dy * xhat).sum({0, 2, 3}, false, ::torch::kDouble);
+    const Tensor &x = saved[0], &weight = saved[1], &mean = saved[2], &var = saved[3];
+    Tensor xw = widened(x);
+    Tensor dy = grads[0].defined() ? widened(grads[0]).contiguous() : ::torch::zeros_like(xw);
+    const int64_t c = x.size(1);
+    // The eval-mode backward's weight and bias gradients are this rank's
+    // sum(dy * xhat) and sum(dy) under the given statistics; it needs a weight.
+    Tensor w = weight.numel() > 0 ? weight.to(xw.scalar_type()) : ::torch::ones({c}, xw.options());
+    auto sums = ::at::native_batch_norm_backward(dy, xw, w, mean, var, {}, {}, /*train=*/false, state->eps,
+                                                 {false, true, true});
+    Tensor sum_dy_xhat = std::get<1>(sums), sum_dy = std::get<2>(sums);
     Tensor gx, gw, gb;
     if (ctx->needs_input_grad(0)) {
-      const int64_t c = x.size(1);
-      Tensor packed = ::torch::cat({sum_dy, sum_dy_xhat}).contiguous();
+      Tensor packed = ::torch::cat({sum_dy.to(::torch::kDouble), sum_dy_xhat.to(::torch::kDouble)}).contiguous();
       allreduce_sum(*state->comm, packed);
-      Tensor mean_dy = (packed.slice(0, 0, c) / state->count).to(x.scalar_type());
-      Tensor mean_dy_xhat = (packed.slice(0, c, 2 * c) / state->count).to(x.scalar_type());
-      Tensor scale = weight.numel() > 0 ? invstd * weight : invstd;
-      gx = (dy - per_channel(mean_dy) - xhat * per_channel(mean_dy_xhat)) * per_channel(scale);
+      Tensor mean_dy = packed.slice(0, 0, c) / state->count;
+      Tensor mean_dy_xhat = packed.slice(0, c, 2 * c) / state->count;
+      // gx = (dy - mean_dy - xhat * mean_dy_xhat) * invstd * w, with xhat = (x - mean) * invstd,
+      // as a * dy + b * x + k per channel.
+      Tensor invstd = (var.to(::torch::kDouble) + state->eps).rsqrt();
+      Tensor a = invstd * w.to(::torch::kDouble);
+      Tensor b = -a * invstd * mean_dy_xhat;
+      Tensor k = -a * mean_dy - b * mean.to(::torch::kDouble);
+      auto st = xw.scalar_type();
+      gx = ::torch::addcmul(per_channel(k.to(st)), xw, per_channel(b.to(st)));
+      gx.addcmul_(dy, per_channel(a.to(st)));
+      if (gx.scalar_type() != x.scalar_type()) gx = gx.to(x.scalar_type());
     }
     if (weight.numel() > 0 && ctx->needs_input_grad(1)) gw = sum_dy_xhat.to(weight.scalar_type());
     if (weight.numel() > 0 && ctx->needs_input_grad(2)) gb = sum_dy.to(weight.scalar_type());

@@ -181,6 +181,45 @@ TEST_P(SyncBnTest, sync_bn_UnderDataParallelEqualsOneProcess) {
   }
 }
 
+// Without affine parameters, and with bfloat16 activations (CPU autocast's
+// type; statistics and normalization run in float): the same global batch
+// as one process's float BatchNorm2d, to bfloat16's precision.
+TEST_P(SyncBnTest, sync_bn_WithoutAffineAndOnBFloat16) {
+  for (auto dtype : {::torch::kFloat32, ::torch::kBFloat16}) {
+    std::vector<RankResult> out(kWorld);
+    auto opts = nn::BatchNormOptions(kC).affine(false);
+    dtrain::test::run_rank_threads(GetParam(), kWorld, seconds(60),
+                                   [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
+                                     dtrain::torch::BatchNorm2d bn(opts);
+                                     dtrain::torch::enable_sync_batch_norm(*bn, comm);
+                                     bn->train();
+                                     auto x = input_of(r).to(dtype).requires_grad_(true);
+                                     auto y = bn(x);
+                                     EXPECT_EQ(y.scalar_type(), dtype);
+                                     (y.to(::torch::kFloat32) * target_of(r)).mean().backward();
+                                     EXPECT_EQ(x.grad().scalar_type(), dtype);
+                                     out[r].y = y.detach().to(::torch::kFloat32);
+                                     out[r].grad_x = x.grad().to(::torch::kFloat32);
+                                   });
+    if (HasFailure()) return;
+    dtrain::torch::BatchNorm2d ref(opts);
+    ref->train();
+    auto x = ::torch::cat({input_of(0), input_of(1)}).to(dtype).to(::torch::kFloat32).requires_grad_(true);
+    auto y = ref(x);
+    (y * ::torch::cat({target_of(0), target_of(1)})).mean().backward();
+    const bool f32 = dtype == ::torch::kFloat32;
+    const double tol = f32 ? 1e-5 : 2e-2, grad_atol = f32 ? 1e-5 : 2e-4;
+    for (int r = 0; r < kWorld; ++r) {
+      auto slice = [&](const Tensor& t) { return t.slice(0, r * kB, (r + 1) * kB); };
+      EXPECT_TRUE(::torch::allclose(out[r].y, slice(y.detach()), tol, tol))
+          << "rank " << r << " output: " << diff(out[r].y, slice(y));
+      // The input gradient is ~1e-3 here; bfloat16 keeps 2-3 significant digits.
+      EXPECT_TRUE(::torch::allclose(out[r].grad_x, slice(x.grad()) * kWorld, tol, grad_atol))
+          << "rank " << r << " input gradient: " << diff(out[r].grad_x, slice(x.grad()) * kWorld);
+    }
+  }
+}
+
 // Eval mode normalizes with the running statistics on each rank alone (no
 // communication: the ranks' different inputs give their own results), exactly
 // as torch::nn::BatchNorm2d does.
