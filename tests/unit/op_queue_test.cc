@@ -25,26 +25,23 @@ bool wait_for(const Flag& f, std::chrono::milliseconds limit) {
   return f->load();
 }
 
-TEST(DetachedDrainers, JoinsADrainerThatEndsWithinTheWait) {
-  Flag after = flag();
+TEST(DetachedDrainers, CloseWaitsForADrainerThatEndsWithinTheWait) {
+  Flag done = flag();
   auto start = std::chrono::steady_clock::now();
   {
     DetachedDrainers registry(5s);
-    Flag done = flag();
-    registry.adopt(std::thread([done, after] {
+    registry.adopt(std::thread([done] {
                      std::this_thread::sleep_for(200ms);
                      done->store(true);
-                     std::this_thread::sleep_for(50ms);  // still the thread's code: the join waits for it
-                     after->store(true);
                    }),
                    done);
     EXPECT_EQ(registry.size(), 1u);
   }
-  EXPECT_TRUE(after->load());
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 240ms);
+  EXPECT_TRUE(done->load());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 190ms);
 }
 
-TEST(DetachedDrainers, JoinsTheDoneOnesWhenItAdoptsAnother) {
+TEST(DetachedDrainers, ForgetsTheDoneOnesWhenItAdoptsAnother) {
   DetachedDrainers registry(5s);
   Flag first_done = flag(), release = flag();
   registry.adopt(std::thread([first_done] { first_done->store(true); }), first_done);
@@ -57,9 +54,10 @@ TEST(DetachedDrainers, JoinsTheDoneOnesWhenItAdoptsAnother) {
                  second_done);
   EXPECT_EQ(registry.size(), 1u);
   release->store(true);
+  EXPECT_TRUE(wait_for(second_done, 10s));
 }
 
-TEST(DetachedDrainers, LeavesADrainerStillBlockedAfterTheWaitDetached) {
+TEST(DetachedDrainers, CloseGivesUpOnADrainerStillBlockedAfterTheWait) {
   Flag release = flag(), finished = flag();
   auto start = std::chrono::steady_clock::now();
   {
@@ -82,9 +80,9 @@ TEST(DetachedDrainers, LeavesADrainerStillBlockedAfterTheWaitDetached) {
 
 // A communicator may shut down while the process exits (the core's watchdog
 // held its last reference): its drainer is adopted while close() runs, or after.
-TEST(DetachedDrainers, WaitsForADrainerAdoptedWhileItCloses) {
+TEST(DetachedDrainers, CloseWaitsForADrainerAdoptedWhileItCloses) {
   DetachedDrainers registry(5s);
-  Flag first_done = flag(), second_done = flag(), second_after = flag(), closed = flag();
+  Flag first_done = flag(), second_done = flag(), closed = flag();
   registry.adopt(std::thread([first_done] {
                    std::this_thread::sleep_for(300ms);
                    first_done->store(true);
@@ -96,19 +94,17 @@ TEST(DetachedDrainers, WaitsForADrainerAdoptedWhileItCloses) {
   });
   std::this_thread::sleep_for(100ms);
   ASSERT_FALSE(closed->load());
-  registry.adopt(std::thread([second_done, second_after] {
+  registry.adopt(std::thread([second_done] {
                    std::this_thread::sleep_for(400ms);
                    second_done->store(true);
-                   std::this_thread::sleep_for(50ms);  // the join waits for this too
-                   second_after->store(true);
                  }),
                  second_done);
   closer.join();
-  EXPECT_TRUE(second_after->load());
+  EXPECT_TRUE(second_done->load());
   EXPECT_EQ(registry.size(), 0u);
 }
 
-TEST(DetachedDrainers, DetachesADrainerAdoptedAfterItClosed) {
+TEST(DetachedDrainers, DoesNotWaitForADrainerAdoptedAfterItClosed) {
   DetachedDrainers registry(5s);
   registry.close();
   Flag done = flag(), release = flag();
@@ -118,6 +114,7 @@ TEST(DetachedDrainers, DetachesADrainerAdoptedAfterItClosed) {
                    done->store(true);
                  }),
                  done);
+  registry.close();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
   EXPECT_EQ(registry.size(), 0u);
   release->store(true);
@@ -126,8 +123,8 @@ TEST(DetachedDrainers, DetachesADrainerAdoptedAfterItClosed) {
 
 // Gloo's case: a non-interruptible queue shut down after an abort while its
 // drainer is blocked in a body. shutdown() returns without waiting for the
-// body and hands the drainer to the plugin's registry, which joins it before
-// the plugin is unmapped (here: when the test program exits).
+// body and hands the drainer to the plugin's registry, which detaches it and
+// counts it until it is done.
 TEST(OpQueue, ShutdownHandsADrainerBlockedInABodyToTheRegistry) {
   OpQueue::Settings settings;
   settings.interruptible = false;
@@ -151,6 +148,9 @@ TEST(OpQueue, ShutdownHandsADrainerBlockedInABodyToTheRegistry) {
   EXPECT_EQ(DetachedDrainers::get().size(), before + 1);
   release->store(true);
   EXPECT_TRUE(wait_for(left, 10s));
+  // The drainer's flag is set after the body: wait for it to be counted done.
+  for (int i = 0; i < 1000 && DetachedDrainers::get().size() > before; ++i) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(DetachedDrainers::get().size(), before);
 }
 
 }  // namespace

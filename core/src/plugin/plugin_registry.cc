@@ -157,8 +157,14 @@ std::unique_ptr<Backend::Impl> open_plugin(const fs::path& path) {
   std::string expected = name_from_file(path);
   auto impl = std::make_unique<Backend::Impl>();
   boost::dll::fs::error_code ec;
-  impl->library.load(boost::dll::fs::path(path.string()),
-                     boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local, ec);
+  // RTLD_NODELETE: a plugin stays mapped until the process ends, as NCCL's net
+  // plugins and Python's extension modules do. Its threads may outlive its
+  // last communicator: Gloo's device loop, or an op left blocked in the
+  // transport by an abort (DetachedDrainers); unmapping their code under
+  // them crashed processes at exit, after the tests had passed.
+  const auto mode = static_cast<boost::dll::load_mode::type>(boost::dll::load_mode::rtld_now |
+                                                             boost::dll::load_mode::rtld_local | RTLD_NODELETE);
+  impl->library.load(boost::dll::fs::path(path.string()), mode, ec);
   if (ec) {
     const char* dl = ::dlerror();
     std::string why = dl ? dl : ec.message();

@@ -28,16 +28,19 @@ namespace dtrain::sdk {
 class OpQueue;
 
 // Drainers left blocked in a transport call when their queue shut down
-// (OpQueue::shutdown). Each ends on its own, at its op's deadline, but runs
-// the plugin's code until then, so the plugin must not be unmapped under it.
-// One registry per plugin (this header is compiled into each, with hidden
-// visibility). close() runs when the plugin is unloaded or the process exits,
-// before the plugin's code goes away: it joins every drainer that ends within
-// its wait (kExitWait) and leaves one still blocked after that detached.
-// Communicators may still shut down while it runs or after it (the core's
-// watchdog can hold the last reference to one while the process exits): a
-// drainer adopted during close() is waited for too, one adopted after it is
-// detached at once.
+// (OpQueue::shutdown). Each ends on its own, at its op's deadline, running
+// the plugin's code until then, so the plugin must stay mapped: the core
+// loads plugins with RTLD_NODELETE (plugin_registry.cc). adopt() detaches
+// the thread at once (it may be the caller itself, and a finished thread
+// nobody joins is what ThreadSanitizer reports as a leak) and keeps its
+// `done` flag. One registry per plugin (this header is compiled into each,
+// with hidden visibility). close() runs when the process exits (or the
+// plugin is unloaded by a host that does unload): it waits up to its wait
+// (kExitWait) for every adopted drainer's flag, those adopted while it runs
+// included, so the process does not exit under a drainer about to finish.
+// Communicators may still shut down after it (the core's watchdog can hold
+// the last reference to one while the process exits); their drainers are
+// not waited for.
 class DetachedDrainers {
  public:
   static constexpr std::chrono::milliseconds kExitWait{10000};
@@ -45,7 +48,7 @@ class DetachedDrainers {
   // The plugin's registry (OpQueue::shutdown adopts into it). It lives in
   // static storage and is never destroyed, so adopt() stays valid during and
   // after static destruction; a static guard closes it then (a closed
-  // registry holds no heap memory, so an unloaded plugin leaks nothing).
+  // registry holds no heap memory).
   static DetachedDrainers& get() {
     alignas(DetachedDrainers) static unsigned char storage[sizeof(DetachedDrainers)];
     static auto* registry = new (storage) DetachedDrainers();
@@ -57,62 +60,47 @@ class DetachedDrainers {
   explicit DetachedDrainers(std::chrono::milliseconds wait = kExitWait) : wait_(wait) {}
   DetachedDrainers(const DetachedDrainers&) = delete;
   DetachedDrainers& operator=(const DetachedDrainers&) = delete;
-  // `done` is set by the drainer as the last thing its own code does.
-  // Drainers adopted earlier that are done by now are joined here, so a
-  // process that aborts many communicators keeps no finished threads.
+  // `done` is set by the drainer as the last thing its own code does. The
+  // flags of drainers done by now are dropped here, so a process that aborts
+  // many communicators keeps none of theirs.
   void adopt(std::thread t, std::shared_ptr<std::atomic<bool>> done) {
+    t.detach();
     std::lock_guard<std::mutex> lk(mu_);
-    if (closed_) {
-      t.detach();
-      return;
-    }
-    for (auto it = drainers_.begin(); it != drainers_.end();) {
-      if (it->done->load(std::memory_order_acquire)) {
-        it->thread.join();
-        it = drainers_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    drainers_.push_back({std::move(t), std::move(done)});
+    if (closed_) return;
+    drop_done();
+    pending_.push_back(std::move(done));
   }
+  // Drainers adopted and not seen done yet.
   size_t size() {
     std::lock_guard<std::mutex> lk(mu_);
-    return drainers_.size();
+    drop_done();
+    return pending_.size();
   }
-  // Joins or detaches every drainer (see above); later adopters are detached.
+  // Waits as said above; later adopters are not waited for.
   void close() {
-    auto until = std::chrono::steady_clock::now() + wait_;
+    const auto until = std::chrono::steady_clock::now() + wait_;
+    std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-      std::vector<Drainer> drainers;
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (drainers_.empty()) {
-          closed_ = true;
-          return;
-        }
-        drainers.swap(drainers_);
-      }
-      for (auto& d : drainers) {
-        while (!d.done->load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        if (d.done->load(std::memory_order_acquire))
-          d.thread.join();
-        else
-          d.thread.detach();
-      }
+      drop_done();
+      if (pending_.empty() || std::chrono::steady_clock::now() >= until) break;
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      lk.lock();
     }
+    closed_ = true;
+    std::vector<std::shared_ptr<std::atomic<bool>>>().swap(pending_);
   }
   ~DetachedDrainers() { close(); }
 
  private:
-  struct Drainer {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
+  void drop_done() {
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                  [](const auto& d) { return d->load(std::memory_order_acquire); }),
+                   pending_.end());
+  }
   const std::chrono::milliseconds wait_;
   std::mutex mu_;
-  std::vector<Drainer> drainers_;
+  std::vector<std::shared_ptr<std::atomic<bool>>> pending_;
   bool closed_ = false;
 };
 
@@ -195,8 +183,8 @@ class QueuedBody final : public QueuedWork {
 //    Gloo's connection-level waits outlast a per-call timeout shorter than
 //    the communicator's). If an op is still blocked
 //    in the transport at shutdown after an abort, the drainer is left to
-//    finish on its own (a body must hold, by shared_ptr, what it touches) and
-//    DetachedDrainers joins it before the plugin is unloaded.
+//    finish on its own (a body must hold, by shared_ptr, what it touches),
+//    detached by DetachedDrainers, which the process's exit waits for.
 class OpQueue : public std::enable_shared_from_this<OpQueue> {
  public:
   struct Settings {
