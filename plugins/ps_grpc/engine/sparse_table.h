@@ -4,10 +4,11 @@
 // held by server shard % num_servers), each a flat hash map key -> row index
 // over rows kept in contiguous arrays (keys, counters, and dim values +
 // optimizer state per row in one float arena), with its own reader-writer
-// lock. A push's keys are hashed once, grouped by shard (a counting sort into
-// per-thread scratch) and each shard is locked once per call; a pull takes
-// every local shard's read lock at once and looks the keys up in the
-// caller's order, pipelined (hash, find, copy of keys 16 apart): no heap
+// lock. A pull (and an async/GEO push) takes every local shard's lock at
+// once and goes through the keys in the caller's order, pipelined (hash,
+// find, copy or apply of keys 16 apart); a sync step, or a table of more
+// than 256 local shards, groups the keys by shard (a counting sort into
+// per-thread scratch) and locks each shard once per call. No heap
 // allocation per key on the pull and push paths. Row removal (shrink) moves
 // the last row into the hole, so the arena stays dense.
 // sparse_table.cc: the pull/push/shrink paths; sparse_save.cc: save and load.
