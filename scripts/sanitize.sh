@@ -14,8 +14,8 @@ case "$step" in
   *) echo "sanitize.sh: unknown step '$step' (build or test)" >&2; exit 2 ;;
 esac
 # The tests run two at a time: one at a time left a CPU idle (TSan's take
-# ~0.9 CPU: 270 s -> 136-148 s; ASan's 80 s -> 45-50 s). In .ci/run both
-# trees are built by then, during the suite.
+# ~0.9 CPU: 270 s -> 136-148 s; ASan's 80 s -> 45-50 s). In .ci/run the
+# ASan tree finishes building beside the TSan tests, at idle priority.
 case "$kind" in
   thread) flags=thread jobs=2 ;;
   address) flags=address,undefined jobs=2 ;;
