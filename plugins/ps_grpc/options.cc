@@ -50,6 +50,7 @@ PsOptions PsOptions::parse(const sdk::CommInit& init) {
   p.max_request_bytes = static_cast<uint64_t>(in_range(o, "max_request_bytes", 1, std::numeric_limits<int64_t>::max()));
   p.threads = static_cast<int>(in_range(o, "threads", 0, 4096));
   p.channels = static_cast<int>(in_range(o, "channels", 1, 64));
+  p.wait_spin_us = static_cast<int>(in_range(o, "wait_spin_us", 0, 1000000));
   p.keep_memory = o.get_bool("keep_memory");
   return p;
 }

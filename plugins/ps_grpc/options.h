@@ -19,6 +19,7 @@ struct PsOptions {
   uint64_t max_request_bytes = 0;  // servers: largest request (all chunks) to one server
   int threads = 0;                 // servers: most request threads (0 = gRPC's default)
   int channels = 0;                // workers: channels (TCP connections) per server
+  int wait_spin_us = 0;            // workers: a wait on a small op polls this long before it sleeps
   bool keep_memory = false;        // servers: malloc keeps freed memory (keep_freed_memory)
 
   static PsOptions parse(const sdk::CommInit& init);

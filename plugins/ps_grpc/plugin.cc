@@ -16,6 +16,9 @@ const dt_config_key_v1_t kKeys[] = {
      "servers: largest request (all chunks) one call may send to one server; larger ones are refused"},
     {"threads", "int", "0", "servers: most gRPC request threads (0: gRPC's default, unbounded)"},
     {"channels", "int", "1", "workers: gRPC channels (TCP connections) per server"},
+    {"wait_spin_us", "int", "300",
+     "workers: microseconds a wait on a small pull or push (at most 64 KiB) polls, yielding, before it sleeps "
+     "(0: sleeps at once); the reply then finds the caller running instead of waking it"},
     {"keep_memory", "bool", "true",
      "servers: the process's malloc keeps the memory it frees (mallopt: no page faults on gRPC's request "
      "buffers anew for every large request)"},

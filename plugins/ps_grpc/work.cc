@@ -7,6 +7,20 @@ Op::Op(std::string what, int parts, sdk::Clock::time_point deadline, int64_t tim
   if (parts == 0) complete(DT_OK);
 }
 
+dt_status_t Op::wait(int64_t timeout_ms) {
+  if (spin_.count() > 0 && timeout_ms != 0) {
+    auto spin = spin_;
+    if (timeout_ms > 0 && timeout_ms < 1000)
+      spin = std::min<std::chrono::microseconds>(spin, std::chrono::milliseconds(timeout_ms));
+    const auto until = sdk::Clock::now() + spin;
+    while (sdk::Clock::now() < until) {
+      if (dt_status_t s = test(); s != DT_IN_PROGRESS) return s;
+      std::this_thread::yield();
+    }
+  }
+  return LongWork::wait(timeout_ms);
+}
+
 void Op::part_done(dt_status_t status, const std::string& message) {
   if (status != DT_OK) {
     std::lock_guard<std::mutex> lk(err_mu_);

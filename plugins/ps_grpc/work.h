@@ -4,6 +4,7 @@
 // the small thread pool the parts run on.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -45,6 +46,11 @@ class Op : public LongWork {
   int64_t timeout_ms() const { return timeout_ms_; }
   bool done() { return test() != DT_IN_PROGRESS; }
 
+  // wait() first polls test() for up to this long, yielding the CPU between
+  // polls, then sleeps (wait_spin_us): set before the op is handed out.
+  void set_wait_spin(std::chrono::microseconds spin) { spin_ = spin; }
+  dt_status_t wait(int64_t timeout_ms) override;
+
   // One part finished (DT_OK or its failure).
   void part_done(dt_status_t status, const std::string& message);
   // Runs f (a copy into the caller's memory) unless the op already completed;
@@ -70,6 +76,7 @@ class Op : public LongWork {
   std::string what_;
   sdk::Clock::time_point deadline_;
   int64_t timeout_ms_;
+  std::chrono::microseconds spin_{0};
   std::shared_mutex out_mu_;
   std::atomic<int> pending_;
   std::mutex err_mu_;

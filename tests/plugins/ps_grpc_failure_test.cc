@@ -150,6 +150,35 @@ TEST_F(PsGrpc, SyncWaitTimesOutNamingTheWorkerAndAbortUnblocks) {
   EXPECT_OK(push_dense(w1, id1, g));
 }
 
+// wait_spin_us: a wait polls first, but never past its own timeout; out of
+// range is refused naming the key.
+TEST_F(PsGrpc, WaitSpinStopsAtTheWaitsTimeout) {
+  EXPECT_FALSE(create(DT_ROLE_WORKER, 0, 1, 1, "job-secret", "wait_spin_us = -1\n"));
+  EXPECT_NE(last_error.find("wait_spin_us"), std::string::npos) << last_error;
+  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 1, 2)) << last_error;
+  dt_comm_h w0 = create(DT_ROLE_WORKER, 0, 1, 2, "job-secret", "wait_spin_us = 1000000\n");
+  dt_comm_h w1 = create(DT_ROLE_WORKER, 1, 1, 2);
+  ASSERT_TRUE(w0 && w1) << last_error;
+  uint32_t id = 0, id1 = 0;
+  auto d = desc("dense_spin", DT_PS_TABLE_DENSE, 16, DT_PS_MODE_SYNC);
+  ASSERT_OK(declare(w0, d, &id));
+  ASSERT_OK(declare(w1, d, &id1));
+  std::vector<float> g(16, 1.0f), v(16);
+  ASSERT_OK(push_dense(w0, id, g));
+  // A small pull (spins) that waits for worker 1's push.
+  auto o = opts(20000);
+  auto b = buf(v);
+  dt_work_h h = nullptr;
+  ASSERT_EQ(be->ps_pull_dense(w0, id, &b, &o, &h), DT_OK);
+  auto t0 = Clock::now();
+  EXPECT_EQ(be->work_wait(h, 0), DT_IN_PROGRESS);
+  EXPECT_EQ(be->work_wait(h, 10), DT_IN_PROGRESS);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);  // not the 1 s spin
+  EXPECT_OK(push_dense(w1, id1, g));
+  EXPECT_EQ(be->work_wait(h, 20000), DT_OK) << be->work_error(h);
+  be->work_release(h);
+}
+
 TEST_F(PsGrpc, BarrierTimeoutNamesTheMissingWorker) {
   ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 1, 3)) << last_error;
   dt_comm_h w0 = create(DT_ROLE_WORKER, 0, 1, 3);

@@ -189,9 +189,11 @@ PsClient::ClientTable& PsClient::table(uint32_t id, int kind, const char* op) {
   return t;
 }
 
-std::shared_ptr<Op> PsClient::new_op(const std::string& what, int parts, const Opts& o) {
+std::shared_ptr<Op> PsClient::new_op(const std::string& what, int parts, const Opts& o, uint64_t payload_bytes) {
   int64_t ms = o.timeout_ms > 0 ? o.timeout_ms : timeout_ms_;
-  return std::make_shared<Op>(what, parts, sdk::deadline_after(ms, timeout_ms_), ms);
+  auto op = std::make_shared<Op>(what, parts, sdk::deadline_after(ms, timeout_ms_), ms);
+  if (payload_bytes <= kSpinMaxBytes) op->set_wait_spin(std::chrono::microseconds(options_.wait_spin_us));
+  return op;
 }
 
 std::shared_ptr<sdk::Work> PsClient::submit(const std::shared_ptr<Op>& op) {

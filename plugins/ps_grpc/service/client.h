@@ -109,7 +109,10 @@ class PsClient {
   using Call = std::function<grpc::Status(grpc::ClientContext&, Server&)>;
 
   ClientTable& table(uint32_t id, int kind, const char* op);
-  std::shared_ptr<Op> new_op(const std::string& what, int parts, const Opts& o);
+  // A pull or push of at most kSpinMaxBytes (keys and values) polls its
+  // wait for wait_spin_us before sleeping; other ops sleep at once.
+  static constexpr uint64_t kSpinMaxBytes = 64 << 10;
+  std::shared_ptr<Op> new_op(const std::string& what, int parts, const Opts& o, uint64_t payload_bytes = UINT64_MAX);
   // Queues part `call` of op to server s.
   void run(const std::shared_ptr<Op>& op, int s, Call call);
   // One unary call in raw bytes of an op, and what to do with its reply

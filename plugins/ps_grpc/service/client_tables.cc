@@ -73,7 +73,7 @@ std::shared_ptr<sdk::Work> PsClient::declare(const sdk::TableDesc& desc, uint32_
 std::shared_ptr<sdk::Work> PsClient::pull_dense(uint32_t id, float* values, uint64_t count, const Opts& o) {
   ClientTable& t = table(id, DT_PS_TABLE_DENSE, "ps_pull_dense");
   check_f32("ps_pull_dense", t.desc.name, count, t.desc.dim, "values");
-  auto op = new_op("a pull of dense table '" + t.desc.name + "'", num_servers_, o);
+  auto op = new_op("a pull of dense table '" + t.desc.name + "'", num_servers_, o, count * sizeof(float));
   op->after = {t.declared, t.last_push};
   const uint64_t dim = t.desc.dim;
   std::vector<PullPart> parts(num_servers_);
@@ -121,7 +121,7 @@ std::shared_ptr<sdk::Work> PsClient::push_dense(uint32_t id, const float* grads,
     parts[s] = std::min<uint64_t>(parts[s], std::max<uint64_t>(1, (n + per - 1) / per));
     total_parts += static_cast<int>(parts[s]);
   }
-  auto op = new_op("a push to dense table '" + t.desc.name + "'", total_parts, o);
+  auto op = new_op("a push to dense table '" + t.desc.name + "'", total_parts, o, count * sizeof(float));
   op->after = {t.declared, t.last_push};
   auto name = std::make_shared<grpc::Slice>(t.desc.name);
   std::vector<StreamPart> streams;
@@ -192,7 +192,8 @@ std::shared_ptr<sdk::Work> PsClient::pull_sparse(uint32_t id, const uint64_t* ke
   }
   int parts = 0;
   for (int s = 0; s < num_servers_; ++s) parts += static_cast<int>((per_server[s] + per - 1) / per);
-  auto op = new_op("a pull of sparse table '" + t.desc.name + "'", parts, o);
+  auto op =
+      new_op("a pull of sparse table '" + t.desc.name + "'", parts, o, n * (sizeof(uint64_t) + dim * sizeof(float)));
   op->after = {t.declared, t.last_push};
   std::vector<UnaryPart> calls;
   calls.reserve(static_cast<size_t>(parts));
@@ -257,7 +258,8 @@ std::shared_ptr<sdk::Work> PsClient::push_sparse(uint32_t id, const uint64_t* ke
   auto total_of = [&](int s) { return num_servers_ > 1 ? (*positions)[s].size() : n; };
   int parts = 0;
   for (int s = 0; s < num_servers_; ++s) parts += total_of(s) > 0 || every;
-  auto op = new_op("a push to sparse table '" + t.desc.name + "'", parts, o);
+  auto op =
+      new_op("a push to sparse table '" + t.desc.name + "'", parts, o, n * (sizeof(uint64_t) + dim * sizeof(float)));
   op->after = {t.declared, t.last_push};
   std::vector<StreamPart> streams;
   for (int s = 0; s < num_servers_; ++s) {
