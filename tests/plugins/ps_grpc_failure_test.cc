@@ -111,18 +111,12 @@ TEST_F(PsGrpc, DeadServerIsNamedWithinTheTimeout) {
 // server answers before the client's deadline, naming the missing worker;
 // and an abort releases a pending pull at once.
 TEST_F(PsGrpc, SyncWaitTimesOutNamingTheWorkerAndAbortUnblocks) {
-  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 1, 2)) << last_error;
-  dt_comm_h w0 = create(DT_ROLE_WORKER, 0, 1, 2);
-  dt_comm_h w1 = create(DT_ROLE_WORKER, 1, 1, 2);
-  ASSERT_TRUE(w0 && w1) << last_error;
-  uint32_t id = 0, id1 = 0;
-  auto d = desc("dense_sync", DT_PS_TABLE_DENSE, 16, DT_PS_MODE_SYNC);
-  ASSERT_OK(declare(w0, d, &id));
-  ASSERT_OK(declare(w1, d, &id1));
+  dt_comm_h w[2];
+  uint32_t id[2];
+  ASSERT_NO_FATAL_FAILURE(open_sync_step("dense_sync", "", w, id));
   std::vector<float> g(16, 1.0f), v(16);
-  ASSERT_OK(push_dense(w0, id, g));
 
-  Result r = pull_dense(w0, id, v, 1500);
+  Result r = pull_dense(w[0], id[0], v, 1500);
   EXPECT_EQ(r.status, DT_ERR_TIMEOUT) << r.error;
   EXPECT_NE(r.error.find("parameter server 0 ("), std::string::npos) << r.error;
   EXPECT_NE(r.error.find("'dense_sync'"), std::string::npos) << r.error;
@@ -132,10 +126,10 @@ TEST_F(PsGrpc, SyncWaitTimesOutNamingTheWorkerAndAbortUnblocks) {
   auto o = opts(5000);
   auto b = buf(v);
   dt_work_h h = nullptr;
-  ASSERT_EQ(be->ps_pull_dense(w0, id, &b, &o, &h), DT_OK);
+  ASSERT_EQ(be->ps_pull_dense(w[0], id[0], &b, &o, &h), DT_OK);
   EXPECT_EQ(be->work_wait(h, 300), DT_IN_PROGRESS);
   auto t0 = Clock::now();
-  std::thread t([&] { be->comm_abort(w0, "the watchdog fired"); });
+  std::thread t([&] { be->comm_abort(w[0], "the watchdog fired"); });
   dt_status_t st = be->work_wait(h, 5000);
   double waited = std::chrono::duration<double>(Clock::now() - t0).count();
   t.join();
@@ -144,10 +138,10 @@ TEST_F(PsGrpc, SyncWaitTimesOutNamingTheWorkerAndAbortUnblocks) {
   EXPECT_LT(waited, 1.0);
   be->work_release(h);
   // Later ops on the aborted communicator are refused at once.
-  Result later = pull_dense(w0, id, v);
+  Result later = pull_dense(w[0], id[0], v);
   EXPECT_EQ(later.status, DT_ERR_ABORTED);
   // The missing worker's push completes the step (and the server's wait).
-  EXPECT_OK(push_dense(w1, id1, g));
+  EXPECT_OK(push_dense(w[1], id[1], g));
 }
 
 // wait_spin_us: a wait polls first, but never past its own timeout; out of
@@ -155,26 +149,20 @@ TEST_F(PsGrpc, SyncWaitTimesOutNamingTheWorkerAndAbortUnblocks) {
 TEST_F(PsGrpc, WaitSpinStopsAtTheWaitsTimeout) {
   EXPECT_FALSE(create(DT_ROLE_WORKER, 0, 1, 1, "job-secret", "wait_spin_us = -1\n"));
   EXPECT_NE(last_error.find("wait_spin_us"), std::string::npos) << last_error;
-  ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 1, 2)) << last_error;
-  dt_comm_h w0 = create(DT_ROLE_WORKER, 0, 1, 2, "job-secret", "wait_spin_us = 1000000\n");
-  dt_comm_h w1 = create(DT_ROLE_WORKER, 1, 1, 2);
-  ASSERT_TRUE(w0 && w1) << last_error;
-  uint32_t id = 0, id1 = 0;
-  auto d = desc("dense_spin", DT_PS_TABLE_DENSE, 16, DT_PS_MODE_SYNC);
-  ASSERT_OK(declare(w0, d, &id));
-  ASSERT_OK(declare(w1, d, &id1));
+  dt_comm_h w[2];
+  uint32_t id[2];
+  ASSERT_NO_FATAL_FAILURE(open_sync_step("dense_spin", "wait_spin_us = 1000000\n", w, id));
   std::vector<float> g(16, 1.0f), v(16);
-  ASSERT_OK(push_dense(w0, id, g));
   // A small pull (spins) that waits for worker 1's push.
   auto o = opts(20000);
   auto b = buf(v);
   dt_work_h h = nullptr;
-  ASSERT_EQ(be->ps_pull_dense(w0, id, &b, &o, &h), DT_OK);
+  ASSERT_EQ(be->ps_pull_dense(w[0], id[0], &b, &o, &h), DT_OK);
   auto t0 = Clock::now();
   EXPECT_EQ(be->work_wait(h, 0), DT_IN_PROGRESS);
   EXPECT_EQ(be->work_wait(h, 10), DT_IN_PROGRESS);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 0.5);  // not the 1 s spin
-  EXPECT_OK(push_dense(w1, id1, g));
+  EXPECT_OK(push_dense(w[1], id[1], g));
   EXPECT_EQ(be->work_wait(h, 20000), DT_OK) << be->work_error(h);
   be->work_release(h);
 }

@@ -195,6 +195,24 @@ class PsGrpc : public ::testing::Test {
     return d;
   }
 
+  // 1 server and 2 workers; a SYNC dense table of 16 values that worker 0 has
+  // pushed ones to and worker 1 not yet, so worker 0's pulls wait for the
+  // step until worker 1 pushes. Call it in ASSERT_NO_FATAL_FAILURE.
+  void open_sync_step(const char* table, const std::string& w0_config, dt_comm_h w[2], uint32_t id[2]) {
+    ASSERT_TRUE(create(DT_ROLE_SERVER, 0, 1, 2)) << last_error;
+    w[0] = create(DT_ROLE_WORKER, 0, 1, 2, "job-secret", w0_config);
+    w[1] = create(DT_ROLE_WORKER, 1, 1, 2);
+    ASSERT_TRUE(w[0] && w[1]) << last_error;
+    auto d = desc(table, DT_PS_TABLE_DENSE, 16, DT_PS_MODE_SYNC);
+    for (int r = 0; r < 2; ++r) {
+      Result dr = declare(w[r], d, &id[r]);
+      ASSERT_EQ(dr.status, DT_OK) << dr.error;
+    }
+    std::vector<float> g(16, 1.0f);
+    Result pr = push_dense(w[0], id[0], g);
+    ASSERT_EQ(pr.status, DT_OK) << pr.error;
+  }
+
   Result declare(dt_comm_h w, const dt_ps_table_desc_v1_t& d, uint32_t* id) {
     auto o = opts();
     dt_work_h h = nullptr;
