@@ -48,7 +48,9 @@ if run_ctest -E '^(launcher|apps|sdk)\.' 2>&1 | tee "$log"; then exit 0; fi
 # #1353): the tool failed, not the test. Only when every failed test shows that
 # signature are those tests run once more; any other failure fails the job.
 failed=$(cut -d: -f1 "$dir/Testing/Temporary/LastTestsFailed.log" | sort -u)
-crashed=$(awk '/^ *Start +[0-9]+:/ { sub(/:.*/, ""); n = $NF }
+# A test's output follows its result line ("12/289 Test  #12: ..."), not its
+# Start line: two at a time, another test's Start comes between.
+crashed=$(awk '/^ *[0-9]+\/[0-9]+ +Test +#[0-9]+:/ { sub(/^ *[0-9]+\/[0-9]+ +Test +#/, ""); sub(/:.*/, ""); n = $0 }
                /LeakSanitizer has encountered a fatal error/ { print n }' "$log" | sort -u)
 if [[ -z "$failed" || -n "$(comm -23 <(echo "$failed") <(echo "$crashed"))" ]]; then exit 1; fi
 echo "sanitize.sh: LeakSanitizer's tracer crashed in test(s) $(echo $failed); running them once more"
