@@ -69,7 +69,7 @@ void SparseTable::pull_sparse(int worker, const uint64_t* keys, uint64_t n, floa
   ScratchGuard guard{s};
   hash_and_check(keys, n, s);
   if (desc_.mode == DT_PS_MODE_SYNC) sync_.wait(worker, deadline, desc_.name);
-  bucket(n, s);
+  bucket(s.hash.data(), n, s);
   s.rows.resize(n);
   for (uint32_t l = 0; l < nlocal_; ++l) {
     const uint32_t b = s.start[l], e = s.start[l + 1];
@@ -226,12 +226,10 @@ void SparseTable::hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) c
   if (n > 0xffffffffull)
     sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': " + std::to_string(n) + " keys in one call");
   s.hash.resize(n);
-  s.local.resize(n);
   const uint32_t ns = static_cast<uint32_t>(sh_.num_servers), srv = static_cast<uint32_t>(server_);
   for (uint64_t i = 0; i < n; ++i) {
     const uint64_t h = mix64(keys[i]);
     s.hash[i] = h;
-    s.local[i] = local_of_hash(h);
     if (ns == 1) continue;
     const uint32_t shard = shard_of_hash(h);
     if (shard % ns != srv)
@@ -242,8 +240,10 @@ void SparseTable::hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) c
   }
 }
 
-// Counting sort of n keys by local shard (s.local[i]): s.order[s.start[l] .. s.start[l+1]).
-void SparseTable::bucket(uint64_t n, Scratch& s) const {
+// Counting sort of n keys by local shard (of their hashes h): s.order[s.start[l] .. s.start[l+1]).
+void SparseTable::bucket(const uint64_t* h, uint64_t n, Scratch& s) const {
+  s.local.resize(n);
+  for (uint64_t i = 0; i < n; ++i) s.local[i] = local_of_hash(h[i]);
   s.start.assign(nlocal_ + 1, 0);
   for (uint64_t i = 0; i < n; ++i) ++s.start[s.local[i] + 1];
   for (uint32_t l = 0; l < nlocal_; ++l) s.start[l + 1] += s.start[l];
@@ -428,15 +428,23 @@ void SparseTable::apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t 
 void SparseTable::apply_in_order(const Pushed& p) {
   std::unique_lock<std::shared_mutex> locks[kLockAllShards];
   for (uint32_t l = 0; l < nlocal_; ++l) locks[l] = std::unique_lock<std::shared_mutex>(shards_[l].mu);
+  if (shard_mask_ && sh_.num_servers == 1)
+    apply_rows<true>(p);
+  else
+    apply_rows<false>(p);
+}
+
+template <bool kMasked>
+void SparseTable::apply_rows(const Pushed& p) {
   constexpr uint32_t kRing = 64;  // > 2 * kAhead, a power of two
   static_assert(kRing > 2 * kAhead && (kRing & (kRing - 1)) == 0);
-  const uint64_t n = p.n;
+  const uint64_t n = p.n, mask = shard_mask_;
   const bool geo = desc_.mode == DT_PS_MODE_GEO;
   Rule::AdamCache adam;
   uint32_t local[kRing], row[kRing];
   for (uint64_t i = 0; i < n + 2 * kAhead; ++i) {
     if (i < n) {
-      const uint32_t l = local_of_hash(p.h[i]);
+      const uint32_t l = kMasked ? static_cast<uint32_t>(p.h[i] & mask) : local_of_hash(p.h[i]);
       local[i % kRing] = l;
       __builtin_prefetch(shards_[l].d.index.probe_address(p.h[i]));
     }
@@ -471,9 +479,7 @@ void SparseTable::apply(const Pushed& p, Scratch& s, bool lock_all) {
     return;
   }
   const uint64_t n = p.n;
-  s.local.resize(n);
-  for (uint64_t i = 0; i < n; ++i) s.local[i] = local_of_hash(p.h[i]);
-  bucket(n, s);
+  bucket(p.h, n, s);
   s.rows.resize(n);
   const bool geo = desc_.mode == DT_PS_MODE_GEO;
   Rule::AdamCache adam;

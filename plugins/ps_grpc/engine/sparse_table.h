@@ -147,7 +147,7 @@ class SparseTable final : public Table {
   template <bool kMasked>
   void pull_rows(const ShardView* views, const uint64_t* keys, uint64_t n, float* out) const;
   void hash_and_check(const uint64_t* keys, uint64_t n, Scratch& s) const;
-  void bucket(uint64_t n, Scratch& s) const;
+  void bucket(const uint64_t* h, uint64_t n, Scratch& s) const;
   void dedupe(const uint64_t* keys, uint64_t n, const float* grads, const float* show_click, bool own, Scratch& s,
               Pushed& p) const;
   void merge(const std::vector<const Pushed*>& by_worker, Scratch& s) const;
@@ -156,6 +156,8 @@ class SparseTable final : public Table {
   void remove_row(ShardData& d, size_t r) const;
   void apply(const Pushed& p, Scratch& s, bool lock_all);
   void apply_in_order(const Pushed& p);
+  template <bool kMasked>
+  void apply_rows(const Pushed& p);
   // The rule (or GEO's delta) on row r of d with the push's entry i, and the counters.
   void apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t i, bool geo, Rule::AdamCache& adam) const;
   void finish_marks(bool saved);
