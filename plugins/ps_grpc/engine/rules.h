@@ -59,24 +59,12 @@ class Rule {
 
   // One step on a sparse row: w[dim], its state (row_state floats), its t.
   void apply_row(float* w, float* st, uint32_t& t, const float* g, uint64_t dim, AdamCache& cache) const {
-    switch (kind_) {
-      case DT_PS_OPT_SGD:
-        for (uint64_t i = 0; i < dim; ++i) w[i] -= lr_ * g[i];
-        break;
-      case DT_PS_OPT_ADAGRAD: {
-        float s = 0.0f;
-        for (uint64_t i = 0; i < dim; ++i) s += g[i] * g[i];
-        st[0] += s / static_cast<float>(dim);
-        const float d = std::sqrt(st[0]) + eps_;
-        for (uint64_t i = 0; i < dim; ++i) w[i] -= lr_ * g[i] / d;
-        break;
-      }
-      case DT_PS_OPT_ADAM: {
-        ++t;
-        adam(w, st, st + dim, g, dim, t, cache);
-        break;
-      }
+    if (kind_ == DT_PS_OPT_SGD) {
+      const float lr = lr_;
+      for (uint64_t i = 0; i < dim; ++i) w[i] -= lr * g[i];
+      return;
     }
+    apply_row_stateful(w, st, t, g, dim, cache);
   }
 
   // One step on a dense range: w[n], state arrays s0/s1 (see dense_state_arrays), table t.
@@ -101,6 +89,26 @@ class Rule {
   }
 
  private:
+  // Out of line, so a push's per-key loop stays small.
+  [[gnu::noinline]] void apply_row_stateful(float* w, float* st, uint32_t& t, const float* g, uint64_t dim,
+                                            AdamCache& cache) const {
+    switch (kind_) {
+      case DT_PS_OPT_ADAGRAD: {
+        float s = 0.0f;
+        for (uint64_t i = 0; i < dim; ++i) s += g[i] * g[i];
+        st[0] += s / static_cast<float>(dim);
+        const float d = std::sqrt(st[0]) + eps_;
+        for (uint64_t i = 0; i < dim; ++i) w[i] -= lr_ * g[i] / d;
+        break;
+      }
+      case DT_PS_OPT_ADAM: {
+        ++t;
+        adam(w, st, st + dim, g, dim, t, cache);
+        break;
+      }
+    }
+  }
+
   void adam(float* w, float* m, float* v, const float* g, uint64_t n, uint64_t t, AdamCache& c) const {
     if (c.t != t) {
       c.t = t;

@@ -405,8 +405,8 @@ uint32_t SparseTable::admit(ShardData& d, uint64_t key, uint64_t h, uint32_t npu
   return create_row(d, key, h);
 }
 
-void SparseTable::apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t i, bool geo,
-                            Rule::AdamCache& adam) const {
+[[gnu::always_inline]] inline void SparseTable::apply_one(ShardData& d, uint32_t r, const Pushed& p, uint32_t i,
+                                                          bool geo, Rule::AdamCache& adam) const {
   float* w = &d.data[static_cast<size_t>(r) * stride_];
   const float* g = p.g + i * dim_;
   RowMeta& m = d.meta[r];
