@@ -9,6 +9,8 @@
 #include "dtrain/endpoint.h"
 #include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
+#include "net.h"
+#include "program.h"
 
 namespace dtrain::launch {
 
@@ -22,7 +24,49 @@ std::string port_range_preload() {
   return std::filesystem::exists(lib) ? lib.string() : "";
 }
 
+bool user_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+// torchrun's contract (torch.distributed.run / elastic agent), given to
+// workers only: a parameter-server job's workers form a group of their own.
+void add_torchrun_environment(std::map<std::string, std::string>& env, const JobPlan& p, const Slot& s,
+                              int local_workers, int attempt) {
+  const std::string rank = std::to_string(s.index), world = std::to_string(p.worker_eps.size());
+  const auto master = parse_host_port(p.worker_eps.front());
+  env.insert({{"RANK", rank},
+              {"WORLD_SIZE", world},
+              {"LOCAL_RANK", std::to_string(s.local)},
+              {"LOCAL_WORLD_SIZE", std::to_string(local_workers)},
+              {"GROUP_RANK", std::to_string(p.machines.node)},
+              {"GROUP_WORLD_SIZE", std::to_string(p.machines.nnodes)},
+              {"ROLE_RANK", rank},
+              {"ROLE_WORLD_SIZE", world},
+              {"ROLE_NAME", "default"},
+              // Worker 0's endpoint: reserved for it by the launcher (inside the
+              // --start_port range), where its c10d TCPStore binds, as rank 0's
+              // endpoint serves Paddle's own rendezvous.
+              {"MASTER_ADDR", master.first},
+              {"MASTER_PORT", std::to_string(master.second)},
+              {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+              {"TORCHELASTIC_MAX_RESTARTS", std::to_string(p.options.max_restarts)},
+              {"TORCHELASTIC_RUN_ID", p.job_id},
+              {"TORCHELASTIC_ERROR_FILE", p.python_error_file(s)}});
+  if (!user_set("GLOO_SOCKET_IFNAME")) {
+    const std::string iface = local_iface_of(p.machines.my_ip);
+    if (!iface.empty()) env["GLOO_SOCKET_IFNAME"] = iface;
+  }
+}
+
 }  // namespace
+
+int local_worker_count(const JobPlan& p) {
+  return static_cast<int>(
+      std::count_if(p.slots.begin(), p.slots.end(), [](const Slot& x) { return x.role == SlotRole::Worker; }));
+}
+
+bool sets_omp_threads(const JobPlan& p) { return p.slots.size() > 1 && !user_set("OMP_NUM_THREADS"); }
 
 std::map<std::string, std::string> process_environment(const JobPlan& p, const Slot& s, int attempt) {
   const LaunchOptions& o = p.options;
@@ -72,6 +116,14 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
       env["LD_PRELOAD"] = user && *user ? preload + ":" + user : preload;
     }
   }
+  if (s.role == SlotRole::Worker) add_torchrun_environment(env, p, s, local_worker_count(p), attempt);
+  if (sets_omp_threads(p)) env["OMP_NUM_THREADS"] = "1";
+  static const std::string package = python_package_dir();
+  if (!package.empty()) {
+    const char* user = std::getenv("PYTHONPATH");
+    env["PYTHONPATH"] = user && *user ? package + ":" + user : package;
+  }
+  if (!o.python.empty()) env["DTRAIN_PYTHON"] = o.python;
   if (!o.backend.empty()) env["DTRAIN_BACKEND"] = o.backend;
   if (!o.log_level.empty()) env["DTRAIN_LOG_LEVEL"] = o.log_level;
   if (!s.device.empty()) {

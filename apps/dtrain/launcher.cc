@@ -257,11 +257,14 @@ class JobRun {
       auto proc = std::make_unique<Process>();
       std::string log = p_.log_file(s);
       std::filesystem::remove(p_.error_file(s));
+      std::filesystem::remove(p_.python_error_file(s));
       if (a.number == 0)
         std::ofstream(log, std::ios::trunc);
       else
         std::ofstream(log, std::ios::app) << fmt::format("\n===== dtrain: restart {} =====\n", a.number);
-      proc->start(o().command, process_environment(p_, s, a.number), log);
+      std::vector<std::string> command = o().command;
+      if (o().local_rank_arg && s.role == SlotRole::Worker) command.push_back("--local_rank=" + std::to_string(s.local));
+      proc->start(command, process_environment(p_, s, a.number), log);
       procs_.push_back(std::move(proc));
     }
     for (size_t i = 0; i < p_.slots.size(); ++i)

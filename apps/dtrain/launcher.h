@@ -9,7 +9,13 @@ namespace dtrain::launch {
 
 // What one `dtrain` invocation runs on this machine.
 struct LaunchOptions {
-  std::vector<std::string> command;      // program and its arguments
+  std::vector<std::string> command;      // program and its arguments (a Python program: interpreter first)
+  // A Python program (a .py file, or -m module): run by this interpreter
+  // (--python, DTRAIN_PYTHON, else the one dtrain's Python package was built for).
+  std::string python;
+  // torch.distributed.launch's legacy contract: every worker's command ends
+  // with --local_rank=N (--local_rank_arg).
+  bool local_rank_arg = false;
   int nproc_per_node = 1;                // workers on this machine (collective mode)
   std::string nproc_source = "default";  // where nproc_per_node came from, for the table and errors
   // --gpus/--devices: CUDA device ids (indices among the visible devices);

@@ -22,24 +22,13 @@
 #include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
 #include "launcher.h"
+#include "program.h"
 
 using namespace dtrain;
 using namespace dtrain::launch;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A bare program name is looked up next to dtrain first, then in PATH.
-std::string resolve_program(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  char self[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n > 0) {
-    fs::path sibling = fs::path(std::string(self, static_cast<size_t>(n))).parent_path() / program;
-    if (fs::exists(sibling)) return sibling.string();
-  }
-  return program;
-}
 
 // Paddle's launch takes the program as its first positional: the first
 // argument that is neither an option, an option's value, a subcommand nor a
@@ -103,11 +92,13 @@ int main(int argc, char** argv) {
   CLI::App app{
       "dtrain: starts a distributed training job on one or many machines.\n\n"
       "  dtrain [options] JOB.toml              runs the job file's [job] program\n"
-      "  dtrain [options] PROGRAM ARGS...       runs any program (or: dtrain [options] -- PROGRAM ARGS...)\n"
+      "  dtrain [options] PROGRAM ARGS...       runs any program (or: dtrain [options] -- PROGRAM ARGS...);\n"
+      "                                         PROGRAM.py runs as `PYTHON -u PROGRAM.py ARGS` (see --python)\n"
       "  dtrain plugins | dtrain check          installed backends | pre-flight checks\n\n"
       "Every process gets DTRAIN_RANK, DTRAIN_WORLD_SIZE, DTRAIN_LOCAL_RANK, DTRAIN_STORE, DTRAIN_JOB_TOKEN,\n"
       "DTRAIN_RESTART_COUNT ... and Paddle's PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS,\n"
-      "PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST. When one process fails, the job\n"
+      "PADDLE_CURRENT_ENDPOINT, TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, and every worker torchrun's RANK,\n"
+      "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_* ... When one process fails, the job\n"
       "stops on every machine and one root-cause report names it.",
       "dtrain"};
   app.set_version_flag("--version", std::string("dtrain ") + core_version());
@@ -150,6 +141,15 @@ int main(int argc, char** argv) {
                  "unless DTRAIN_JOB_TOKEN holds the secret");
   app.add_flag("--insecure_open_job", lo.insecure_open_job,
                "run a job on several machines without a secret: any host that reaches the store can join it");
+  ProgramOptions po;
+  app.add_option("--python", po.python,
+                 "interpreter of a Python program (PROGRAM.py or -m MODULE), run as `PYTHON -u PROGRAM ARGS` "
+                 "(default: DTRAIN_PYTHON, else the interpreter dtrain's Python package was built for)");
+  app.add_flag("-m,--module", po.module, "the program is a Python module, run as `PYTHON -u -m MODULE ARGS` (torchrun's -m)");
+  app.add_flag("--no_python", po.no_python, "run the program as it is, even a .py file (torchrun's --no_python)");
+  app.add_flag("--local_rank_arg", lo.local_rank_arg,
+               "append --local_rank=N to every worker's arguments, for scripts written for the legacy "
+               "torch.distributed.launch / paddle.distributed.launch that parse it");
   app.add_option("--backend", lo.backend, "backend plugin, overrides the job file's [job] backend");
   app.add_option("-o", overrides, "override a job-file key: -o train.epochs=2 (repeatable)")
       ->allow_extra_args(false);  // one value per -o: `-o a=1 JOB.toml` keeps JOB.toml positional
@@ -230,14 +230,14 @@ int main(int argc, char** argv) {
       }
       if (lo.job_id.empty()) lo.job_id = cfg.get_string("job.job_id");
       if (lo.backend.empty()) lo.backend = cfg.get_string("job.backend");
-      command = {resolve_program(program), fs::absolute(job_file).string()};
+      command = program_command({program, fs::absolute(job_file).string()}, po, &lo.python);
       for (auto& ov : overrides) command.insert(command.end(), {"-o", ov});
       if (cfg.has("job.args"))
         for (auto& a : cfg.get_string_list("job.args")) command.push_back(a);
     } else if (!command.empty()) {
       if (!overrides.empty())
         throw InvalidUsage("-o overrides keys of a job file; with `-- PROGRAM` pass options to the program");
-      command[0] = resolve_program(command[0]);
+      command = program_command(command, po, &lo.python);
     } else {
       std::cerr << app.help() << "\n";
       return 2;

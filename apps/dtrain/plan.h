@@ -26,6 +26,9 @@ struct JobPlan {
 
   std::string log_file(const Slot& s) const { return options.log_dir + "/" + s.log_name(); }
   std::string error_file(const Slot& s) const { return error_dir + "/" + s.log_name(); }
+  // TORCHELASTIC_ERROR_FILE: where torch's @record writes a Python program's
+  // uncaught exception (JSON), read into the root-cause report.
+  std::string python_error_file(const Slot& s) const { return error_file(s) + ".torch.json"; }
 };
 
 }  // namespace dtrain::launch

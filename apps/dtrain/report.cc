@@ -6,6 +6,8 @@
 #include <ctime>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -32,6 +34,46 @@ std::string indent(const std::string& text, const std::string& prefix) {
   std::string out;
   for (const std::string& line : sdk::split(text, '\n')) out += prefix + line + "\n";
   return out;
+}
+
+// The first JSON string value of `key` in text (torch's error file is
+// {"message": {"message": "...", "extraInfo": {"py_callstack": "..."}}}),
+// unescaped; "" when absent.
+std::string json_string(const std::string& text, const std::string& key) {
+  for (size_t at = text.find('"' + key + '"'); at != std::string::npos; at = text.find('"' + key + '"', at + 1)) {
+    size_t i = text.find_first_not_of(" \t\r\n", at + key.size() + 2);
+    if (i == std::string::npos || text[i] != ':') continue;
+    i = text.find_first_not_of(" \t\r\n", i + 1);
+    if (i == std::string::npos || text[i] != '"') continue;
+    std::string out;
+    for (++i; i < text.size() && text[i] != '"'; ++i) {
+      if (text[i] != '\\' || i + 1 >= text.size()) {
+        out += text[i];
+        continue;
+      }
+      char c = text[++i];
+      if (c == 'n') out += '\n';
+      else if (c == 't') out += '\t';
+      else if (c == 'u' && i + 4 < text.size()) {
+        unsigned long cp = std::strtoul(text.substr(i + 1, 4).c_str(), nullptr, 16);
+        out += cp < 0x80 ? static_cast<char>(cp) : '?';
+        i += 4;
+      } else out += c;
+    }
+    return out;
+  }
+  return "";
+}
+
+// What torch's @record wrote for a Python program's uncaught exception:
+// (the exception line, its traceback), or empty strings.
+std::pair<std::string, std::string> python_error(const JobPlan& plan, const Slot& s) {
+  std::ifstream in(plan.python_error_file(s));
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  return {json_string(text, "message"), json_string(text, "py_callstack")};
 }
 
 }  // namespace
@@ -71,6 +113,12 @@ Failure describe_exit(const JobPlan& plan, const Slot& s, const Process& p, int 
   f.summary = fmt::format("{} {} (node {}, {}, pid {}){}", with_endpoint(s, endpoint), how, node, ip, p.pid(),
                           f.consequence ? " after losing a peer" : "");
   f.text = process_text(plan, s, p, attempt, endpoint, how, f.time_ms);
+  auto [message, traceback] = python_error(plan, s);
+  if (!message.empty()) {
+    f.summary += ": " + message;
+    f.text += "  Python exception (torch's @record, TORCHELASTIC_ERROR_FILE): " + message + "\n";
+    if (!traceback.empty()) f.text += indent(traceback, "    | ");
+  }
   return f;
 }
 

@@ -9,6 +9,8 @@
 
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
+#include "environment.h"
+#include "program.h"
 
 namespace dtrain::launch {
 
@@ -38,6 +40,11 @@ void print_job_table(const JobPlan& p) {
   row("log_dir", o.log_dir);
   row("max_restarts", std::to_string(o.max_restarts));
   row("command", sdk::join(o.command, " "));
+  if (!o.python.empty()) {
+    const std::string package = python_package_dir();
+    row("python", o.python + (package.empty() ? " (dtrain's Python package is not built)"
+                                               : " (import dtrain from " + package + ")"));
+  }
   if (!o.devices.empty())
     row("devices",
         "CUDA " + sdk::join(o.devices) + " (from " + o.devices_source + "; DTRAIN_DEVICE of each worker below)");
@@ -48,6 +55,11 @@ void print_job_table(const JobPlan& p) {
     t << fmt::format("  {:<8} {:<6} {:<5} {:<6} {:<22} {}{}\n", s.role_name(), s.index, p.machines.node, s.local,
                      s.endpoint, gpu ? fmt::format("{:<8}", s.device.empty() ? "-" : s.device) : "", p.log_file(s));
   t << "-----------------------------------------------------------------------\n";
+  if (sets_omp_threads(p))
+    t << fmt::format(
+        "dtrain: OMP_NUM_THREADS=1 for each of the {} processes on this machine (torchrun's rule, to keep them from "
+        "overloading it); set OMP_NUM_THREADS to tune it\n",
+        p.slots.size());
   std::cout << t.str() << std::flush;
 
   std::ofstream ep(o.log_dir + "/endpoints.log", std::ios::trunc);

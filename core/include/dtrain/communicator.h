@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtrain/buffer.h"
 #include "dtrain/role_maker.h"
@@ -111,6 +112,18 @@ class Communicator {
   std::shared_ptr<Work> reduce(const Buffer& send, const Buffer& recv, ReduceOp op, int root, CallOptions o = {});
   // send.count == recv.count, divisible by size(); block j of send goes to rank j.
   std::shared_ptr<Work> alltoall(const Buffer& send, const Buffer& recv, CallOptions o = {});
+  // Uneven all-to-all (MPI's alltoallv, c10d's alltoall_base with splits):
+  // block j of send (send_counts[j] elements, blocks back to back) goes to
+  // rank j and lands as block `rank()` of rank j's recv (recv_counts[j]
+  // elements from rank j). ABI v1's alltoall takes equal blocks only, so this
+  // is built here from send/recv (DT_CAP_SENDRECV) on tag kAlltoallvTag: every
+  // backend gets it, with the core's deadlines and abort. This rank's own
+  // block is not moved (the core copies no device memory): the caller copies
+  // it. Returns one Work per message posted (none with one rank).
+  static constexpr int kAlltoallvTag = 0x7ff0;
+  std::vector<std::shared_ptr<Work>> alltoallv(const Buffer& send, const std::vector<size_t>& send_counts,
+                                               const Buffer& recv, const std::vector<size_t>& recv_counts,
+                                               CallOptions o = {});
   std::shared_ptr<Work> barrier(CallOptions o = {});
   std::shared_ptr<Work> send(const Buffer& buf, int peer, int tag = 0, CallOptions o = {});
   std::shared_ptr<Work> recv(const Buffer& buf, int peer, int tag = 0, CallOptions o = {});

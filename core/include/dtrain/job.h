@@ -66,4 +66,11 @@ struct Job {
 };
 Job join_job(const JobOptions& options, const RoleInfo& role);
 
+// The store of a job started by `dtrain` (role.store_endpoint with the job's
+// token, DTRAIN_STORE / DTRAIN_JOB_TOKEN), scoped to this attempt's keys as
+// join_job's is; null when the role names no store. Never serves one. For
+// programs that build their own communicators over the job's store (the
+// Python c10d backend), so a dead rank feeds the launcher's report.
+std::shared_ptr<Store> connect_store(const RoleInfo& role, std::chrono::milliseconds timeout);
+
 }  // namespace dtrain

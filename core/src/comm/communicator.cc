@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <sstream>
 
 #include "comm/comm_state.h"
@@ -363,6 +364,39 @@ std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& r
       state_, kAlltoall, &send, nullptr, -1, o,
       [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); }, detail::NoPrepare{},
       &spare_);
+}
+
+std::vector<std::shared_ptr<Work>> Communicator::alltoallv(const Buffer& send, const std::vector<size_t>& send_counts,
+                                                           const Buffer& recv, const std::vector<size_t>& recv_counts,
+                                                           CallOptions o) {
+  auto& s = *state_;
+  check_same_type(send, recv, "alltoallv");
+  const auto n = static_cast<size_t>(s.size);
+  if (send_counts.size() != n || recv_counts.size() != n)
+    throw InvalidUsage("alltoallv: " + std::to_string(send_counts.size()) + " send counts and " +
+                       std::to_string(recv_counts.size()) + " recv counts for " + std::to_string(n) +
+                       " ranks: give one count per rank");
+  auto total = [](const std::vector<size_t>& c) { return std::accumulate(c.begin(), c.end(), size_t{0}); };
+  if (total(send_counts) > send.count || total(recv_counts) > recv.count)
+    throw InvalidUsage("alltoallv: the counts add up to " + std::to_string(total(send_counts)) + " to send and " +
+                       std::to_string(total(recv_counts)) + " to receive, beyond the buffers' " +
+                       std::to_string(send.count) + " and " + std::to_string(recv.count));
+  auto block = [](const Buffer& b, const std::vector<size_t>& counts, size_t j) {
+    size_t off = std::accumulate(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(j), size_t{0});
+    return Buffer(static_cast<char*>(b.ptr) + off * dtype_size(b.dtype), counts[j], b.dtype, b.device, b.stream);
+  };
+  std::vector<std::shared_ptr<Work>> works;
+  // Receives first, then sends, each in rank order from this rank on, so
+  // that no pair's messages wait behind another pair's.
+  for (size_t k = 1; k < n; ++k) {
+    size_t j = (static_cast<size_t>(s.rank) + n - k) % n;
+    if (recv_counts[j] > 0) works.push_back(this->recv(block(recv, recv_counts, j), static_cast<int>(j), kAlltoallvTag, o));
+  }
+  for (size_t k = 1; k < n; ++k) {
+    size_t j = (static_cast<size_t>(s.rank) + k) % n;
+    if (send_counts[j] > 0) works.push_back(this->send(block(send, send_counts, j), static_cast<int>(j), kAlltoallvTag, o));
+  }
+  return works;
 }
 
 std::shared_ptr<Work> Communicator::barrier(CallOptions o) {

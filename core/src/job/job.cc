@@ -77,4 +77,9 @@ Job join_job(const JobOptions& options, const RoleInfo& role) {
   return job;
 }
 
+std::shared_ptr<Store> connect_store(const RoleInfo& role, std::chrono::milliseconds timeout) {
+  if (role.store_endpoint.empty()) return nullptr;
+  return connect_job_store(role, false, role.nnodes > 1, timeout).store;
+}
+
 }  // namespace dtrain
