@@ -38,7 +38,7 @@ void split_program(CLI::App& app, std::vector<char*>& args, std::vector<std::str
     std::string tok = args[i];
     if (tok.size() > 1 && tok[0] == '-') {
       const CLI::Option* opt = app.get_option_no_throw(tok.substr(0, tok.find('=')));
-      if (opt && tok.find('=') == std::string::npos && opt->get_type_size() != 0) ++i;
+      if (opt && tok.find('=') == std::string::npos && opt->get_items_expected_min() != 0) ++i;
       continue;
     }
     if (tok == "plugins" || tok == "check") return;

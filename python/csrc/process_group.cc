@@ -44,6 +44,8 @@ Buffer buffer_of(const at::Tensor& t, const std::string& where) {
 
 ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const std::string& where) {
   const bool boolean = t.scalar_type() == at::kBool;
+  if (t.is_complex() && op != c10d::ReduceOp::SUM && op != c10d::ReduceOp::AVG)
+    throw NotSupported(where + ": complex tensors reduce only with SUM or AVG");
   switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
     case c10d::ReduceOp::SUM: return boolean ? ReduceOp::Max : ReduceOp::Sum;
     case c10d::ReduceOp::AVG:
@@ -60,8 +62,6 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const std::str
       break;
     default: break;
   }
-  if (t.is_complex() && op != c10d::ReduceOp::SUM && op != c10d::ReduceOp::AVG)
-    throw NotSupported(where + ": complex tensors reduce only with SUM or AVG");
   throw NotSupported(where + ": ReduceOp " + std::to_string(static_cast<int>(op.op_)) + " on " +
                      std::string(c10::toString(t.scalar_type())) +
                      " tensors (SUM, AVG, PRODUCT, MIN, MAX; BAND and BOR on bool)");

@@ -229,9 +229,13 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
   std::string why = poisoned.load()
                         ? reason()
                         : who() + ": " + w->what() + " failed in backend '" + backend->name() + "': " + message;
-  if (transport && !poisoned.load()) why += " [" + peer_status(*w) + "]";
+  std::string status;
+  if (transport && !poisoned.load()) {
+    status = " [" + lost_peers(*w) + "]";
+    why += status;
+  }
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
-                             : make_backend_error(backend->name(), st, w->what() + " failed: " + message);
+                             : make_backend_error(backend->name(), st, w->what() + " failed: " + message + status);
   if (!poisoned.load()) write_error_file(why, transport);
   if (w->finish(err)) poison(why, transport);
 }
@@ -243,10 +247,12 @@ void CommState::publish_heartbeat(bool force) {
   // store server that wakes a thread on both sides while the ranks train (at
   // every 50 ms watchdog tick it was ~10 writes per training step on rank 0).
   auto now = Clock::now();
-  if (!force && now - last_publish < kHeartbeatEvery) return;
+  const int64_t now_ns = now.time_since_epoch().count();
+  int64_t last = last_publish_ns.load();
+  if (!force && now_ns - last < std::chrono::nanoseconds(kHeartbeatEvery).count()) return;
+  if (!last_publish_ns.compare_exchange_strong(last, now_ns)) return;  // another thread publishes now
   try {
     store->set(heartbeat_key(rank), std::to_string(coll_seq.load()) + " " + std::to_string(unix_ms()));
-    last_publish = now;
   } catch (const std::exception& e) {
     logger().debug("heartbeat of rank {} not published: {}", rank, e.what());
   }
@@ -285,6 +291,39 @@ std::string CommState::server_status() {
   std::string out;
   for (size_t i = 0; i < missing.size(); ++i) out += (i ? ", " : "") + missing[i];
   return out;
+}
+
+std::string CommState::lost_peers(const WorkState& w) {
+  if (ps) return peer_status(w);
+  std::vector<int> peers;
+  for (int r = 0; r < size; ++r)
+    if (r != rank && (w.peer < 0 || r == w.peer)) peers.push_back(r);
+  auto stamp = [&](int r) -> std::string {
+    try {
+      auto v = store->try_get(heartbeat_key(r));
+      return v ? std::string(v->begin(), v->end()) : std::string();
+    } catch (const std::exception&) {
+      return std::string();
+    }
+  };
+  std::vector<std::string> first;
+  for (int r : peers) first.push_back(stamp(r));
+  std::vector<bool> moved(peers.size(), false);
+  const auto until = Clock::now() + 3 * kHeartbeatEvery;
+  while (Clock::now() < until) {
+    publish_heartbeat(false);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    bool all = true;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (!moved[i]) moved[i] = !first[i].empty() && stamp(peers[i]) != first[i];
+      all = all && moved[i];
+    }
+    if (all) return peer_status(w);
+  }
+  std::string out;
+  for (size_t i = 0; i < peers.size(); ++i)
+    if (!moved[i]) out += std::string(out.empty() ? "" : ", ") + "rank " + std::to_string(peers[i]);
+  return "lost " + out + " (no heartbeat since the failure: the process died, or lost the job's store)";
 }
 
 std::string CommState::peer_status(const WorkState& w) {

@@ -117,8 +117,9 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::string poison_reason;
   WorkState* inflight = nullptr;  // head of the in-flight list, newest first
 
-  // Watchdog bookkeeping (watchdog thread only).
-  Clock::time_point last_publish{};
+  // When this rank's heartbeat was last published (steady clock, ns): the
+  // watchdog publishes, and so does lost_peers() on the thread that failed.
+  std::atomic<int64_t> last_publish_ns{0};
 
   ~CommState();
   // Marks the communicator unusable and aborts it in the plugin. First reason wins.
@@ -145,6 +146,11 @@ struct CommState : std::enable_shared_from_this<CommState> {
   std::string diagnose(const WorkState& w, const char* backend_msg = nullptr);
   // Which peers the work is waiting for, from their heartbeats.
   std::string peer_status(const WorkState& w);
+  // After a transport failure: the peers whose heartbeat stopped, watched for
+  // a few heartbeat periods (ours published meanwhile), named as lost; else
+  // peer_status(). Every live process keeps publishing its heartbeat, even on
+  // a poisoned communicator, so survivors are never blamed.
+  std::string lost_peers(const WorkState& w);
   void publish_heartbeat(bool force);
   std::string heartbeat_key(int r) const { return heartbeat_key(role, r); }
   std::string heartbeat_key(Role of, int r) const {

@@ -68,8 +68,9 @@ void Watchdog::run() {
     }
     auto now = Clock::now();
     for (auto& c : comms) {
-      if (c->poisoned.load()) continue;
+      // A poisoned communicator's process still says it is alive (see lost_peers).
       c->publish_heartbeat(false);
+      if (c->poisoned.load()) continue;
       // Released outside the lock: the last reference may untrack its work.
       std::vector<std::shared_ptr<WorkState>> live;
       {

@@ -171,6 +171,7 @@ class DistributedOptimizer:
             params = [p for g in optimizer.param_groups for p in g["params"]]
             optimizer = ZeroRedundancyOptimizer(params, optimizer_class=type(optimizer), **defaults)
         self.inner = optimizer
+        _state["micro_step"] = 0
         self._scaler = _dtorch._C.LossScaler(_state["strategy"].to_toml()) if options["loss_scaling"] else None
         self._applied = True
 

@@ -70,9 +70,7 @@ class DistributedStrategy:
             else:
                 top.append(f"{name} = {_literal(value)}")
         for flag in ("gradient_merge", "localsgd"):
-            if not self._values.get(flag, False):
-                tables.pop(flag, None)
-            elif "k_steps" not in tables.setdefault(flag, {}):
+            if self._values.get(flag, False) and "k_steps" not in tables.setdefault(flag, {}):
                 tables[flag]["k_steps"] = 1
         text = "[strategy]\n" + "".join(line + "\n" for line in top)
         for table, keys in tables.items():
@@ -85,9 +83,14 @@ class DistributedStrategy:
             if self._values.get(name):
                 raise ValueError(f"DistributedStrategy.{name}: {why}")
         try:
-            return _ext.load().strategy(self.to_toml())
+            options = _ext.load().strategy(self.to_toml())
         except Exception as e:  # the core's ConfigError, with the key
             raise ValueError(f"DistributedStrategy: {e}") from None
+        # A *_configs dict is checked even while its switch is off (as Paddle
+        # keeps it); the switch decides whether it acts.
+        if not self._values.get("gradient_merge", False):
+            options["gradient_merge_k_steps"] = 1
+        return options
 
     def __repr__(self):
         return f"DistributedStrategy({self.options()['describe']})"

@@ -1,0 +1,77 @@
+"""dtrain.fleet: Paddle's DistributedStrategy checked by the C++ reader, its strategies acting,
+and the examples under dtrain and under torchrun."""
+
+import os
+import re
+import sys
+
+import pytest
+
+from harness import EXAMPLES, assert_all_ok, rank_script, run_dtrain, run_ranks
+
+from dtrain import fleet
+
+
+def test_strategy_attributes_are_checked():
+    s = fleet.DistributedStrategy()
+    s.fuse_grad_size_in_MB = 8
+    s.gradient_merge = True
+    s.gradient_merge_configs = {"k_steps": 4}
+    o = s.options()
+    assert o["gradient_merge_k_steps"] == 4 and o["bucket_bytes"] == 8 << 20
+    with pytest.raises(AttributeError, match="did you mean 'fuse_grad_size_in_MB'"):
+        s.fuse_grad_size_in_mb = 8
+    with pytest.raises(AttributeError, match="did you mean 'gradient_merge_configs'"):
+        s.gradient_merge_config = {"k_steps": 2}
+    with pytest.raises(ValueError, match="k_steps"):
+        s.gradient_merge_configs = {"k_step": 2}
+    with pytest.raises(ValueError, match="k_steps"):
+        fleet.DistributedStrategy().gradient_merge_configs = {"k_steps": 0}
+    with pytest.raises(ValueError, match="lamb"):
+        fleet.DistributedStrategy().lamb = True
+    g = fleet.DistributedStrategy()
+    g.a_sync = True
+    g.a_sync_configs = {"k_steps": 8}
+    assert g.options()["ps_mode"] == "geo"
+
+
+def test_strategies_act():
+    assert_all_ok(run_ranks(rank_script("fleet.py"), 2))
+
+
+def checksum(text):
+    found = re.findall(r"parameter checksum (-?[0-9.]+)", text)
+    assert found, text
+    return found[0]
+
+
+def test_ddp_example_same_under_every_launcher(tmp_path):
+    script = os.path.join(EXAMPLES, "ddp_torchrun.py")
+    args = [script, "--steps", "8"]
+    rc, out, err = run_dtrain(["--nproc_per_node", "2", "--log_dir", str(tmp_path / "a"), *args])
+    assert rc == 0, err
+    plain = checksum(out)
+    for backend in ("gloo", "ucx"):
+        rc, out, err = run_dtrain(["--nproc_per_node", "2", "--backend", backend, "--log_dir", str(tmp_path / backend),
+                                   *args, "--import", "dtrain.torch", "--backend", "dtrain"],
+                                  env={"UCX_NET_DEVICES": "lo"})
+        assert rc == 0, err
+        assert checksum(out) == plain, f"dtrain ({backend}) and c10d Gloo trained differently"
+    import subprocess
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        # torch 1.13's torchrun under Python 3.11 cannot parse the defaults 0 of these.
+                        "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path / "torchrun"),
+                        *args, "--import", "dtrain.torch", "--backend", "dtrain"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert checksum(p.stdout) == plain, "under torchrun it trained differently"
+
+
+def test_fleet_example_trains(tmp_path):
+    args = [os.path.join(EXAMPLES, "train_fleet_dygraph.py"), "--images", "640", "--test_images", "400"]
+    rc, out, err = run_dtrain(["--nproc_per_node", "2", "--log_dir", str(tmp_path / "d"), *args], timeout=600)
+    assert rc == 0, err
+    first = float(re.search(r"step 0 loss ([0-9.]+)", out).group(1))
+    evaluated = re.search(r"eval: top1 ([0-9.]+) loss ([0-9.]+)", out)
+    assert evaluated, out
+    assert float(evaluated.group(2)) < first * 0.9, out  # the loss falls
