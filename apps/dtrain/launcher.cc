@@ -263,7 +263,8 @@ class JobRun {
       else
         std::ofstream(log, std::ios::app) << fmt::format("\n===== dtrain: restart {} =====\n", a.number);
       std::vector<std::string> command = o().command;
-      if (o().local_rank_arg && s.role == SlotRole::Worker) command.push_back("--local_rank=" + std::to_string(s.local));
+      if (o().local_rank_arg && s.role == SlotRole::Worker)
+        command.push_back("--local_rank=" + std::to_string(s.local));
       proc->start(command, process_environment(p_, s, a.number), log);
       procs_.push_back(std::move(proc));
     }

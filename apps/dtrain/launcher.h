@@ -9,7 +9,7 @@ namespace dtrain::launch {
 
 // What one `dtrain` invocation runs on this machine.
 struct LaunchOptions {
-  std::vector<std::string> command;      // program and its arguments (a Python program: interpreter first)
+  std::vector<std::string> command;  // program and its arguments (a Python program: interpreter first)
   // A Python program (a .py file, or -m module): run by this interpreter
   // (--python, DTRAIN_PYTHON, else the one dtrain's Python package was built for).
   std::string python;

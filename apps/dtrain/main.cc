@@ -145,7 +145,8 @@ int main(int argc, char** argv) {
   app.add_option("--python", po.python,
                  "interpreter of a Python program (PROGRAM.py or -m MODULE), run as `PYTHON -u PROGRAM ARGS` "
                  "(default: DTRAIN_PYTHON, else the interpreter dtrain's Python package was built for)");
-  app.add_flag("-m,--module", po.module, "the program is a Python module, run as `PYTHON -u -m MODULE ARGS` (torchrun's -m)");
+  app.add_flag("-m,--module", po.module,
+               "the program is a Python module, run as `PYTHON -u -m MODULE ARGS` (torchrun's -m)");
   app.add_flag("--no_python", po.no_python, "run the program as it is, even a .py file (torchrun's --no_python)");
   app.add_flag("--local_rank_arg", lo.local_rank_arg,
                "append --local_rank=N to every worker's arguments, for scripts written for the legacy "

@@ -56,8 +56,8 @@ std::vector<std::string> program_command(std::vector<std::string> command, const
     if (const char* env = std::getenv("DTRAIN_PYTHON"); env && *env) *python = env;
   if (python->empty()) *python = default_python();
   if (!o.module && !fs::exists(command[0]))
-    throw InvalidUsage("cannot start " + command[0] + ": no such file (a .py program runs as `" + *python +
-                       " -u " + command[0] + "`)");
+    throw InvalidUsage("cannot start " + command[0] + ": no such file (a .py program runs as `" + *python + " -u " +
+                       command[0] + "`)");
   std::vector<std::string> head = {*python, "-u"};
   if (o.module) head.push_back("-m");
   command.insert(command.begin(), head.begin(), head.end());

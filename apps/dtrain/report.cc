@@ -52,13 +52,16 @@ std::string json_string(const std::string& text, const std::string& key) {
         continue;
       }
       char c = text[++i];
-      if (c == 'n') out += '\n';
-      else if (c == 't') out += '\t';
+      if (c == 'n')
+        out += '\n';
+      else if (c == 't')
+        out += '\t';
       else if (c == 'u' && i + 4 < text.size()) {
         unsigned long cp = std::strtoul(text.substr(i + 1, 4).c_str(), nullptr, 16);
         out += cp < 0x80 ? static_cast<char>(cp) : '?';
         i += 4;
-      } else out += c;
+      } else
+        out += c;
     }
     return out;
   }

@@ -43,7 +43,7 @@ void print_job_table(const JobPlan& p) {
   if (!o.python.empty()) {
     const std::string package = python_package_dir();
     row("python", o.python + (package.empty() ? " (dtrain's Python package is not built)"
-                                               : " (import dtrain from " + package + ")"));
+                                              : " (import dtrain from " + package + ")"));
   }
   if (!o.devices.empty())
     row("devices",

@@ -27,6 +27,8 @@ using C10dBase = c10d::ProcessGroup;
 #endif
 
 // "1.13", "2.11": what the extension was compiled against (checked at import).
-inline const char* built_torch_version() { return C10_STRINGIZE(TORCH_VERSION_MAJOR) "." C10_STRINGIZE(TORCH_VERSION_MINOR); }
+inline const char* built_torch_version() {
+  return C10_STRINGIZE(TORCH_VERSION_MAJOR) "." C10_STRINGIZE(TORCH_VERSION_MINOR);
+}
 
 }  // namespace dtrain::python

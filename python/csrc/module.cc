@@ -188,8 +188,9 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<ProcessGroupDtrain, c10::intrusive_ptr<ProcessGroupDtrain>, dtrain::python::C10dBase>(
       m, "ProcessGroupDtrain", "torch.distributed's process group over a dtrain plugin")
-      .def_property_readonly("plugin", [](const ProcessGroupDtrain& pg) { return pg.plugin_for(false); },
-                             "the plugin carrying CPU tensors")
+      .def_property_readonly(
+          "plugin", [](const ProcessGroupDtrain& pg) { return pg.plugin_for(false); },
+          "the plugin carrying CPU tensors")
       .def("plugin_for", &ProcessGroupDtrain::plugin_for, py::arg("cuda"));
 
   m.def("create_group", &create_group, py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
@@ -211,7 +212,10 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "the installed backend plugins");
-  m.def("role", [] { return role_dict(resolve_role()); }, "this process's role, as the C++ fleet::init finds it");
+  m.def("drain", &ProcessGroupDtrain::drain_all, py::call_guard<py::gil_scoped_release>(),
+        "waits for every in-flight op of every dtrain group (registered with atexit)");
+  m.def(
+      "role", [] { return role_dict(resolve_role()); }, "this process's role, as the C++ fleet::init finds it");
   m.def("strategy", &strategy_dict, py::arg("toml_text"));
 
   py::class_<LossScaler>(m, "LossScaler", "dynamic loss scaling, the C++ Fleet API's")

@@ -1,5 +1,9 @@
+// Python.h first, as Python asks (it sets feature macros the C library reads).
+#include <Python.h>
+
 #include "process_group.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -49,7 +53,7 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const std::str
   switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
     case c10d::ReduceOp::SUM: return boolean ? ReduceOp::Max : ReduceOp::Sum;
     case c10d::ReduceOp::AVG:
-      if (boolean) break;
+      if (!t.is_floating_point() && !t.is_complex()) break;  // as NCCL's: integers would truncate
       return ReduceOp::Avg;
     case c10d::ReduceOp::PRODUCT: return boolean ? ReduceOp::Min : ReduceOp::Prod;
     case c10d::ReduceOp::MIN: return ReduceOp::Min;
@@ -64,7 +68,7 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const std::str
   }
   throw NotSupported(where + ": ReduceOp " + std::to_string(static_cast<int>(op.op_)) + " on " +
                      std::string(c10::toString(t.scalar_type())) +
-                     " tensors (SUM, AVG, PRODUCT, MIN, MAX; BAND and BOR on bool)");
+                     " tensors (SUM, PRODUCT, MIN, MAX; AVG on floating types; BAND and BOR on bool)");
 }
 
 // A tensor the core writes into: itself when contiguous, else a contiguous
@@ -105,8 +109,8 @@ std::vector<size_t> split_counts(const std::vector<int64_t>& splits, const at::T
     return counts;
   }
   if (static_cast<int>(splits.size()) != size || std::accumulate(splits.begin(), splits.end(), int64_t{0}) != rows)
-    throw InvalidUsage(where + ": split sizes must be one per rank (" + std::to_string(size) + ") adding up to dim 0 (" +
-                       std::to_string(rows) + ")");
+    throw InvalidUsage(where + ": split sizes must be one per rank (" + std::to_string(size) +
+                       ") adding up to dim 0 (" + std::to_string(rows) + ")");
   for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<size_t>(splits[i] * row);
   return counts;
 }
@@ -121,12 +125,21 @@ std::vector<at::Tensor> one(const at::Tensor& t) { return {t}; }
 
 // --- DtrainWork ---
 
+namespace {
+// The tensors of works that failed: a transport whose calls cannot be
+// interrupted (Gloo's) may still write them until its own timeout, so they
+// stay alive for the rest of the (failing) process.
+void retire(std::function<void()> keep) {
+  static std::mutex mu;
+  static auto* graveyard = new std::vector<std::function<void()>>();
+  std::lock_guard<std::mutex> g(mu);
+  graveyard->push_back(std::move(keep));
+}
+}  // namespace
+
 DtrainWork::DtrainWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
                        std::vector<std::shared_ptr<dtrain::Work>> works, std::function<void()> copy_out)
-    : c10d::Work(rank, type),
-      outputs_(std::move(outputs)),
-      works_(std::move(works)),
-      copy_out_(std::move(copy_out)) {
+    : c10d::Work(rank, type), outputs_(std::move(outputs)), works_(std::move(works)), copy_out_(std::move(copy_out)) {
   std::vector<c10::Device> devices;
   for (const auto& t : outputs_)
     if (t.is_cuda()) devices.push_back(t.device());
@@ -136,18 +149,26 @@ DtrainWork::DtrainWork(int rank, c10d::OpType type, std::vector<at::Tensor> outp
 DtrainWork::~DtrainWork() = default;
 
 void DtrainWork::complete() {
+  std::exception_ptr err;
+  for (const auto& w : works_) {
+    try {
+      w->wait();
+    } catch (...) {
+      if (!err) err = std::current_exception();
+    }
+  }
   std::lock_guard<std::mutex> g(complete_mu_);
   if (done_) return;
-  std::exception_ptr err;
-  try {
-    for (auto& w : works_) w->wait();
-    if (copy_out_) copy_out_();
-  } catch (...) {
-    err = std::current_exception();
-  }
-  works_.clear();
-  copy_out_ = nullptr;
   done_ = true;
+  if (!err && copy_out_) {
+    try {
+      copy_out_();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  if (err && copy_out_) retire(std::move(copy_out_));
+  copy_out_ = nullptr;
   finish(err);
   if (err)
     future_->setError(err);
@@ -162,16 +183,11 @@ bool DtrainWork::isCompleted() {
 
 bool DtrainWork::wait(std::chrono::milliseconds timeout) {
   if (timeout != kNoTimeout) {
-    std::vector<std::shared_ptr<dtrain::Work>> works;
-    {
-      std::unique_lock<std::mutex> g(complete_mu_, std::try_to_lock);
-      if (g.owns_lock()) works = works_;
-    }
-    for (auto& w : works) {
+    for (const auto& w : works_) {
       try {
         w->wait(timeout);
       } catch (...) {
-        break;  // complete() records the error
+        // complete() records the error
       }
     }
   }
@@ -182,17 +198,80 @@ bool DtrainWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void DtrainWork::abort() {
-  std::vector<std::shared_ptr<dtrain::Work>> works;
-  {
-    std::unique_lock<std::mutex> g(complete_mu_, std::try_to_lock);
-    if (g.owns_lock()) works = works_;
-  }
-  for (auto& w : works) w->abort();
+  for (const auto& w : works_) w->abort();
 }
 
 std::vector<at::Tensor> DtrainWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> DtrainWork::getFuture() { return future_; }
+
+// --- ProgressQueue ---
+
+ProgressQueue::ProgressQueue() : thread_([this] { loop(); }) {}
+
+ProgressQueue::~ProgressQueue() {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ProgressQueue::push(c10::intrusive_ptr<DtrainWork> work) {
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+bool ProgressQueue::empty() {
+  std::lock_guard<std::mutex> g(mu_);
+  return queue_.empty();
+}
+
+void ProgressQueue::drain() {
+  std::unique_lock<std::mutex> g(mu_);
+  cv_.wait(g, [&] { return queue_.empty(); });
+}
+
+void ProgressQueue::loop() {
+  for (;;) {
+    c10::intrusive_ptr<DtrainWork> work;
+    {
+      std::unique_lock<std::mutex> g(mu_);
+      cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      work = queue_.front();
+    }
+    try {
+      work->complete();
+    } catch (const std::exception& e) {
+      // A future's callback threw: it is the callback's error, not the op's.
+      TORCH_WARN("dtrain: a callback of a completed op raised: ", e.what());
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    queue_.pop_front();
+    if (queue_.empty()) cv_.notify_all();
+  }
+}
+
+namespace {
+std::mutex live_mu;
+std::vector<ProcessGroupDtrain*>& live_groups() {
+  static auto* groups = new std::vector<ProcessGroupDtrain*>();
+  return *groups;
+}
+}  // namespace
+
+void ProcessGroupDtrain::drain_all() {
+  std::lock_guard<std::mutex> g(live_mu);
+  for (auto* pg : live_groups()) {
+    pg->collectives_->drain();
+    pg->p2p_->drain();
+  }
+}
 
 // --- ProcessGroupDtrain ---
 
@@ -208,16 +287,28 @@ ProcessGroupDtrain::ProcessGroupDtrain(std::shared_ptr<Store> store, int rank, i
   // The plugin the group surely needs is connected now, so a wrong name or an
   // unreachable peer fails init_process_group rather than the first op.
   comm_for(!options_.backend.empty() && options_.backend == "nccl");
-  progress_ = std::thread([this] { progress_loop(); });
+  collectives_ = std::make_unique<ProgressQueue>();
+  p2p_ = std::make_unique<ProgressQueue>();
+  std::lock_guard<std::mutex> g(live_mu);
+  live_groups().push_back(this);
 }
 
 ProcessGroupDtrain::~ProcessGroupDtrain() {
+  // Python may drop the group holding the GIL while a progress thread runs a
+  // future's Python callback (DDP's comm hooks): let go of it while joining.
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   {
-    std::lock_guard<std::mutex> g(queue_mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> g(live_mu);
+    auto& v = live_groups();
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
   }
-  queue_cv_.notify_all();
-  if (progress_.joinable()) progress_.join();
+  if (!collectives_->empty() || !p2p_->empty()) {
+    std::lock_guard<std::mutex> g(comms_mu_);
+    for (auto& [plugin, comm] : comms_) comm->abort("the process group was destroyed with ops in flight");
+  }
+  collectives_.reset();
+  p2p_.reset();
+  if (saved) PyEval_RestoreThread(saved);
 }
 
 std::string ProcessGroupDtrain::plugin_for(bool cuda) const {
@@ -258,35 +349,17 @@ c10::intrusive_ptr<DtrainWork> ProcessGroupDtrain::make_work(c10d::OpType type, 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::run(
-    const char* op, bool cuda, const std::function<c10::intrusive_ptr<DtrainWork>(Communicator&)>& submit) {
-  c10::intrusive_ptr<DtrainWork> work;
+    const char* op, bool cuda, const std::function<c10::intrusive_ptr<DtrainWork>(Communicator&)>& submit, bool p2p) {
   try {
     auto comm = comm_for(cuda);
     std::lock_guard<std::mutex> g(submit_mu_);
-    work = submit(*comm);
+    auto work = submit(*comm);
+    (p2p ? p2p_ : collectives_)->push(work);
+    return work;
   } catch (const Error& e) {
-    // Same kind, with the group's backend and plugin named first.
+    // torch.distributed raises RuntimeError for a backend's errors; the
+    // message names the backend, the plugin and the op first.
     throw std::runtime_error("dtrain (plugin '" + plugin_for(cuda) + "') " + op + ": " + e.what());
-  }
-  {
-    std::lock_guard<std::mutex> g(queue_mu_);
-    queue_.push_back(work);
-  }
-  queue_cv_.notify_one();
-  return work;
-}
-
-void ProcessGroupDtrain::progress_loop() {
-  for (;;) {
-    c10::intrusive_ptr<DtrainWork> work;
-    {
-      std::unique_lock<std::mutex> g(queue_mu_);
-      queue_cv_.wait(g, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      work = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    work->complete();
   }
 }
 
@@ -328,9 +401,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allreduce_coalesced(std::vect
     at::Tensor flat = flatten(tensors);
     auto w = c.allreduce(buffer_of(flat, "allreduce_coalesced"), reduce_op(opts.reduceOp, flat, "allreduce_coalesced"));
     auto outs = tensors;
-    return make_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, {w}, [flat, outs]() mutable {
-      unflatten_into(flat, outs);
-    });
+    return make_work(c10d::OpType::ALLREDUCE_COALESCED, tensors, {w},
+                     [flat, outs]() mutable { unflatten_into(flat, outs); });
   });
 }
 
@@ -364,9 +436,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather(std::vector<std::ve
     at::Tensor flat = at::empty({inputs[0].numel() * getSize()}, in.options());
     auto w = c.allgather(buffer_of(in, "allgather"), buffer_of(flat, "allgather"));
     auto outs = outputs[0];
-    return make_work(c10d::OpType::ALLGATHER, outputs[0], {w}, [in, flat, outs]() mutable {
-      unflatten_into(flat, outs);
-    });
+    return make_work(c10d::OpType::ALLGATHER, outputs[0], {w},
+                     [in, flat, outs]() mutable { unflatten_into(flat, outs); });
   });
 }
 
@@ -391,24 +462,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::gather(std::vector<std::vecto
   const bool is_root = getRank() == root;
   if (is_root && (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()))
     throw InvalidUsage("gather: the root needs one output list of " + std::to_string(getSize()) + " tensors");
+  if (is_root)
+    for (const auto& t : outputs[0])
+      if (t.numel() != inputs[0].numel() || t.scalar_type() != inputs[0].scalar_type())
+        throw InvalidUsage("gather: every output tensor must have the input's size and dtype");
   return run("gather", inputs[0].is_cuda(), [&](Communicator& c) {
     at::Tensor in = inputs[0].contiguous();
     std::vector<std::shared_ptr<dtrain::Work>> works;
     std::vector<Staged> staged;
     if (is_root) {
-      for (int j = 0; j < getSize(); ++j) {
-        staged.emplace_back(outputs[0][static_cast<size_t>(j)]);
-        if (j == root) continue;
-        works.push_back(c.recv(buffer_of(staged.back().dense, "gather"), j, Communicator::kAlltoallvTag));
-      }
+      for (int j = 0; j < getSize(); ++j) staged.emplace_back(outputs[0][static_cast<size_t>(j)]);
       staged[static_cast<size_t>(root)].dense.copy_(in.view(staged[static_cast<size_t>(root)].dense.sizes()));
+      for (int j = 0; j < getSize(); ++j)
+        if (j != root)
+          works.push_back(
+              c.recv(buffer_of(staged[static_cast<size_t>(j)].dense, "gather"), j, Communicator::kAlltoallvTag));
     } else {
       works.push_back(c.send(buffer_of(in, "gather"), root, Communicator::kAlltoallvTag));
     }
-    return make_work(c10d::OpType::GATHER, is_root ? outputs[0] : std::vector<at::Tensor>{}, works,
-                     [in, staged] {
-                       for (const auto& s : staged) s.copy_back();
-                     });
+    return make_work(c10d::OpType::GATHER, is_root ? outputs[0] : std::vector<at::Tensor>{}, works, [in, staged] {
+      for (const auto& s : staged) s.copy_back();
+    });
   });
 }
 
@@ -420,19 +494,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::scatter(std::vector<at::Tenso
   const bool is_root = getRank() == root;
   if (is_root && (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()))
     throw InvalidUsage("scatter: the root needs one input list of " + std::to_string(getSize()) + " tensors");
+  if (is_root)
+    for (const auto& t : inputs[0])
+      if (t.numel() != outputs[0].numel() || t.scalar_type() != outputs[0].scalar_type())
+        throw InvalidUsage("scatter: every input tensor must have the output's size and dtype");
   return run("scatter", outputs[0].is_cuda(), [&](Communicator& c) {
     Staged out(outputs[0]);
     std::vector<std::shared_ptr<dtrain::Work>> works;
     std::vector<at::Tensor> keep;
     if (is_root) {
-      for (int j = 0; j < getSize(); ++j) {
-        at::Tensor in = inputs[0][static_cast<size_t>(j)].contiguous();
-        keep.push_back(in);
-        if (j == root)
-          out.dense.copy_(in.view(out.dense.sizes()));
-        else
-          works.push_back(c.send(buffer_of(in, "scatter"), j, Communicator::kAlltoallvTag));
-      }
+      for (const auto& t : inputs[0]) keep.push_back(t.contiguous());
+      out.dense.copy_(keep[static_cast<size_t>(root)].view(out.dense.sizes()));
+      for (int j = 0; j < getSize(); ++j)
+        if (j != root)
+          works.push_back(c.send(buffer_of(keep[static_cast<size_t>(j)], "scatter"), j, Communicator::kAlltoallvTag));
     } else {
       works.push_back(c.recv(buffer_of(out.dense, "scatter"), root, Communicator::kAlltoallvTag));
     }
@@ -481,22 +556,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::alltoall_base(at::Tensor& out
   return run("alltoall_base", input.is_cuda(), [&](Communicator& c) {
     at::Tensor in = input.contiguous();
     Staged s(output);
-    if (output_splits.empty() && input_splits.empty() && in.numel() == s.dense.numel() &&
-        in.numel() % getSize() == 0) {
+    if (output_splits.empty() && input_splits.empty() && in.numel() == s.dense.numel() && in.dim() > 0 &&
+        in.size(0) % getSize() == 0) {
       auto w = c.alltoall(buffer_of(in, "alltoall_base"), buffer_of(s.dense, "alltoall_base"));
       return make_work(c10d::OpType::ALLTOALL_BASE, one(output), {w}, [in, s] { s.copy_back(); });
     }
     auto send_counts = split_counts(input_splits, in, getSize(), "all_to_all_single input");
     auto recv_counts = split_counts(output_splits, s.dense, getSize(), "all_to_all_single output");
-    at::Tensor in_w = wire_view(in).reshape({-1}), out_w = wire_view(s.dense).reshape({-1});
-    const int64_t scale = in_w.numel() / std::max<int64_t>(in.numel(), 1);  // 2 for complex
-    for (auto* counts : {&send_counts, &recv_counts})
-      for (auto& n : *counts) n *= static_cast<size_t>(scale);
-    auto works = c.alltoallv(buffer_of(in, "alltoall_base"), send_counts, buffer_of(s.dense, "alltoall_base"),
-                             recv_counts);
     const int r = getRank();
+    if (send_counts[static_cast<size_t>(r)] != recv_counts[static_cast<size_t>(r)])
+      throw InvalidUsage("all_to_all_single: this rank sends itself " +
+                         std::to_string(send_counts[static_cast<size_t>(r)]) + " elements but expects " +
+                         std::to_string(recv_counts[static_cast<size_t>(r)]));
+    at::Tensor in_w = wire_view(in).reshape({-1}), out_w = wire_view(s.dense).reshape({-1});
+    const size_t scale = in.is_complex() ? 2 : 1;  // the wire carries complex as pairs
+    for (auto* counts : {&send_counts, &recv_counts})
+      for (auto& n : *counts) n *= scale;
     out_w.narrow(0, offset_of(recv_counts, r), static_cast<int64_t>(recv_counts[static_cast<size_t>(r)]))
         .copy_(in_w.narrow(0, offset_of(send_counts, r), static_cast<int64_t>(send_counts[static_cast<size_t>(r)])));
+    auto works =
+        c.alltoallv(buffer_of(in, "alltoall_base"), send_counts, buffer_of(s.dense, "alltoall_base"), recv_counts);
     return make_work(c10d::OpType::ALLTOALL_BASE, one(output), works, [in, s] { s.copy_back(); });
   });
 }
@@ -506,6 +585,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::alltoall(std::vector<at::Tens
                                                             const c10d::AllToAllOptions&) {
   if (static_cast<int>(outputs.size()) != getSize() || static_cast<int>(inputs.size()) != getSize())
     throw InvalidUsage("all_to_all: one input and one output tensor per rank (" + std::to_string(getSize()) + ")");
+  for (size_t j = 0; j < outputs.size(); ++j)
+    if (outputs[j].scalar_type() != inputs[0].scalar_type() || inputs[j].scalar_type() != inputs[0].scalar_type())
+      throw InvalidUsage("all_to_all: every tensor must have the first input's dtype");
+  const auto me = static_cast<size_t>(getRank());
+  if (outputs[me].numel() != inputs[me].numel())
+    throw InvalidUsage("all_to_all: this rank's own input and output tensors differ in size");
   return run("alltoall", inputs[0].is_cuda(), [&](Communicator& c) {
     at::Tensor send = flatten(inputs);
     int64_t total = 0;
@@ -516,9 +601,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::alltoall(std::vector<at::Tens
       total += t.numel();
     }
     at::Tensor recv = at::empty({total}, send.options());
-    auto works = c.alltoallv(buffer_of(send, "alltoall"), send_counts, buffer_of(recv, "alltoall"), recv_counts);
     const int r = getRank();
-    outputs[static_cast<size_t>(r)].copy_(inputs[static_cast<size_t>(r)]);
+    outputs[static_cast<size_t>(r)].copy_(inputs[static_cast<size_t>(r)].view(outputs[static_cast<size_t>(r)].sizes()));
+    auto works = c.alltoallv(buffer_of(send, "alltoall"), send_counts, buffer_of(recv, "alltoall"), recv_counts);
     auto outs = outputs;
     return make_work(c10d::OpType::ALLTOALL, outputs, works, [send, recv, outs, r]() mutable {
       int64_t off = 0;
@@ -532,20 +617,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::alltoall(std::vector<at::Tens
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_single(tensors, "send");
-  return run("send", tensors[0].is_cuda(), [&](Communicator& c) {
-    at::Tensor t = tensors[0].contiguous();
-    auto w = c.send(buffer_of(t, "send"), dst, tag);
-    return make_work(c10d::OpType::SEND, {}, {w}, [t] {});
-  });
+  return run(
+      "send", tensors[0].is_cuda(),
+      [&](Communicator& c) {
+        at::Tensor t = tensors[0].contiguous();
+        auto w = c.send(buffer_of(t, "send"), dst, tag);
+        return make_work(c10d::OpType::SEND, {}, {w}, [t] {});
+      },
+      true);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_single(tensors, "recv");
-  return run("recv", tensors[0].is_cuda(), [&](Communicator& c) {
-    Staged s(tensors[0]);
-    auto w = c.recv(buffer_of(s.dense, "recv"), src, tag);
-    return make_work(c10d::OpType::RECV, tensors, {w}, [s] { s.copy_back(); });
-  });
+  return run(
+      "recv", tensors[0].is_cuda(),
+      [&](Communicator& c) {
+        Staged s(tensors[0]);
+        auto w = c.recv(buffer_of(s.dense, "recv"), src, tag);
+        return make_work(c10d::OpType::RECV, tensors, {w}, [s] { s.copy_back(); });
+      },
+      true);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::recvAnysource(std::vector<at::Tensor>&, int) {

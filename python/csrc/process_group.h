@@ -9,9 +9,10 @@
 //
 // Threads: ops are submitted from any Python thread or from autograd's (DDP's
 // reducer), one at a time (a mutex keeps the core's submission order); a
-// progress thread per group completes the works in submission order, copies
-// results out and completes their futures (DDP's comm hooks chain on them).
-// A waiter completes a work itself when it gets there first.
+// progress thread per group completes the collectives in submission order,
+// another the point-to-point ops, copying results out and completing their
+// futures (DDP's comm hooks chain on them). A waiter completes a work itself
+// when it gets there first.
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
@@ -44,8 +45,10 @@ struct GroupOptions {
 };
 
 // One c10d op over the core's Works of it (several for ops built from
-// send/recv). complete() waits for them, runs the copy-out and finishes the
-// work and its future, once, on whichever thread gets there first.
+// send/recv). complete() waits for all of them, then runs the copy-out and
+// finishes the work and its future once, on whichever thread gets there
+// first; no lock is held while it waits, so wait(timeout) and abort() reach
+// the core's Works at any time.
 class DtrainWork : public c10d::Work {
  public:
   DtrainWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -61,12 +64,32 @@ class DtrainWork : public c10d::Work {
   void complete();
 
  private:
-  std::vector<at::Tensor> outputs_;
+  const std::vector<at::Tensor> outputs_;
+  const std::vector<std::shared_ptr<dtrain::Work>> works_;
   std::mutex complete_mu_;
   bool done_ = false;
-  std::vector<std::shared_ptr<dtrain::Work>> works_;
+  // Holds the tensors the core reads and writes (staging, flat buffers).
   std::function<void()> copy_out_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// Completes works in the order they were queued, on its own thread.
+class ProgressQueue {
+ public:
+  ProgressQueue();
+  ~ProgressQueue();  // completes what is queued, then joins
+  void push(c10::intrusive_ptr<DtrainWork> work);
+  bool empty();
+  // Blocks until every queued work has completed (and its callbacks ran).
+  void drain();
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<DtrainWork>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 class ProcessGroupDtrain : public C10dBase {
@@ -81,6 +104,10 @@ class ProcessGroupDtrain : public C10dBase {
   // The plugin that carries tensors of device type `cuda` (false: CPU).
   std::string plugin_for(bool cuda) const;
   const GroupOptions& options() const { return options_; }
+  // Waits until every op of every live group has completed: called at
+  // interpreter exit (atexit), while Python can still run the futures'
+  // callbacks; a callback that runs during finalization kills its thread.
+  static void drain_all();
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
@@ -94,8 +121,8 @@ class ProcessGroupDtrain : public C10dBase {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -123,11 +150,11 @@ class ProcessGroupDtrain : public C10dBase {
   // Runs an op's submission under the submit lock; core errors come out
   // prefixed with the backend, the plugin and the op.
   c10::intrusive_ptr<c10d::Work> run(const char* op, bool cuda,
-                                     const std::function<c10::intrusive_ptr<DtrainWork>(Communicator&)>& submit);
+                                     const std::function<c10::intrusive_ptr<DtrainWork>(Communicator&)>& submit,
+                                     bool p2p = false);
   c10::intrusive_ptr<DtrainWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                            std::vector<std::shared_ptr<dtrain::Work>> works,
                                            std::function<void()> copy_out = nullptr);
-  void progress_loop();
 
   std::shared_ptr<Store> store_;
   std::string name_, job_id_;
@@ -136,12 +163,10 @@ class ProcessGroupDtrain : public C10dBase {
   mutable std::mutex comms_mu_;
   std::map<std::string, std::shared_ptr<Communicator>> comms_;  // by plugin
   std::mutex submit_mu_;
-
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<c10::intrusive_ptr<DtrainWork>> queue_;
-  bool stop_ = false;
-  std::thread progress_;
+  // Collectives complete in order on one thread, point-to-point ops on
+  // another: an irecv waiting for its peer never holds back a collective's
+  // future (ranks issue collectives in one order, p2p ops in any).
+  std::unique_ptr<ProgressQueue> collectives_, p2p_;
 };
 
 }  // namespace dtrain::python

@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "comm/watchdog.h"
 #include "common/log.h"
 #include "dtrain/plugin_registry.h"
 #include "plugin/backend_impl.h"
@@ -247,13 +248,15 @@ void CommState::publish_heartbeat(bool force) {
   // store server that wakes a thread on both sides while the ranks train (at
   // every 50 ms watchdog tick it was ~10 writes per training step on rank 0).
   auto now = Clock::now();
-  const int64_t now_ns = now.time_since_epoch().count();
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count();
   int64_t last = last_publish_ns.load();
   if (!force && now_ns - last < std::chrono::nanoseconds(kHeartbeatEvery).count()) return;
   if (!last_publish_ns.compare_exchange_strong(last, now_ns)) return;  // another thread publishes now
   try {
     store->set(heartbeat_key(rank), std::to_string(coll_seq.load()) + " " + std::to_string(unix_ms()));
   } catch (const std::exception& e) {
+    int64_t mine = now_ns;
+    last_publish_ns.compare_exchange_strong(mine, last);  // the next tick tries again
     logger().debug("heartbeat of rank {} not published: {}", rank, e.what());
   }
 }
@@ -311,7 +314,7 @@ std::string CommState::lost_peers(const WorkState& w) {
   std::vector<bool> moved(peers.size(), false);
   const auto until = Clock::now() + 3 * kHeartbeatEvery;
   while (Clock::now() < until) {
-    publish_heartbeat(false);
+    Watchdog::instance().publish_heartbeats();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     bool all = true;
     for (size_t i = 0; i < peers.size(); ++i) {

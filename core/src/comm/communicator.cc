@@ -387,14 +387,22 @@ std::vector<std::shared_ptr<Work>> Communicator::alltoallv(const Buffer& send, c
   };
   std::vector<std::shared_ptr<Work>> works;
   // Receives first, then sends, each in rank order from this rank on, so
-  // that no pair's messages wait behind another pair's.
-  for (size_t k = 1; k < n; ++k) {
-    size_t j = (static_cast<size_t>(s.rank) + n - k) % n;
-    if (recv_counts[j] > 0) works.push_back(this->recv(block(recv, recv_counts, j), static_cast<int>(j), kAlltoallvTag, o));
-  }
-  for (size_t k = 1; k < n; ++k) {
-    size_t j = (static_cast<size_t>(s.rank) + k) % n;
-    if (send_counts[j] > 0) works.push_back(this->send(block(send, send_counts, j), static_cast<int>(j), kAlltoallvTag, o));
+  // that no pair's messages wait behind another pair's. A message that
+  // cannot be posted (a poisoned communicator) aborts those already posted.
+  try {
+    for (size_t k = 1; k < n; ++k) {
+      size_t j = (static_cast<size_t>(s.rank) + n - k) % n;
+      if (recv_counts[j] > 0)
+        works.push_back(this->recv(block(recv, recv_counts, j), static_cast<int>(j), kAlltoallvTag, o));
+    }
+    for (size_t k = 1; k < n; ++k) {
+      size_t j = (static_cast<size_t>(s.rank) + k) % n;
+      if (send_counts[j] > 0)
+        works.push_back(this->send(block(send, send_counts, j), static_cast<int>(j), kAlltoallvTag, o));
+    }
+  } catch (...) {
+    for (auto& w : works) w->abort();
+    throw;
   }
   return works;
 }

@@ -46,6 +46,16 @@ void Watchdog::wake() {
   impl_->cv.notify_one();
 }
 
+void Watchdog::publish_heartbeats() {
+  std::vector<std::shared_ptr<CommState>> comms;
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    for (auto& weak : impl_->comms)
+      if (auto c = weak.lock()) comms.push_back(std::move(c));
+  }
+  for (auto& c : comms) c->publish_heartbeat(false);
+}
+
 void Watchdog::run() {
   constexpr auto kTick = std::chrono::milliseconds(50);
   for (;;) {

@@ -15,6 +15,10 @@ class Watchdog {
   void add(const std::shared_ptr<CommState>& comm);
   void adopt_orphan(std::shared_ptr<WorkState> w);
   void wake();
+  // Publishes the heartbeat of every live communicator of the process (any
+  // thread): a thread that holds up the watchdog's loop, as lost_peers()
+  // does, keeps the process's other communicators alive to their peers.
+  void publish_heartbeats();
 
  private:
   Watchdog();

@@ -13,7 +13,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         c = x.shape[1]
         dims = [0] + list(range(2, x.dim()))
         shape = [1, c] + [1] * (x.dim() - 2)
-        stats = torch.cat([x.sum(dims), (x * x).sum(dims), x.new_tensor([x.numel() // c])]).float()
+        xf = x.float()  # statistics in float32 under amp's 16-bit activations
+        stats = torch.cat([xf.sum(dims), (xf * xf).sum(dims), xf.new_tensor([x.numel() // c])])
         dist.all_reduce(stats, group=group)
         n = stats[-1]
         mean = stats[:c] / n

@@ -10,6 +10,7 @@ with :func:`set_backend`, else the launcher's ``--backend`` (DTRAIN_BACKEND),
 else gloo for CPU tensors and nccl for CUDA tensors.
 """
 
+import atexit
 import inspect
 import json
 import os
@@ -76,3 +77,6 @@ def _register():
 
 
 _register()
+# Ops still in flight at exit complete while Python can run their futures'
+# callbacks (one run by a thread during finalization kills that thread).
+atexit.register(_C.drain)

@@ -77,3 +77,5 @@ compare("DDP + ZeroRedundancyOptimizer", train(None, zero=True), train(gloo, zer
 compare("DDP + fp16_compress_hook", train(None, hook=default_hooks.fp16_compress_hook),
         train(gloo, hook=default_hooks.fp16_compress_hook), f16=True)
 print(f"rank {rank}: DDP over dtrain ({a.plugin}) matches c10d Gloo", flush=True)
+
+dist.destroy_process_group()

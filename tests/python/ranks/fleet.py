@@ -87,3 +87,5 @@ close("SyncBatchNorm running mean", bn.running_mean, bn_ref.running_mean, 1e-6)
 close("SyncBatchNorm running var", bn.running_var, bn_ref.running_var, 1e-5)
 fleet.barrier_worker()
 print(f"rank {rank}: fleet strategies act", flush=True)
+
+dist.destroy_process_group()

@@ -201,3 +201,5 @@ for bad, call in (("recv without src", lambda: dist.recv(torch.zeros(1))),
         sys.exit(f"rank {rank}: {bad} did not raise")
 dist.barrier()
 print(f"rank {rank}: ops over dtrain ({a.plugin}): all {checks} checks passed", flush=True)
+
+dist.destroy_process_group()
