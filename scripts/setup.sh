@@ -12,7 +12,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   zlib1g-dev iproute2 procps
   libtorch-dev libopenblas0 dataset-fashion-mnist libopencv-imgcodecs-dev libopencv-imgproc-dev
-  python3-torch python3-yaml pybind11-dev python3-pytest python3-torchvision
+  python3-torch python3-dev python3-yaml pybind11-dev python3-pytest python3-torchvision
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc redis-server
   wamerican libfreetype-dev fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-noto-core fonts-urw-base35 fonts-croscore
