@@ -17,7 +17,7 @@ def test_survivors_name_the_dead_rank(plugin):
     for r in (0, 2):
         rc, out = results[r]
         assert rc == 3, f"rank {r} exited {rc} (3: its exception named rank 1):\n{out}"
-    assert time.time() - t0 < 60  # within the 20 s timeout, plus start-up
+    assert time.time() - t0 < 45  # within the 10 s timeout, plus start-up
 
 
 def test_launcher_root_cause_names_the_dead_rank(tmp_path):

@@ -17,7 +17,7 @@ ap.add_argument("--victim", type=int, default=1)
 a = ap.parse_args()
 if a.plugin:
     dtrain.torch.set_backend(a.plugin)
-dist.init_process_group("dtrain", timeout=datetime.timedelta(seconds=20))
+dist.init_process_group("dtrain", timeout=datetime.timedelta(seconds=10))
 rank = dist.get_rank()
 t = torch.ones(1 << 16)
 start = None
