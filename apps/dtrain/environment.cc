@@ -1,13 +1,10 @@
 #include "environment.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <cstdlib>
 
 #include "dtrain/endpoint.h"
-#include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
 #include "net.h"
 #include "program.h"
@@ -18,9 +15,9 @@ namespace {
 
 // libdtrain_portrange.so, next to libdtrain_core (build/lib, or the install's lib folder).
 std::string port_range_preload() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&core_version), &info) == 0 || !info.dli_fname) return "";
-  auto lib = std::filesystem::path(info.dli_fname).parent_path() / "libdtrain_portrange.so";
+  const std::string dir = core_library_dir();
+  if (dir.empty()) return "";
+  auto lib = std::filesystem::path(dir) / "libdtrain_portrange.so";
   return std::filesystem::exists(lib) ? lib.string() : "";
 }
 
@@ -60,11 +57,6 @@ void add_torchrun_environment(std::map<std::string, std::string>& env, const Job
 }
 
 }  // namespace
-
-int local_worker_count(const JobPlan& p) {
-  return static_cast<int>(
-      std::count_if(p.slots.begin(), p.slots.end(), [](const Slot& x) { return x.role == SlotRole::Worker; }));
-}
 
 bool sets_omp_threads(const JobPlan& p) { return p.slots.size() > 1 && !user_set("OMP_NUM_THREADS"); }
 
@@ -116,7 +108,7 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
       env["LD_PRELOAD"] = user && *user ? preload + ":" + user : preload;
     }
   }
-  if (s.role == SlotRole::Worker) add_torchrun_environment(env, p, s, local_worker_count(p), attempt);
+  if (s.role == SlotRole::Worker) add_torchrun_environment(env, p, s, local_same, attempt);
   if (sets_omp_threads(p)) env["OMP_NUM_THREADS"] = "1";
   static const std::string package = python_package_dir();
   if (!package.empty()) {

@@ -20,8 +20,6 @@ namespace dtrain::launch {
 // - PYTHONPATH with dtrain's Python package first (before the user's).
 std::map<std::string, std::string> process_environment(const JobPlan& plan, const Slot& s, int attempt);
 
-// Workers on this machine.
-int local_worker_count(const JobPlan& plan);
 // Whether the processes get OMP_NUM_THREADS=1 (several on this machine, and
 // the user's environment sets none): the launcher prints torchrun's notice.
 bool sets_omp_threads(const JobPlan& plan);

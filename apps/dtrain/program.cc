@@ -64,10 +64,16 @@ std::vector<std::string> program_command(std::vector<std::string> command, const
   return command;
 }
 
-std::string python_package_dir() {
+std::string core_library_dir() {
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&core_version), &info) == 0 || !info.dli_fname) return "";
-  auto dir = fs::path(info.dli_fname).parent_path() / "dtrain" / "python";
+  return fs::path(info.dli_fname).parent_path().string();
+}
+
+std::string python_package_dir() {
+  const std::string lib = core_library_dir();
+  if (lib.empty()) return "";
+  auto dir = fs::path(lib) / "dtrain" / "python";
   return fs::exists(dir / "dtrain" / "__init__.py") ? dir.string() : "";
 }
 

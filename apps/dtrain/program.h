@@ -27,6 +27,10 @@ std::string default_python();
 std::vector<std::string> program_command(std::vector<std::string> command, const ProgramOptions& o,
                                          std::string* python);
 
+// The folder of the libdtrain_core this dtrain runs on (build/lib, or the
+// install's lib folder): what the launcher gives the processes lies beside it.
+std::string core_library_dir();
+
 // The folder holding dtrain's Python package (`import dtrain`), next to
 // libdtrain_core: build/lib/dtrain/python, or <prefix>/lib/dtrain/python
 // installed. "" when the package was not built.

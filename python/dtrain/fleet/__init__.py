@@ -18,6 +18,8 @@ Slurm's or Open MPI's variables). docs/python.md lists what each attribute does.
 
 import contextlib
 import functools
+import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -62,7 +64,6 @@ def init(role_maker=None, is_collective=True, strategy=None, backend=""):
         _dtorch.set_backend(backend)
     if not dist.is_initialized():
         rank, world = role["rank"], role["world_size"]
-        import os
         if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
             dist.init_process_group(_dtorch.NAME, rank=rank, world_size=world)
         elif world > 1 and role["worker_endpoints"]:
@@ -235,7 +236,6 @@ def distributed_optimizer(optimizer, strategy=None):
     """fleet.distributed_optimizer; a strategy given here replaces fleet.init's (Paddle accepts both)."""
     _require_init("distributed_optimizer")
     if strategy is not None:
-        import warnings
         warnings.warn("fleet.distributed_optimizer: the strategy given here replaces the one given to fleet.init")
         _state["strategy"], _state["options"] = strategy, strategy.options()
     return DistributedOptimizer(optimizer, _state["options"])
