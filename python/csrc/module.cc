@@ -20,6 +20,10 @@
 
 namespace py = pybind11;
 using namespace dtrain;
+
+namespace dtrain::python {
+void bind_ps(py::module& m);  // ps.cc
+}
 using dtrain::python::GroupOptions;
 using dtrain::python::ProcessGroupDtrain;
 
@@ -70,6 +74,9 @@ std::shared_ptr<Store> job_store(const RoleInfo& role, std::chrono::milliseconds
   static std::shared_ptr<Store> store;
   std::lock_guard<std::mutex> g(mu);
   if (!store) store = connect_store(role, timeout);
+  if (!store)
+    throw InvalidUsage("this process's role (" + role.source +
+                       ") names no job store: start it with dtrain, or set Paddle's PS variables");
   return store;
 }
 
@@ -217,6 +224,22 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "role", [] { return role_dict(resolve_role()); }, "this process's role, as the C++ fleet::init finds it");
   m.def("strategy", &strategy_dict, py::arg("toml_text"));
+  m.def(
+      "store_set",
+      [](const std::string& key, const std::string& value) {
+        job_store(resolve_role(), std::chrono::seconds(60))->set(key, Bytes(value.begin(), value.end()));
+      },
+      py::arg("key"), py::arg("value"), py::call_guard<py::gil_scoped_release>(),
+      "sets a key in the job's store (dtrain's launcher's, or the one Paddle's PS variables name)");
+  m.def(
+      "store_get",
+      [](const std::string& key, double timeout_s) {
+        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+        Bytes b = job_store(resolve_role(), timeout)->get(key, timeout);
+        return std::string(b.begin(), b.end());
+      },
+      py::arg("key"), py::arg("timeout_s") = 300.0, py::call_guard<py::gil_scoped_release>(),
+      "waits for a key of the job's store");
 
   py::class_<LossScaler>(m, "LossScaler", "dynamic loss scaling, the C++ Fleet API's")
       .def(py::init([](const std::string& toml_text) {
@@ -230,6 +253,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("enabled", &LossScaler::enabled)
       .def_property_readonly("scale", &LossScaler::scale)
       .def("update", &LossScaler::update, py::arg("found_inf"), "returns whether the step must be skipped");
+
+  dtrain::python::bind_ps(m);
 
   m.attr("core_version") = core_version();
   m.attr("built_torch_version") = dtrain::python::built_torch_version();

@@ -14,6 +14,10 @@ works on C++ modules only). The strategy is read by the C++ [strategy]
 reader of the C++ Fleet API, and the float16 loss scaling is its LossScaler.
 The role comes from the same C++ role maker (dtrain's, Paddle's, torchrun's,
 Slurm's or Open MPI's variables). docs/python.md lists what each attribute does.
+
+fleet.init(is_collective=False) is the parameter-server half (dtrain.fleet.ps):
+is_server(), init_server(), run_server(), init_worker(), stop_worker(),
+save_persistables()... on the C++ Fleet API's tables and client.
 """
 
 import contextlib
@@ -26,38 +30,52 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import dtrain.torch as _dtorch
+from dtrain.fleet import metrics, ps
+from dtrain.fleet.ps import (init_server, run_server, init_worker, stop_worker, save_persistables,
+                             load_persistables, shrink, is_server, is_worker, server_index, server_num)
 from dtrain.fleet.strategy import DistributedStrategy
 from dtrain.fleet.sync_batch_norm import SyncBatchNorm, convert_sync_batchnorm
 
 __all__ = ["DistributedStrategy", "SyncBatchNorm", "init", "is_initialized", "worker_index", "worker_num",
            "is_first_worker", "local_rank", "barrier_worker", "distributed_model", "distributed_optimizer",
-           "convert_sync_batchnorm"]
+           "convert_sync_batchnorm", "metrics", "init_server", "run_server", "init_worker", "stop_worker",
+           "save_persistables", "load_persistables", "shrink", "is_server", "is_worker", "server_index",
+           "server_num"]
 
-_state = {"role": None, "strategy": None, "options": None, "micro_step": 0}
+_state = {"role": None, "strategy": None, "strategy_given": False, "options": None, "micro_step": 0, "ps": False}
 
 
 def _require_init(what):
     if _state["role"] is None:
-        raise RuntimeError(f"fleet.{what}: call fleet.init(is_collective=True) first")
+        raise RuntimeError(f"fleet.{what}: call fleet.init() first")
 
 
-def init(role_maker=None, is_collective=True, strategy=None, backend=""):
+def init(role_maker=None, is_collective=True, strategy=None, backend="", ps_configs=None):
     """fleet.init: joins the job's workers and sets up torch's default group over "dtrain".
 
     The role comes from the launcher's variables (dtrain's, Paddle's, torchrun's...).
     backend: the plugin ("gloo", "ucx", ...); default: the launcher's --backend.
+    is_collective=False: a parameter-server job (dtrain.fleet.ps); ps_configs: its [ps]
+    keys (timeout_s, collective, checkpoint_dir, save_on_exit, backend).
     """
     if role_maker is not None:
         raise ValueError("fleet.init: role_maker is not taken; dtrain finds the role in the environment "
                          "(DTRAIN_*, PADDLE_*, torchrun's RANK/WORLD_SIZE, Slurm, Open MPI)")
-    if not is_collective:
-        raise NotImplementedError("fleet.init(is_collective=False): the parameter-server half of dtrain.fleet "
-                                  "is not built yet; the C++ Fleet API has it (dtrain/torch/ps.h)")
     if _state["role"] is not None:
         raise RuntimeError("fleet.init was called already in this process")
+    _state["strategy_given"] = strategy is not None
     strategy = strategy if strategy is not None else DistributedStrategy()
     options = strategy.options()
     role = _dtorch._C.role()
+    if not is_collective:
+        ps.init(role, strategy, ps_configs)
+        _state.update(role=role, strategy=strategy, options=options, micro_step=0, ps=True)
+        return
+    if ps_configs is not None:
+        raise ValueError("fleet.init: ps_configs is for a parameter-server job (is_collective=False)")
+    if options["a_sync"]:
+        raise ValueError("fleet.init: strategy.a_sync = True asks for parameter-server training, but "
+                         "is_collective=True; call fleet.init(is_collective=False) in a job with servers")
     if role["role"] == "server":
         raise RuntimeError("fleet.init(is_collective=True) in a parameter-server server process")
     if backend:
@@ -81,12 +99,12 @@ def is_initialized():
 
 def worker_index():
     _require_init("worker_index")
-    return dist.get_rank()
+    return ps.worker_index() if _state["ps"] else dist.get_rank()
 
 
 def worker_num():
     _require_init("worker_num")
-    return dist.get_world_size()
+    return ps.worker_num() if _state["ps"] else dist.get_world_size()
 
 
 def is_first_worker():
@@ -100,7 +118,10 @@ def local_rank():
 
 def barrier_worker():
     _require_init("barrier_worker")
-    dist.barrier()
+    if _state["ps"]:
+        ps.barrier_worker()
+    else:
+        dist.barrier()
 
 
 def _merge_k():
@@ -138,8 +159,13 @@ def _recompute(model, names):
 
 def distributed_model(model):
     """fleet.distributed_model: DDP over the "dtrain" group, with the strategy's bucket size,
-    fp16_allreduce (a comm hook), sync_batch_norm, recompute, amp and gradient_merge."""
+    fp16_allreduce (a comm hook), sync_batch_norm, recompute, amp and gradient_merge.
+
+    In a parameter-server job the model is returned as it is: its parameter names
+    name the dense tables (as the C++ DenseParameters names them)."""
     _require_init("distributed_model")
+    if _state["ps"]:
+        return ps.set_model(model)
     o = _state["options"]
     if o["sync_batch_norm"]:
         model = convert_sync_batchnorm(model)
@@ -236,6 +262,14 @@ def distributed_optimizer(optimizer, strategy=None):
     """fleet.distributed_optimizer; a strategy given here replaces fleet.init's (Paddle accepts both)."""
     _require_init("distributed_optimizer")
     if strategy is not None:
-        warnings.warn("fleet.distributed_optimizer: the strategy given here replaces the one given to fleet.init")
+        if _state["strategy_given"] and strategy.to_toml() != _state["strategy"].to_toml():
+            warnings.warn("fleet.distributed_optimizer: the strategy given here replaces the one given to fleet.init")
         _state["strategy"], _state["options"] = strategy, strategy.options()
+    if _state["ps"]:
+        if strategy is not None:
+            ps.set_strategy(strategy)
+        return ps.distributed_optimizer(optimizer)
+    if _state["options"]["a_sync"]:
+        raise ValueError("fleet.distributed_optimizer: strategy.a_sync = True needs a parameter-server job "
+                         "(fleet.init(is_collective=False))")
     return DistributedOptimizer(optimizer, _state["options"])

@@ -1,0 +1,155 @@
+// dtrain._C's parameter-server half: the C++ Fleet API's PS functions
+// (dtrain/torch/ps.h) for dtrain.fleet and dtrain.nn.SparseEmbedding. The
+// tables, the client, the in-flight queues and GEO are the C++ ones; this
+// file only converts. Every call that may wait on the network releases the GIL.
+#include <torch/csrc/utils/pybind.h>
+
+#include <pybind11/stl.h>
+
+#include "dtrain/config.h"
+#include "dtrain/error.h"
+#include "dtrain/job.h"
+#include "dtrain/strategy.h"
+#include "dtrain/torch/fleet.h"
+#include "dtrain/torch/metrics.h"
+#include "dtrain/torch/ps.h"
+
+namespace py = pybind11;
+namespace fleet = dtrain::torch;
+
+// No `using namespace dtrain` here: this file comes first in the extension's
+// unity build, and dtrain::DeviceType would clash with c10's in torch's headers.
+namespace dtrain::python {
+
+namespace {
+
+using NoGil = py::call_guard<py::gil_scoped_release>;
+
+std::shared_ptr<Config> job_config(const std::string& toml_text) {
+  auto c = std::make_shared<Config>(Config::from_string(toml_text, "dtrain.fleet"));
+  ConfigSchema schema;
+  add_job_keys(schema);
+  add_strategy_keys(schema);
+  ps::add_ps_keys(schema);
+  c->validate(schema);
+  return c;
+}
+
+// One [ps.tables.<name>] declaration, as a job file would give it.
+ps::TableConfig table_config(const std::string& name, const std::string& toml_text) {
+  return ps::TableConfig::from_config(Config::from_string(toml_text, "table '" + name + "'"), name);
+}
+
+// A Python module's parameters as a C++ module with the same names ("mlp.0.weight"
+// is parameter "weight" of submodule "0" of submodule "mlp"), sharing the tensors,
+// so DenseParameters names its tables as it does for the same C++ model.
+std::shared_ptr<::torch::nn::Module> mirror(const std::vector<std::string>& names,
+                                            const std::vector<::torch::Tensor>& tensors) {
+  auto root = std::make_shared<::torch::nn::Module>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::shared_ptr<::torch::nn::Module> m = root;
+    std::string rest = names[i];
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      const std::string part = rest.substr(0, dot);
+      auto children = m->named_children();
+      auto* child = children.find(part);
+      m = child ? *child : m->register_module(part, std::make_shared<::torch::nn::Module>());
+    }
+    m->register_parameter(rest, tensors[i], tensors[i].requires_grad());
+  }
+  return root;
+}
+
+}  // namespace
+
+void bind_ps(py::module& m) {
+  auto ps = m.def_submodule("ps", "the C++ Fleet API's parameter-server half (dtrain/torch/ps.h)");
+  ps.def(
+      "init",
+      [](const std::string& toml_text) {
+        fleet::InitOptions o;
+        o.is_collective = false;
+        o.config = job_config(toml_text);
+        fleet::init(o);
+      },
+      py::arg("toml_text"), NoGil(), "fleet::init(false) on a job file's text ([strategy], [ps])");
+  ps.def("is_initialized", &fleet::is_initialized);
+  ps.def("shutdown", &fleet::shutdown, NoGil());
+  ps.def("is_server", &fleet::is_server);
+  ps.def("server_index", &fleet::server_index);
+  ps.def("server_num", &fleet::server_num);
+  ps.def("worker_index", &fleet::worker_index);
+  ps.def("worker_num", &fleet::worker_num);
+  ps.def("mode", [] { return ps::to_string(fleet::ps_mode().mode); });
+  ps.def("init_server", &fleet::init_server);
+  ps.def("run_server", &fleet::run_server, NoGil());
+  ps.def("init_worker", &fleet::init_worker);
+  ps.def("stop_worker", &fleet::stop_worker, NoGil());
+  ps.def("barrier_worker", &fleet::barrier_worker, NoGil());
+  ps.def("restored_step", [] { return fleet::ps_worker().restored_step(); });
+  ps.def("save_checkpoint", [](int64_t step) { fleet::ps_worker().save_checkpoint(step); }, NoGil());
+  ps.def(
+      "save_persistables",
+      [](const std::string& dir, int mode, bool text) {
+        fleet::save_persistables(dir, static_cast<ps::SaveMode>(mode),
+                                 text ? ps::SaveFormat::Text : ps::SaveFormat::Binary);
+      },
+      py::arg("dirname"), py::arg("mode") = 0, py::arg("text") = false, NoGil());
+  ps.def("load_persistables", &fleet::load_persistables, py::arg("dirname"), NoGil());
+
+  py::class_<fleet::SparseEmbedding>(ps, "SparseTable", "a SparseEmbedding of the C++ Fleet API")
+      .def(py::init([](const std::string& name, const std::string& toml_text) {
+             return fleet::SparseEmbedding(table_config(name, toml_text));
+           }),
+           py::arg("name"), py::arg("toml_text"), NoGil())
+      .def_property_readonly("dim", [](fleet::SparseEmbedding& e) { return e->dim(); })
+      .def_property_readonly("name", [](fleet::SparseEmbedding& e) { return e->table().name(); })
+      .def(
+          "forward", [](fleet::SparseEmbedding& e, const ::torch::Tensor& ids) { return e->forward(ids); },
+          py::arg("ids"), NoGil())
+      .def(
+          "forward_show_click",
+          [](fleet::SparseEmbedding& e, const ::torch::Tensor& ids, const ::torch::Tensor& show_click) {
+            return e->forward(ids, show_click);
+          },
+          py::arg("ids"), py::arg("show_click"), NoGil())
+      .def(
+          "prefetch", [](fleet::SparseEmbedding& e, const ::torch::Tensor& ids) { e->prefetch(ids); }, py::arg("ids"),
+          NoGil())
+      .def(
+          "push_gradients", [](fleet::SparseEmbedding& e) { e->push_gradients(); }, NoGil())
+      .def(
+          "flush", [](fleet::SparseEmbedding& e) { e->flush(); }, NoGil())
+      .def("clear", [](fleet::SparseEmbedding& e) { e->clear(); })
+      .def(
+          "shrink", [](fleet::SparseEmbedding& e, bool new_day) { e->table().shrink(new_day)->wait(); },
+          py::arg("new_day") = false, NoGil());
+
+  py::class_<fleet::DenseParameters, std::shared_ptr<fleet::DenseParameters>>(
+      ps, "DenseParameters", "a model's dense parameters on the servers, one table each")
+      .def(py::init([](const std::vector<std::string>& names, const std::vector<::torch::Tensor>& tensors,
+                       const std::string& toml_text) {
+             ps::TableConfig c = table_config("dense", toml_text);
+             c.kind = ps::TableKind::Dense;
+             return std::make_shared<fleet::DenseParameters>(mirror(names, tensors), c, "dense");
+           }),
+           py::arg("names"), py::arg("tensors"), py::arg("toml_text"), NoGil())
+      .def_property_readonly("count", &fleet::DenseParameters::count)
+      .def("step", &fleet::DenseParameters::step, NoGil())
+      .def("pull", &fleet::DenseParameters::pull, NoGil())
+      .def("flush", &fleet::DenseParameters::flush, NoGil())
+      .def("load", &fleet::DenseParameters::load, py::arg("dirname"), NoGil());
+
+  auto metrics = ps.def_submodule("metrics", "fleet::metrics over the workers' side communicator");
+  metrics.def(
+      "sum", [](std::vector<double> v) { fleet::metrics::sum(v); return v; }, NoGil());
+  metrics.def("max", py::overload_cast<double>(&fleet::metrics::max), NoGil());
+  metrics.def("min", py::overload_cast<double>(&fleet::metrics::min), NoGil());
+  metrics.def(
+      "auc",
+      [](std::vector<double> pos, std::vector<double> neg) { return fleet::metrics::auc(pos, neg); },
+      NoGil());
+  metrics.def("auc_of_buckets", &fleet::metrics::auc_of_buckets);
+}
+
+}  // namespace dtrain::python
