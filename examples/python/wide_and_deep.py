@@ -169,20 +169,26 @@ def main():
           f"{args.batch_size}", flush=True)
 
     start, examples, step, loss_sum, loss_n = time.time(), 0, 0, 0.0, 0
+    spent = [0.0, 0.0, 0.0]  # reading, forward + backward, optimizer step
     for epoch in range(args.epochs):
         reader = _ctr.Reader(train_files, rank=rank, world=world, batch_size=args.batch_size,
                              limit=args.limit_train, per_worker=per_worker)
         batch = next(reader, None)
         while batch is not None:
+            t0 = time.perf_counter()
             upcoming = next(reader, None)
             labels, dense, keys = batch
             n = labels.numel()
+            t1 = time.perf_counter()
             logits = model(keys, dense, upcoming[2] if upcoming is not None and args.mode == "async" else None)
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
             if n > 0:
                 (loss * (scale * n) if scale else loss).backward()
+            t2 = time.perf_counter()
             optimizer.step()
             optimizer.zero_grad()
+            t3 = time.perf_counter()
+            spent = [spent[0] + t1 - t0, spent[1] + t2 - t1, spent[2] + t3 - t2]
             step += 1
             examples += n
             loss_sum += loss.item() * n
@@ -204,9 +210,10 @@ def main():
     if not geo:
         optimizer.pull()
     auc, logloss, count = evaluate(model, test_files, args.limit_test, rank, world)
+    read, compute, push = (1e3 * t / max(step, 1) for t in spent)
     print(f"wide_and_deep: test auc {auc:.4f} logloss {logloss:.4f} over {count:.0f} examples "
-          f"({teacher_line(args.data_dir)}); trained {train_s:.1f} s, {examples * world / train_s:.0f} examples/s",
-          flush=True)
+          f"({teacher_line(args.data_dir)}); trained {train_s:.1f} s, {examples * world / train_s:.0f} examples/s; "
+          f"per step: read {read:.2f} ms, forward+backward {compute:.2f} ms, step {push:.2f} ms", flush=True)
     if args.save_dir and rank == 0:
         fleet.save_persistables(args.save_dir)
     fleet.barrier_worker()

@@ -338,4 +338,3 @@ def distributed_optimizer(optimizer):
         _rule_of(optimizer)
         return optimizer
     return PsOptimizer(optimizer)
-
