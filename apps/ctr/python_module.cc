@@ -71,8 +71,7 @@ PYBIND11_MODULE(_ctr, m) {
       .def_property_readonly("first_error", &Reader::first_error)
       .def_property_readonly("wait_seconds", &Reader::wait_seconds);
 
-  m.def("count_lines", &count_lines, py::arg("files"), py::arg("limit") = 0,
-        py::call_guard<py::gil_scoped_release>());
+  m.def("count_lines", &count_lines, py::arg("files"), py::arg("limit") = 0, py::call_guard<py::gil_scoped_release>());
   m.def(
       "generate",
       [](const std::string& dir, int64_t train_lines, int64_t test_lines, uint64_t seed) {

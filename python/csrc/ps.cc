@@ -87,7 +87,8 @@ void bind_ps(py::module& m) {
   ps.def("stop_worker", &fleet::stop_worker, NoGil());
   ps.def("barrier_worker", &fleet::barrier_worker, NoGil());
   ps.def("restored_step", [] { return fleet::ps_worker().restored_step(); });
-  ps.def("save_checkpoint", [](int64_t step) { fleet::ps_worker().save_checkpoint(step); }, NoGil());
+  ps.def(
+      "save_checkpoint", [](int64_t step) { fleet::ps_worker().save_checkpoint(step); }, NoGil());
   ps.def(
       "save_persistables",
       [](const std::string& dir, int mode, bool text) {
@@ -142,13 +143,16 @@ void bind_ps(py::module& m) {
 
   auto metrics = ps.def_submodule("metrics", "fleet::metrics over the workers' side communicator");
   metrics.def(
-      "sum", [](std::vector<double> v) { fleet::metrics::sum(v); return v; }, NoGil());
+      "sum",
+      [](std::vector<double> v) {
+        fleet::metrics::sum(v);
+        return v;
+      },
+      NoGil());
   metrics.def("max", py::overload_cast<double>(&fleet::metrics::max), NoGil());
   metrics.def("min", py::overload_cast<double>(&fleet::metrics::min), NoGil());
   metrics.def(
-      "auc",
-      [](std::vector<double> pos, std::vector<double> neg) { return fleet::metrics::auc(pos, neg); },
-      NoGil());
+      "auc", [](std::vector<double> pos, std::vector<double> neg) { return fleet::metrics::auc(pos, neg); }, NoGil());
   metrics.def("auc_of_buckets", &fleet::metrics::auc_of_buckets);
 }
 

@@ -18,6 +18,8 @@ a_sync_configs = {"k_steps": k}). The torch optimizer becomes the servers'
 rule for the dense parameters and for every SparseEmbedding that names none.
 """
 
+import atexit
+
 import torch
 
 from dtrain import _ext
@@ -78,6 +80,17 @@ def _join():
         _state["strategy"].options()  # a bad strategy is named before anything connects
         _C().ps.init(_job_toml())
         _state["joined"] = True
+        atexit.register(_leave)
+
+
+def _leave():
+    """At exit, while gRPC is loaded: the modules' tables go first (their ops in flight are waited
+    for), then the job (a worker that did not call stop_worker() tells the servers it leaves)."""
+    for e in _nn._live_embeddings():
+        e._table = None
+    if _state["optimizer"] is not None:
+        _state["optimizer"]._dense = None
+    _C().ps.shutdown()
 
 
 def is_server():
