@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -28,12 +29,33 @@ int& tls_cuda_device() {
   return d;
 }
 
-// The value rank r contributes at global index i: small integers, exact in
-// every dtype, whose sums over 4 ranks fit in int8 and whose products fit in f16.
-double value(int r, size_t i, DType t, ReduceOp op) {
-  if (op == ReduceOp::Prod) return 1.0 + static_cast<double>((i + r) % 2);
+// The payload of rank r at global index i for the ops that move data without
+// arithmetic: small integers, exact in every dtype, distinct across ranks.
+double payload(int r, size_t i, DType t) {
   double v = static_cast<double>((i * 7 + static_cast<size_t>(r) * 13) % 23);
   return is_signed(t) ? v - 11.0 : v;
+}
+
+// What rank r of n contributes to a reduction at index i. Every result, and
+// every partial result in any order a plugin may add or multiply in, is exact
+// and representable in every dtype at any world size (MPI and NCCL leave
+// overflow undefined): |sum| <= 121 (int8 holds 127, bf16 integers are exact
+// to 256; uint8 sums stay in [0, 242]) and a product is at most 2^6 (int8: 127).
+// Up to 11 ranks (12 for products) the values are payload()'s (products: 1 or
+// 2 alternating); beyond, the magnitude shrinks with n and then only every
+// k-th rank contributes, the others giving 0 (a sum's identity) or 1.
+double contribution(int n, int r, size_t i, DType t, ReduceOp op) {
+  if (op == ReduceOp::Max || op == ReduceOp::Min) return payload(r, i, t);
+  if (op == ReduceOp::Prod) {
+    const int stride = (n + 11) / 12;
+    if (r % stride) return 1.0;
+    return 1.0 + static_cast<double>((i + static_cast<size_t>(r / stride)) % 2);
+  }
+  const int magnitude = std::max(1, 121 / std::max(n, 11));
+  const int stride = (n + 120) / 121;
+  if (r % stride) return 0.0;
+  double v = std::round((static_cast<double>((i * 7 + static_cast<size_t>(r) * 13) % 23) - 11.0) * magnitude / 11.0);
+  return is_signed(t) ? v : v + magnitude;
 }
 
 double read(const void* p, size_t i, DType t) {
@@ -64,9 +86,9 @@ void write(void* p, size_t i, DType t, double v) {
 }
 
 double reduce_expected(int n, size_t i, DType t, ReduceOp op) {
-  double acc = value(0, i, t, op);
+  double acc = contribution(n, 0, i, t, op);
   for (int r = 1; r < n; ++r) {
-    double v = value(r, i, t, op);
+    double v = contribution(n, r, i, t, op);
     switch (op) {
       case ReduceOp::Sum:
       case ReduceOp::Avg: acc += v; break;
@@ -149,7 +171,7 @@ struct HostBuffer {
   }
 };
 
-// value() depends on i only through i % 23 and i % 2, so every expectation
+// payload() and contribution() depend on i only through i % 23 and i % 2, so every expectation
 // below is periodic in i with this period: fill() and check() evaluate it
 // once per period (the large cases are 4M elements per rank).
 constexpr size_t kPeriod = 46;
@@ -235,7 +257,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
         std::string on = std::string("/") + to_string(op);
         cases.push_back({"allreduce" + suffix + on + nc, DT_CAP_ALLREDUCE, [&comm, c, t, op, n, me] {
                            HostBuffer b(c, t);
-                           fill(b.data(), c, t, [&](size_t i) { return value(me, i, t, op); });
+                           fill(b.data(), c, t, [&](size_t i) { return contribution(n, me, i, t, op); });
                            comm.allreduce(b.buf(), op)->wait();
                            return check(b.data(), c, t, tolerance(t, op),
                                         [&](size_t i) { return reduce_expected(n, i, t, op); });
@@ -244,7 +266,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
         cases.push_back({"reduce" + suffix + on + nc + "/root=" + std::to_string(root), DT_CAP_REDUCE,
                          [&comm, c, t, op, n, me, root] {
                            HostBuffer s(c, t), r(me == root ? c : 0, t);
-                           fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, op); });
+                           fill(s.data(), c, t, [&](size_t i) { return contribution(n, me, i, t, op); });
                            comm.reduce(s.buf(), r.buf(), op, root)->wait();
                            if (me != root) return std::string();
                            return check(r.data(), c, t, tolerance(t, op),
@@ -252,7 +274,7 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
                          }});
         cases.push_back({"reduce_scatter" + suffix + on + nc, DT_CAP_REDUCE_SCATTER, [&comm, c, t, op, n, me] {
                            HostBuffer s(c * n, t), r(c, t);
-                           fill(s.data(), c * n, t, [&](size_t i) { return value(me, i, t, op); });
+                           fill(s.data(), c * n, t, [&](size_t i) { return contribution(n, me, i, t, op); });
                            comm.reduce_scatter(s.buf(), r.buf(), op)->wait();
                            return check(r.data(), c, t, tolerance(t, op),
                                         [&](size_t i) { return reduce_expected(n, me * c + i, t, op); });
@@ -261,12 +283,12 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       cases.push_back(
           {"allreduce_out_of_place" + suffix + nc, DT_CAP_ALLREDUCE, [&comm, c, t, n, me] {
              HostBuffer s(c, t), r(c, t);
-             fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
+             fill(s.data(), c, t, [&](size_t i) { return contribution(n, me, i, t, ReduceOp::Sum); });
              comm.allreduce(s.buf(), r.buf(), ReduceOp::Sum)->wait();
              std::string e =
                  check(r.data(), c, t, 0, [&](size_t i) { return reduce_expected(n, i, t, ReduceOp::Sum); });
              if (!e.empty()) return e;
-             return check(s.data(), c, t, 0, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); }).empty()
+             return check(s.data(), c, t, 0, [&](size_t i) { return contribution(n, me, i, t, ReduceOp::Sum); }).empty()
                         ? std::string()
                         : std::string("the send buffer was modified");
            }});
@@ -274,35 +296,34 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       cases.push_back(
           {"broadcast" + suffix + nc + "/root=" + std::to_string(root), DT_CAP_BROADCAST, [&comm, c, t, me, root] {
              HostBuffer b(c, t);
-             if (me == root) fill(b.data(), c, t, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
+             if (me == root) fill(b.data(), c, t, [&](size_t i) { return payload(root, i, t); });
              comm.broadcast(b.buf(), root)->wait();
-             return check(b.data(), c, t, 0, [&](size_t i) { return value(root, i, t, ReduceOp::Sum); });
+             return check(b.data(), c, t, 0, [&](size_t i) { return payload(root, i, t); });
            }});
       cases.push_back({"allgather" + suffix + nc, DT_CAP_ALLGATHER, [&comm, c, t, n, me] {
                          HostBuffer s(c, t), r(c * n, t);
-                         fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
+                         fill(s.data(), c, t, [&](size_t i) { return payload(me, i, t); });
                          comm.allgather(s.buf(), r.buf())->wait();
-                         return check_blocks(r.data(), c, n, t,
-                                             [&](int j, size_t i) { return value(j, i, t, ReduceOp::Sum); });
+                         return check_blocks(r.data(), c, n, t, [&](int j, size_t i) { return payload(j, i, t); });
                        }});
       cases.push_back({"alltoall" + suffix + nc, DT_CAP_ALLTOALL, [&comm, c, t, n, me] {
                          HostBuffer s(c * n, t), r(c * n, t);
-                         fill(s.data(), c * n, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
+                         fill(s.data(), c * n, t, [&](size_t i) { return payload(me, i, t); });
                          comm.alltoall(s.buf(), r.buf())->wait();
                          // Block j of rank i's send is block i of rank j's recv.
                          return check_blocks(r.data(), c, n, t,
-                                             [&](int j, size_t i) { return value(j, me * c + i, t, ReduceOp::Sum); });
+                                             [&](int j, size_t i) { return payload(j, me * c + i, t); });
                        }});
       if (n > 1) {
         cases.push_back({"sendrecv_ring" + suffix + nc, DT_CAP_SENDRECV, [&comm, c, t, n, me] {
                            HostBuffer s(c, t), r(c, t);
-                           fill(s.data(), c, t, [&](size_t i) { return value(me, i, t, ReduceOp::Sum); });
+                           fill(s.data(), c, t, [&](size_t i) { return payload(me, i, t); });
                            int next = (me + 1) % n, prev = (me + n - 1) % n;
                            auto rw = comm.recv(r.buf(), prev, 7);
                            auto sw = comm.send(s.buf(), next, 7);
                            sw->wait();
                            rw->wait();
-                           return check(r.data(), c, t, 0, [&](size_t i) { return value(prev, i, t, ReduceOp::Sum); });
+                           return check(r.data(), c, t, 0, [&](size_t i) { return payload(prev, i, t); });
                          }});
       }
     }
@@ -310,32 +331,31 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
       // Many transfers in flight at once on several tags: receives posted in
       // tag order, sends in reverse tag order; messages of one (peer, tag)
       // match in posting order.
-      cases.push_back(
-          {"sendrecv_many_tags/f32/n=" + std::to_string(c), DT_CAP_SENDRECV, [&comm, c, n, me] {
-             const int kTags = 4, kPerTag = 4;
-             const DType t = DType::F32;
-             int next = (me + 1) % n, prev = (me + n - 1) % n;
-             std::vector<HostBuffer> sends, recvs;
-             for (int k = 0; k < kTags * kPerTag; ++k) {
-               sends.emplace_back(c, t);
-               recvs.emplace_back(c, t);
-               fill(sends.back().data(), c, t, [&](size_t i) { return value(me, i + 31 * k, t, ReduceOp::Sum); });
-             }
-             std::vector<std::shared_ptr<Work>> works;
-             for (int tag = 0; tag < kTags; ++tag)
-               for (int j = 0; j < kPerTag; ++j)
-                 works.push_back(comm.recv(recvs[tag * kPerTag + j].buf(), prev, 100 + tag));
-             for (int tag = kTags - 1; tag >= 0; --tag)
-               for (int j = 0; j < kPerTag; ++j)
-                 works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
-             for (auto& w : works) w->wait();
-             for (int k = 0; k < kTags * kPerTag; ++k) {
-               std::string e =
-                   check(recvs[k].data(), c, t, 0, [&](size_t i) { return value(prev, i + 31 * k, t, ReduceOp::Sum); });
-               if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
-             }
-             return std::string();
-           }});
+      cases.push_back({"sendrecv_many_tags/f32/n=" + std::to_string(c), DT_CAP_SENDRECV, [&comm, c, n, me] {
+                         const int kTags = 4, kPerTag = 4;
+                         const DType t = DType::F32;
+                         int next = (me + 1) % n, prev = (me + n - 1) % n;
+                         std::vector<HostBuffer> sends, recvs;
+                         for (int k = 0; k < kTags * kPerTag; ++k) {
+                           sends.emplace_back(c, t);
+                           recvs.emplace_back(c, t);
+                           fill(sends.back().data(), c, t, [&](size_t i) { return payload(me, i + 31 * k, t); });
+                         }
+                         std::vector<std::shared_ptr<Work>> works;
+                         for (int tag = 0; tag < kTags; ++tag)
+                           for (int j = 0; j < kPerTag; ++j)
+                             works.push_back(comm.recv(recvs[tag * kPerTag + j].buf(), prev, 100 + tag));
+                         for (int tag = kTags - 1; tag >= 0; --tag)
+                           for (int j = 0; j < kPerTag; ++j)
+                             works.push_back(comm.send(sends[tag * kPerTag + j].buf(), next, 100 + tag));
+                         for (auto& w : works) w->wait();
+                         for (int k = 0; k < kTags * kPerTag; ++k) {
+                           std::string e =
+                               check(recvs[k].data(), c, t, 0, [&](size_t i) { return payload(prev, i + 31 * k, t); });
+                           if (!e.empty()) return "message " + std::to_string(k) + ": " + e;
+                         }
+                         return std::string();
+                       }});
     }
     cases.push_back({"barrier/n=" + std::to_string(c), DT_CAP_BARRIER, [&comm] {
                        comm.barrier()->wait();
@@ -345,7 +365,64 @@ std::vector<Case> make_cases(Communicator& comm, const Options& o) {
   return cases;
 }
 
+// v rounded to what dtype t holds (written, then read back).
+double in_dtype(double v, DType t) {
+  uint8_t slot[8];
+  write(slot, 0, t, v);
+  return read(slot, 0, t);
+}
+
 }  // namespace
+
+std::string check_reduction_values(int n) {
+  for (DType t : kTypes)
+    for (ReduceOp op : kOps)
+      for (size_t i = 0; i < kPeriod; ++i) {
+        const std::string where = std::string(dtype_name(t)) + "/" + to_string(op) + " at world size " +
+                                  std::to_string(n) + ", index " + std::to_string(i);
+        std::vector<double> v(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) {
+          v[r] = contribution(n, r, i, t, op);
+          if (in_dtype(v[r], t) != v[r]) return where + ": rank " + std::to_string(r) + "'s value is not exact";
+        }
+        // Avg reduces as a sum, then divides.
+        auto combine = [&](double a, double b) -> std::optional<double> {
+          const double exact = op == ReduceOp::Prod  ? a * b
+                               : op == ReduceOp::Max ? std::max(a, b)
+                               : op == ReduceOp::Min ? std::min(a, b)
+                                                     : a + b;
+          if (in_dtype(exact, t) != exact) return std::nullopt;
+          return exact;
+        };
+        auto fail = [&](const char* order) { return where + ": a partial result in " + order + " is not exact"; };
+        // The partial results of three orders a plugin may reduce in: rank order, reverse, pairwise (a tree).
+        std::optional<double> fwd = v[0], back = v[n - 1];
+        for (int r = 1; r < n && fwd && back; ++r) {
+          fwd = combine(*fwd, v[r]);
+          back = combine(*back, v[n - 1 - r]);
+        }
+        if (!fwd) return fail("rank order");
+        if (!back) return fail("reverse rank order");
+        std::vector<double> level = v;
+        while (level.size() > 1) {
+          std::vector<double> next;
+          for (size_t k = 0; k + 1 < level.size(); k += 2) {
+            auto c = combine(level[k], level[k + 1]);
+            if (!c) return fail("a tree");
+            next.push_back(*c);
+          }
+          if (level.size() % 2) next.push_back(level.back());
+          level = std::move(next);
+        }
+        const double expected = reduce_expected(n, i, t, op);
+        const double reduced = op == ReduceOp::Avg ? *fwd : expected;
+        if (*fwd != reduced || *back != reduced || level[0] != reduced)
+          return where + ": the orders disagree with the expected " + std::to_string(expected);
+        if (tolerance(t, op) == 0 && in_dtype(expected, t) != expected)
+          return where + ": the expected result " + std::to_string(expected) + " is not exact";
+      }
+  return "";
+}
 
 Result run(Communicator& comm, const Options& o) {
   Result res;

@@ -40,6 +40,14 @@ struct Result {
 // backend leaves out of its capability bits are skipped and counted.
 Result run(Communicator& comm, const Options& options);
 
+// The reductions' inputs of run() at world size n, checked without a
+// transport: for every dtype, reduction op and index, each rank's value, the
+// expected result and every partial result of reducing the values in rank
+// order, in reverse and pairwise are exact in the dtype (no overflow, no
+// rounding), so a correct plugin passes at any world size whatever order it
+// reduces in. Returns "" or the first problem.
+std::string check_reduction_values(int n);
+
 // Makes a fresh communicator of the same ranks, named name, whose ops time
 // out after timeout. Every rank calls it alike, in the same order.
 using CommFactory =
