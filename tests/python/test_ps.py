@@ -103,6 +103,11 @@ def test_save_on_two_servers_load_on_one(tmp_path):
     assert values(fresh) != values(saved), "training changed nothing"
 
 
+def test_delta_save_holds_the_rows_changed_since_the_base(tmp_path):
+    log = run_job(tmp_path, "delta", 1, 1, PS, ["delta", str(tmp_path / "saves")])
+    assert re.search(r"^base \[3, 5, 7, 11\] delta \[3\]$", log, re.M), log
+
+
 def test_role_errors_name_the_role(tmp_path):
     run_job(tmp_path, "roles", 1, 2, PS, ["roles"])
     server = (tmp_path / "roles" / "serverlog.0").read_text()

@@ -4,11 +4,14 @@
                        prints every worker-visible value
     ps.py load DIR     init_server(DIR): prints the values the workers see before any step
     ps.py fresh        the same without DIR
+    ps.py delta DIR    a base save, one step touching id 3 only, a delta save (text), shrink: prints each
+                       save's ids of table "emb"
     ps.py roles        worker calls on a server and server calls on a worker: prints each error
     ps.py mismatch     worker r declares table "t" with dim 4 + r
     ps.py optimizer    an optimizer with no server-side rule
 """
 
+import os
 import sys
 
 import torch
@@ -61,6 +64,38 @@ def train(what, dirname):
     fleet.stop_worker()
 
 
+def saved_ids(dirname):
+    ids = set()
+    for root, _, files in os.walk(os.path.join(dirname, "emb")):
+        for f in files:
+            if f != "MANIFEST":
+                with open(os.path.join(root, f)) as lines:
+                    ids.update(int(line.split()[0]) for line in lines if line[:1].isdigit())
+    return sorted(ids)
+
+
+def delta(dirname):
+    fleet.init(is_collective=False)
+    m = fleet.distributed_model(Model())
+    opt = fleet.distributed_optimizer(torch.optim.SGD(m.parameters(), lr=0.1))
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        return
+    fleet.init_worker()
+    for ids in ([[3, 0, 7], [5, 0, 11]], [[3]]):
+        m.emb(torch.tensor(ids)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        if len(ids) > 1:
+            fleet.save_persistables(os.path.join(dirname, "base"), mode="base", text=True)
+    fleet.save_persistables(dirname=os.path.join(dirname, "delta"), mode=2, text=True)
+    fleet.shrink()
+    print("base", saved_ids(os.path.join(dirname, "base")), "delta", saved_ids(os.path.join(dirname, "delta")),
+          flush=True)
+    fleet.stop_worker()
+
+
 def roles():
     fleet.init(is_collective=False)
     server = fleet.is_server()
@@ -103,5 +138,7 @@ if __name__ == "__main__":
     what = sys.argv[1]
     if what in ("save", "load", "fresh"):
         train(what, sys.argv[2] if len(sys.argv) > 2 else None)
+    elif what == "delta":
+        delta(sys.argv[2])
     else:
         globals()[what]()
