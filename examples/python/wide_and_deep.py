@@ -20,7 +20,9 @@ import time
 import torch
 
 import dtrain.nn
-from dtrain import _ctr, fleet
+from dtrain import _ext, fleet
+
+_ctr = _ext.load("_ctr")  # the CTR app's C++ (apps/ctr/python_module.cc), checked against this torch
 
 # apps/ctr.toml's tables.
 WIDE = dict(optimizer="adagrad", learning_rate=0.05, initial_g2sum=3.0, initializer="constant", init_a=0.0)

@@ -255,6 +255,7 @@ void load_persistables(const std::string& dir) {
 }
 
 ps::PsWorker& ps_worker() { return worker("ps_worker"); }
+std::shared_ptr<Store> ps_store() { return ps_job("ps_store").store; }
 const ps::ModeOptions& ps_mode() { return worker("ps_mode").mode(); }
 
 ps::TableConfig sparse_table_config(const std::string& name) {

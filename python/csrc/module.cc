@@ -224,22 +224,6 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "role", [] { return role_dict(resolve_role()); }, "this process's role, as the C++ fleet::init finds it");
   m.def("strategy", &strategy_dict, py::arg("toml_text"));
-  m.def(
-      "store_set",
-      [](const std::string& key, const std::string& value) {
-        job_store(resolve_role(), std::chrono::seconds(60))->set(key, Bytes(value.begin(), value.end()));
-      },
-      py::arg("key"), py::arg("value"), py::call_guard<py::gil_scoped_release>(),
-      "sets a key in the job's store (dtrain's launcher's, or the one Paddle's PS variables name)");
-  m.def(
-      "store_get",
-      [](const std::string& key, double timeout_s) {
-        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-        Bytes b = job_store(resolve_role(), timeout)->get(key, timeout);
-        return std::string(b.begin(), b.end());
-      },
-      py::arg("key"), py::arg("timeout_s") = 300.0, py::call_guard<py::gil_scoped_release>(),
-      "waits for a key of the job's store");
 
   py::class_<LossScaler>(m, "LossScaler", "dynamic loss scaling, the C++ Fleet API's")
       .def(py::init([](const std::string& toml_text) {

@@ -60,6 +60,19 @@ std::shared_ptr<::torch::nn::Module> mirror(const std::vector<std::string>& name
   return root;
 }
 
+// Deletes with the GIL released: a table's destructor waits for its ops in flight.
+template <typename T>
+struct DeleteWithoutGil {
+  void operator()(T* p) const {
+    if (PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      delete p;
+    } else {
+      delete p;
+    }
+  }
+};
+
 }  // namespace
 
 void bind_ps(py::module& m) {
@@ -73,22 +86,26 @@ void bind_ps(py::module& m) {
         fleet::init(o);
       },
       py::arg("toml_text"), NoGil(), "fleet::init(false) on a job file's text ([strategy], [ps])");
-  ps.def("is_initialized", &fleet::is_initialized);
   ps.def("shutdown", &fleet::shutdown, NoGil());
-  ps.def("is_server", &fleet::is_server);
-  ps.def("server_index", &fleet::server_index);
-  ps.def("server_num", &fleet::server_num);
-  ps.def("worker_index", &fleet::worker_index);
-  ps.def("worker_num", &fleet::worker_num);
   ps.def("mode", [] { return ps::to_string(fleet::ps_mode().mode); });
   ps.def("init_server", &fleet::init_server);
   ps.def("run_server", &fleet::run_server, NoGil());
   ps.def("init_worker", &fleet::init_worker);
   ps.def("stop_worker", &fleet::stop_worker, NoGil());
   ps.def("barrier_worker", &fleet::barrier_worker, NoGil());
-  ps.def("restored_step", [] { return fleet::ps_worker().restored_step(); });
   ps.def(
-      "save_checkpoint", [](int64_t step) { fleet::ps_worker().save_checkpoint(step); }, NoGil());
+      "store_set",
+      [](const std::string& key, const std::string& value) {
+        fleet::ps_store()->set(key, Bytes(value.begin(), value.end()));
+      },
+      py::arg("key"), py::arg("value"), NoGil(), "sets a key in the job's store");
+  ps.def(
+      "store_get",
+      [](const std::string& key, double timeout_s) {
+        Bytes b = fleet::ps_store()->get(key, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+        return std::string(b.begin(), b.end());
+      },
+      py::arg("key"), py::arg("timeout_s"), NoGil(), "waits for a key of the job's store");
   ps.def(
       "save_persistables",
       [](const std::string& dir, int mode, bool text) {
@@ -98,13 +115,15 @@ void bind_ps(py::module& m) {
       py::arg("dirname"), py::arg("mode") = 0, py::arg("text") = false, NoGil());
   ps.def("load_persistables", &fleet::load_persistables, py::arg("dirname"), NoGil());
 
-  py::class_<fleet::SparseEmbedding>(ps, "SparseTable", "a SparseEmbedding of the C++ Fleet API")
+  // The constructors release the GIL inside: pybind11 registers the instance after they return.
+  using SparseHolder = std::unique_ptr<fleet::SparseEmbedding, DeleteWithoutGil<fleet::SparseEmbedding>>;
+  py::class_<fleet::SparseEmbedding, SparseHolder>(ps, "SparseTable", "a SparseEmbedding of the C++ Fleet API")
       .def(py::init([](const std::string& name, const std::string& toml_text) {
-             return fleet::SparseEmbedding(table_config(name, toml_text));
+             ps::TableConfig c = table_config(name, toml_text);
+             py::gil_scoped_release no_gil;
+             return SparseHolder(new fleet::SparseEmbedding(c));
            }),
-           py::arg("name"), py::arg("toml_text"), NoGil())
-      .def_property_readonly("dim", [](fleet::SparseEmbedding& e) { return e->dim(); })
-      .def_property_readonly("name", [](fleet::SparseEmbedding& e) { return e->table().name(); })
+           py::arg("name"), py::arg("toml_text"))
       .def(
           "forward", [](fleet::SparseEmbedding& e, const ::torch::Tensor& ids) { return e->forward(ids); },
           py::arg("ids"), NoGil())
@@ -132,16 +151,18 @@ void bind_ps(py::module& m) {
                        const std::string& toml_text) {
              ps::TableConfig c = table_config("dense", toml_text);
              c.kind = ps::TableKind::Dense;
-             return std::make_shared<fleet::DenseParameters>(mirror(names, tensors), c, "dense");
+             py::gil_scoped_release no_gil;
+             return std::shared_ptr<fleet::DenseParameters>(
+                 new fleet::DenseParameters(mirror(names, tensors), c, "dense"),
+                 DeleteWithoutGil<fleet::DenseParameters>());
            }),
-           py::arg("names"), py::arg("tensors"), py::arg("toml_text"), NoGil())
-      .def_property_readonly("count", &fleet::DenseParameters::count)
+           py::arg("names"), py::arg("tensors"), py::arg("toml_text"))
       .def("step", &fleet::DenseParameters::step, NoGil())
       .def("pull", &fleet::DenseParameters::pull, NoGil())
-      .def("flush", &fleet::DenseParameters::flush, NoGil())
-      .def("load", &fleet::DenseParameters::load, py::arg("dirname"), NoGil());
+      .def("flush", &fleet::DenseParameters::flush, NoGil());
 
-  auto metrics = ps.def_submodule("metrics", "fleet::metrics over the workers' side communicator");
+  auto metrics =
+      ps.def_submodule("metrics", "fleet::metrics over the workers' side communicator; the AUC of summed buckets");
   metrics.def(
       "sum",
       [](std::vector<double> v) {
@@ -151,8 +172,6 @@ void bind_ps(py::module& m) {
       NoGil());
   metrics.def("max", py::overload_cast<double>(&fleet::metrics::max), NoGil());
   metrics.def("min", py::overload_cast<double>(&fleet::metrics::min), NoGil());
-  metrics.def(
-      "auc", [](std::vector<double> pos, std::vector<double> neg) { return fleet::metrics::auc(pos, neg); }, NoGil());
   metrics.def("auc_of_buckets", &fleet::metrics::auc_of_buckets);
 }
 

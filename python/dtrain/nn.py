@@ -16,7 +16,7 @@ import weakref
 
 import torch
 
-from dtrain import _ext
+from dtrain import _ext, _toml
 
 __all__ = ["SparseEmbedding"]
 
@@ -32,8 +32,7 @@ def _live_embeddings():
 
 
 def _table_toml(name, keys):
-    from dtrain.torch import _toml_literal
-    return f"[ps.tables.{name}]\n" + "".join(f"{k} = {_toml_literal(v)}\n" for k, v in keys.items())
+    return _toml.table(f"ps.tables.{name}", keys)
 
 
 class SparseEmbedding(torch.nn.Module):
@@ -90,14 +89,14 @@ class SparseEmbedding(torch.nn.Module):
 
         show_click: float, ids.numel() x 2 (optional), feeds the table's show and click counters.
         """
-        table = self._cpp("forward")
+        self._cpp("forward")
         keep = self._kept(ids)
         if keep is None:
             if show_click is None:
-                return table.forward(ids)
-            return table.forward_show_click(ids, show_click)
-        rows = table.forward(ids[keep]) if show_click is None else \
-            table.forward_show_click(ids[keep], show_click.reshape(-1, 2)[keep.reshape(-1)])
+                return self._table.forward(ids)
+            return self._table.forward_show_click(ids, show_click)
+        rows = self._table.forward(ids[keep]) if show_click is None else \
+            self._table.forward_show_click(ids[keep], show_click.reshape(-1, 2)[keep.reshape(-1)])
         out = torch.zeros(ids.shape + (self.embedding_dim,), dtype=torch.float32)
         out[keep] = rows
         return out

@@ -7,10 +7,12 @@ through init_server(dirname); a killed server named in every worker; misuse name
 """
 
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -24,9 +26,9 @@ PS = harness.rank_script("ps.py")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    from dtrain import _ctr
+    from dtrain import _ext
     d = str(tmp_path_factory.mktemp("ctr") / "data")
-    _ctr.generate(d, 20000, 2000, seed=3)
+    _ext.load("_ctr").generate(d, 20000, 2000, seed=3)
     return d
 
 
@@ -145,13 +147,21 @@ def test_a_killed_server_is_named_in_every_worker(tmp_path, data):
     workers = [subprocess.Popen(args, env=paddle_env("TRAINER", port, w), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, cwd=tmp_path) for w in (0, 1)]
     try:
-        first = workers[0].stdout.readline()
-        while first and "step 3/" not in first:
-            first = workers[0].stdout.readline()
-        assert first, "worker 0 ended before step 3"
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in workers[0].stdout] + [lines.put("")],
+                         daemon=True).start()
+        first, deadline = "", time.monotonic() + 120
+        while "step 3/" not in first:
+            first = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            assert first, "worker 0 ended before step 3"
         server.send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        outs = [first + w.communicate(timeout=60)[0] for w in workers]
+        out1 = workers[1].communicate(timeout=60)[0]
+        workers[0].wait(timeout=60)
+        rest = []
+        while (line := lines.get(timeout=10)):
+            rest.append(line)
+        outs = [first + "".join(rest), out1]
         took = time.monotonic() - killed
     finally:
         for p in [server, *workers]:

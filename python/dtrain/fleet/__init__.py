@@ -262,12 +262,13 @@ def distributed_optimizer(optimizer, strategy=None):
     """fleet.distributed_optimizer; a strategy given here replaces fleet.init's (Paddle accepts both)."""
     _require_init("distributed_optimizer")
     if strategy is not None:
+        options = strategy.options()
+        if _state["ps"]:
+            ps.set_strategy(strategy)
         if _state["strategy_given"] and strategy.to_toml() != _state["strategy"].to_toml():
             warnings.warn("fleet.distributed_optimizer: the strategy given here replaces the one given to fleet.init")
-        _state["strategy"], _state["options"] = strategy, strategy.options()
+        _state["strategy"], _state["options"] = strategy, options
     if _state["ps"]:
-        if strategy is not None:
-            ps.set_strategy(strategy)
         return ps.distributed_optimizer(optimizer)
     if _state["options"]["a_sync"]:
         raise ValueError("fleet.distributed_optimizer: strategy.a_sync = True needs a parameter-server job "

@@ -19,10 +19,12 @@ rule for the dense parameters and for every SparseEmbedding that names none.
 """
 
 import atexit
+import os
+import warnings
 
 import torch
 
-from dtrain import _ext
+from dtrain import _ext, _toml
 from dtrain import nn as _nn
 
 # What a server passes to the workers through the job's store: the folder its
@@ -70,9 +72,7 @@ def set_strategy(strategy):
 
 
 def _job_toml():
-    from dtrain.torch import _toml_literal
-    ps = {"backend": "ps_grpc", **_state["ps_configs"]}
-    return _state["strategy"].to_toml() + "[ps]\n" + "".join(f"{k} = {_toml_literal(v)}\n" for k, v in ps.items())
+    return _state["strategy"].to_toml() + _toml.table("ps", {"backend": "ps_grpc", **_state["ps_configs"]})
 
 
 def _join():
@@ -90,6 +90,7 @@ def _leave():
         e._table = None
     if _state["optimizer"] is not None:
         _state["optimizer"]._dense = None
+    _state["joined"] = False
     _C().ps.shutdown()
 
 
@@ -125,7 +126,7 @@ def init_server(dirname=None):
     _require("server", "init_server")
     _join()
     _C().ps.init_server()
-    _C().store_set(_LOAD_KEY.format(server_index()), dirname or "")
+    _C().ps.store_set(_LOAD_KEY.format(server_index()), str(dirname or ""))
 
 
 def run_server():
@@ -141,11 +142,13 @@ def init_worker():
     dense parameters of the optimizer's model; then loads what init_server(dirname) named."""
     _require("worker", "init_worker")
     _join()
-    dirs = {_C().store_get(_LOAD_KEY.format(s)) for s in range(server_num())} - {""}
+    timeout = float(_state["ps_configs"].get("timeout_s", 300))
+    dirs = {_C().ps.store_get(_LOAD_KEY.format(s), timeout) for s in range(server_num())} - {""}
     if len(dirs) > 1:
         raise RuntimeError(f"fleet.init_server: the servers were given different folders to load: {sorted(dirs)}")
     declare_tables("init_worker")
     if dirs:
+        _refuse_geo("init_server(dirname)")
         _state["load_dir"] = dirs.pop()
         if worker_index() == 0:
             load_persistables(_state["load_dir"])
@@ -162,6 +165,13 @@ def declare_tables(what):
         raise RuntimeError(f"{what}: call fleet.init_worker() first (it connects to the servers)")
     opt = _state["optimizer"]
     rule = opt._rule if opt is not None else {}
+    late = [e.name for e in _nn._live_embeddings() if e._table is None]
+    if opt is not None and opt._dense is None:
+        late.append("the optimizer's dense parameters")
+    if late and _state["load_dir"]:
+        raise RuntimeError(f"{what}: {', '.join(late)} declared after init_worker() loaded "
+                           f"fleet.init_server's folder {_state['load_dir']}; create every SparseEmbedding and call "
+                           "fleet.distributed_optimizer before fleet.init_worker()")
     for e in _nn._live_embeddings():
         e._declare(rule)
     if opt is not None:
@@ -185,39 +195,49 @@ def barrier_worker():
 _SAVE_MODES = {"full": 0, "base": 1, "delta": 2}
 
 
-def save_persistables(*args, mode=0, text=False, **kwargs):
+def _is_path(x):
+    return isinstance(x, (str, bytes)) or hasattr(x, "__fspath__")
+
+
+def _refuse_geo(what):
+    if _C().ps.mode() == "geo":
+        raise RuntimeError(f"fleet.{what} in GEO mode: the workers train local copies that a load does not "
+                           "reach; load in sync or async mode")
+
+
+def save_persistables(executor=None, dirname=None, main_program=None, mode=0, *, text=False):
     """Saves every table into dirname (one folder per table, written atomically): loadable onto any
     number of servers. mode: 0 or "full", 1 or "base", 2 or "delta" (rows changed since the last
-    base). Call it on one worker, after barrier_worker() when every worker's pushes must be in.
-    Accepts Paddle's save_persistables(executor, dirname, main_program=None, mode=0)."""
-    dirname = _dirname(args, kwargs, "save_persistables")
+    base or delta). Call it on one worker, after barrier_worker() when every worker's pushes must be
+    in. save_persistables(dirname, mode=0), or Paddle's save_persistables(executor, dirname,
+    main_program=None, mode=0). text: Paddle-readable text files instead of binary ones."""
+    if _is_path(executor):  # dtrain's form: (dirname[, mode])
+        executor, dirname, mode = None, executor, dirname if dirname is not None else mode
+    if dirname is None:
+        raise TypeError("fleet.save_persistables: no dirname given")
     mode = _SAVE_MODES.get(mode, mode)
     if mode not in (0, 1, 2):
         raise ValueError(f"fleet.save_persistables: mode {mode!r} is not 0/'full', 1/'base' or 2/'delta'")
     _require("worker", "save_persistables")
     declare_tables("save_persistables")
-    _C().ps.save_persistables(str(dirname), mode, text)
+    _C().ps.save_persistables(os.fspath(dirname), mode, text)
 
 
-def load_persistables(*args, **kwargs):
-    """Loads every declared table from dirname (on one worker; then barrier_worker() and the
-    next forward or step sees the loaded values)."""
-    dirname = _dirname(args, kwargs, "load_persistables")
+def load_persistables(executor=None, dirname=None, main_program=None):
+    """Loads every declared table from dirname (on one worker; then barrier_worker(), and the next
+    forward or step sees the loaded values). load_persistables(dirname), or Paddle's
+    load_persistables(executor, dirname, main_program=None)."""
+    if _is_path(executor):
+        executor, dirname = None, executor
+    if dirname is None:
+        raise TypeError("fleet.load_persistables: no dirname given")
     _require("worker", "load_persistables")
     declare_tables("load_persistables")
-    _C().ps.load_persistables(str(dirname))
+    _refuse_geo("load_persistables")
+    _C().ps.load_persistables(os.fspath(dirname))
     opt = _state["optimizer"]
     if opt is not None and opt._dense is not None:
         opt._dense.pull()
-
-
-def _dirname(args, kwargs, what):
-    if "dirname" in kwargs:
-        return kwargs.pop("dirname")
-    strs = [a for a in args if isinstance(a, (str, bytes)) or hasattr(a, "__fspath__")]
-    if not strs:
-        raise TypeError(f"fleet.{what}: no dirname given")
-    return strs[0]
 
 
 def shrink(new_day=False):
@@ -295,7 +315,11 @@ class PsOptimizer:
     def _names(self, params):
         model = _state["model"]
         known = {id(p): n for n, p in model.named_parameters()} if model is not None else {}
-        return [known.get(id(p), f"param_{i}") for i, p in enumerate(params)]
+        names = [known.get(id(p), f"param_{i}") for i, p in enumerate(params)]
+        if len(known) < len(params):
+            warnings.warn("fleet.distributed_optimizer: dense parameters not in fleet.distributed_model's model are "
+                          "named by position (dense.param_<i>); a save then loads only into the same order")
+        return names
 
     def _declare(self):
         if self._dense is None:

@@ -2,7 +2,7 @@
 
 import difflib
 
-from dtrain import _ext
+from dtrain import _ext, _toml
 
 # Paddle's attribute -> the [strategy] key it sets; a *_configs dict's keys go
 # under the table of the same name (gradient_merge and localsgd have theirs
@@ -19,11 +19,6 @@ _NOT_FROM_PYTHON = {
     "lamb": "LAMB is in the C++ Fleet API only; use an Adam optimizer here",
     "lars": "LARS is in the C++ Fleet API only; use a Momentum optimizer here",
 }
-
-
-def _literal(value):
-    from dtrain.torch import _toml_literal
-    return _toml_literal(value)
 
 
 class DistributedStrategy:
@@ -61,21 +56,18 @@ class DistributedStrategy:
 
     def to_toml(self):
         """The strategy as the job file's [strategy] table."""
-        top, tables = [], {}
+        top, tables = {}, {}
         for name, value in self._values.items():
             if name in ("gradient_merge", "localsgd"):
                 continue  # enabled by their k_steps
             if name in _CONFIGS:
                 tables.setdefault(_CONFIGS[name], {}).update(value)
             else:
-                top.append(f"{name} = {_literal(value)}")
+                top[name] = value
         for flag in ("gradient_merge", "localsgd"):
             if self._values.get(flag, False) and "k_steps" not in tables.setdefault(flag, {}):
                 tables[flag]["k_steps"] = 1
-        text = "[strategy]\n" + "".join(line + "\n" for line in top)
-        for table, keys in tables.items():
-            text += f"[strategy.{table}]\n" + "".join(f"{k} = {_literal(v)}\n" for k, v in keys.items())
-        return text
+        return _toml.table("strategy", top) + "".join(_toml.table(f"strategy.{t}", keys) for t, keys in tables.items())
 
     def options(self):
         """The strategy as the C++ reads it (a dict); raises ValueError naming a bad key."""

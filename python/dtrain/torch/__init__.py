@@ -12,12 +12,11 @@ else gloo for CPU tensors and nccl for CUDA tensors.
 
 import atexit
 import inspect
-import json
 import os
 
 import torch.distributed as dist
 
-from dtrain import _ext
+from dtrain import _ext, _toml
 
 _C = _ext.load()
 
@@ -34,6 +33,10 @@ def set_backend(name="", options=None, plugin_dirs=None):
     options: the plugin's own keys, as its TOML table would hold them.
     plugin_dirs: folders searched for plugins before the installed ones.
     """
+    try:
+        _toml.table("", options or {})
+    except TypeError as e:
+        raise TypeError(f"dtrain.torch.set_backend: option {e}") from None
     _choice["backend"] = name
     _choice["options"] = dict(options or {})
     _choice["plugin_dirs"] = list(plugin_dirs or [])
@@ -49,20 +52,8 @@ def plugins():
     return _C.plugins()
 
 
-def _toml_literal(value):
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_literal(v) for v in value) + "]"
-    raise TypeError(f"dtrain.torch.set_backend: option value {value!r} is not a TOML literal")
-
-
 def _create(store, rank, size, timeout):
-    toml = "".join(f"{k} = {_toml_literal(v)}\n" for k, v in _choice["options"].items())
+    toml = _toml.table("", _choice["options"])
     return _C.create_group(store, rank, size, timeout, backend(), toml, _choice["plugin_dirs"])
 
 

@@ -88,8 +88,8 @@ def delta(dirname):
         opt.step()
         opt.zero_grad()
         if len(ids) > 1:
-            fleet.save_persistables(os.path.join(dirname, "base"), mode="base", text=True)
-    fleet.save_persistables(dirname=os.path.join(dirname, "delta"), mode=2, text=True)
+            fleet.save_persistables(os.path.join(dirname, "base"), "base", text=True)
+    fleet.save_persistables(None, os.path.join(dirname, "delta"), None, 2, text=True)  # Paddle's arguments
     fleet.shrink()
     print("base", saved_ids(os.path.join(dirname, "base")), "delta", saved_ids(os.path.join(dirname, "delta")),
           flush=True)

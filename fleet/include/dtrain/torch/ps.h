@@ -30,6 +30,7 @@
 #include <torch/torch.h>
 
 #include "dtrain/ps.h"
+#include "dtrain/store.h"
 #include "dtrain/work.h"
 
 namespace dtrain::torch {
@@ -77,6 +78,9 @@ void load_persistables(const std::string& dir);
 
 // The worker's PS client (throws before init(false) or on a server).
 ps::PsWorker& ps_worker();
+// The store init(false) joined the job through (workers and servers), for a
+// program's own keys beside the job's (dtrain.fleet: init_server(dirname)).
+std::shared_ptr<Store> ps_store();
 const ps::ModeOptions& ps_mode();
 // [ps.tables.<name>] of the job file.
 ps::TableConfig sparse_table_config(const std::string& name);
