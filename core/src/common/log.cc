@@ -11,8 +11,10 @@ namespace dtrain {
 namespace detail {
 
 spdlog::logger& logger() {
-  static std::shared_ptr<spdlog::logger> instance = [] {
-    auto l = std::make_shared<spdlog::logger>("dtrain", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  // Never destroyed, as the watchdog (comm/watchdog.cc): its detached thread
+  // may log a timeout while the process runs its exit handlers.
+  static spdlog::logger* instance = [] {
+    auto* l = new spdlog::logger("dtrain", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_pattern("[%H:%M:%S.%e] [%^%l%$] [dtrain] %v");
     l->set_level(spdlog::level::warn);
     if (const char* v = std::getenv("DTRAIN_LOG_LEVEL")) {
