@@ -1,6 +1,6 @@
 // dtrain._ctr: the CTR app's C++ for Python programs (examples/python/wide_and_deep.py):
 // the Criteo / slot reader with its background parsing thread, the click-log
-// generator, and the pair-dot interaction op of WideDeep. The reader's waits
+// generator, the pair-dot interaction op of WideDeep and the evaluation counters. The reader's waits
 // release the GIL, so parsing runs beside the training thread.
 #include <torch/csrc/utils/pybind.h>
 
@@ -70,6 +70,23 @@ PYBIND11_MODULE(_ctr, m) {
       .def_property_readonly("skipped", &Reader::skipped)
       .def_property_readonly("first_error", &Reader::first_error)
       .def_property_readonly("wait_seconds", &Reader::wait_seconds);
+
+  py::class_<EvalStats>(m, "EvalStats", "dtrain-ctr's evaluation counters: AUC buckets and log loss sums")
+      .def(py::init<>())
+      .def(
+          "add",
+          [](EvalStats& s, const torch::Tensor& probs, const torch::Tensor& labels) {
+            auto p = probs.to(torch::kFloat).contiguous();
+            auto l = labels.to(torch::kFloat).contiguous();
+            TORCH_CHECK(p.numel() == l.numel(), "EvalStats.add: ", p.numel(), " probabilities for ", l.numel(),
+                        " labels");
+            s.add(p.data_ptr<float>(), l.data_ptr<float>(), static_cast<size_t>(p.numel()));
+          },
+          py::arg("probs"), py::arg("labels"))
+      .def_readonly("pos", &EvalStats::pos)
+      .def_readonly("neg", &EvalStats::neg)
+      .def_readonly("loss_sum", &EvalStats::loss_sum)
+      .def_readonly("count", &EvalStats::count);
 
   m.def("count_lines", &count_lines, py::arg("files"), py::arg("limit") = 0, py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -99,22 +99,13 @@ def parse_args():
 
 
 def evaluate(model, files, limit, rank, world):
-    buckets = 1 << 14
-    pos, neg = torch.zeros(buckets, dtype=torch.float64), torch.zeros(buckets, dtype=torch.float64)
-    loss_sum, count = 0.0, 0
+    stats = _ctr.EvalStats()  # dtrain-ctr's AUC buckets and log loss
     with torch.no_grad():
         for labels, dense, keys in _ctr.Reader(files, rank=rank, world=world, batch_size=4096, limit=limit):
-            if labels.numel() == 0:
-                continue
-            p = torch.sigmoid(model(keys, dense)).double().clamp(1e-7, 1 - 1e-7)
-            at = (p * buckets).long().clamp(max=buckets - 1)
-            clicked = labels > 0.5
-            pos += torch.bincount(at[clicked], minlength=buckets).double()
-            neg += torch.bincount(at[~clicked], minlength=buckets).double()
-            loss_sum -= (torch.log(p[clicked]).sum() + torch.log(1 - p[~clicked]).sum()).item()
-            count += labels.numel()
-    auc = fleet.metrics.auc(pos, neg)
-    loss_sum, count = fleet.metrics.sum([loss_sum, count])
+            if labels.numel():
+                stats.add(torch.sigmoid(model(keys, dense)), labels)
+    auc = fleet.metrics.auc(stats.pos, stats.neg)
+    loss_sum, count = fleet.metrics.sum([stats.loss_sum, stats.count])
     return auc, loss_sum / max(count, 1), count
 
 

@@ -164,14 +164,11 @@ void bind_ps(py::module& m) {
   auto metrics =
       ps.def_submodule("metrics", "fleet::metrics over the workers' side communicator; the AUC of summed buckets");
   metrics.def(
-      "sum",
-      [](std::vector<double> v) {
-        fleet::metrics::sum(v);
-        return v;
+      "all_reduce",
+      [](::torch::Tensor t, const std::string& op) {
+        fleet::metrics::all_reduce(t, op == "max" ? ReduceOp::Max : op == "min" ? ReduceOp::Min : ReduceOp::Sum);
       },
-      NoGil());
-  metrics.def("max", py::overload_cast<double>(&fleet::metrics::max), NoGil());
-  metrics.def("min", py::overload_cast<double>(&fleet::metrics::min), NoGil());
+      py::arg("tensor"), py::arg("op"), NoGil(), "reduces a CPU tensor over the workers in place: sum, max or min");
   metrics.def("auc_of_buckets", &fleet::metrics::auc_of_buckets);
 }
 

@@ -25,15 +25,12 @@ def _values(x):
 
 
 def _reduce(values, op):
-    if _ps():
-        m = _ext.load().ps.metrics
-        if op == "sum":
-            return m.sum(values)
-        return [getattr(m, op)(v) for v in values]
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return values
+    """One collective for the whole list."""
     t = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    if _ps():
+        _ext.load().ps.metrics.all_reduce(t, op)
+    elif dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
     return t.tolist()
 
 

@@ -57,6 +57,9 @@ def train(what, dirname):
             opt.step()
             opt.zero_grad()
         fleet.barrier_worker()
+        w = fleet.worker_index()
+        assert fleet.metrics.max([w, -w]) == [1, 0] and fleet.metrics.min([w, -w]) == [0, -1], "fleet.metrics"
+        assert fleet.metrics.sum(w + 1) == 3 and fleet.metrics.acc(w, 1) == 0.5, "fleet.metrics"
         if fleet.worker_index() == 0:
             fleet.save_persistables(dirname)
         fleet.barrier_worker()
