@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "dtrain/error.h"
-#include "options.h"  // sdk/testing: --option key=value as TOML
+#include "options.h"  // conformance/: --option key=value as TOML
 
 namespace dtrain::bench::coll {
 

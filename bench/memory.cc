@@ -30,7 +30,7 @@
 #include "dtrain/communicator.h"
 #include "dtrain/config.h"
 #include "dtrain/job.h"
-#include "dtrain/torch/fleet.h"
+#include "dtrain/fleet/fleet.h"
 #include "process.h"
 #include "stats.h"
 
@@ -79,10 +79,10 @@ int run_worker(const Options& o) {
   auto any = apps::make_model(o.model, 1.0, 3, 1000);
   auto model = any.ptr();
   const StrategyOptions so = strategy_of(o.worker);
-  auto dp = std::make_shared<dtrain::torch::DataParallel>(model, job.comm, so);
-  auto models = std::make_shared<dtrain::torch::ModelSet>();
+  auto dp = std::make_shared<dtrain::fleet::DataParallel>(model, job.comm, so);
+  auto models = std::make_shared<dtrain::fleet::ModelSet>();
   models->add(dp);
-  dtrain::torch::DistributedOptimizer opt(
+  dtrain::fleet::DistributedOptimizer opt(
       std::make_shared<tch::optim::Adam>(model->parameters(), tch::optim::AdamOptions(1e-4)), so, models);
   model->train();
   std::vector<double> secs;
@@ -106,7 +106,7 @@ int run_worker(const Options& o) {
       if (p.grad().defined()) grads += p.grad().numel() * static_cast<int64_t>(sizeof(float));
     }
   }
-  const int64_t state = dtrain::torch::optimizer_state_bytes(opt.inner());
+  const int64_t state = dtrain::fleet::optimizer_state_bytes(opt.inner());
   int64_t count = 0;
   for (auto& p : model->parameters()) count += p.numel();
   std::printf("RESULT %d %lld %lld %lld %lld %lld %.6f\n", o.rank, static_cast<long long>(count),

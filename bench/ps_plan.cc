@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "options.h"  // sdk/testing: --option key=value as TOML
+#include "options.h"  // conformance/: --option key=value as TOML
 #include "ps_internal.h"
 #include "dtrain/error.h"
 

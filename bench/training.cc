@@ -59,7 +59,7 @@
 #include "cls/cls.h"
 #include "common/device.h"
 #include "common/models.h"
-#include "dtrain/torch/data_parallel.h"
+#include "dtrain/fleet/data_parallel.h"
 #include "dtrain/communicator.h"
 #include "dtrain/job.h"
 #include "dtrain/sdk/strings.h"
@@ -73,8 +73,6 @@ namespace {
 using dtrain::bench::Clock;
 using dtrain::bench::Result;
 using namespace dtrain;
-// With `using namespace dtrain`, `torch` would also name dtrain::torch (the Fleet API).
-namespace torch = ::torch;
 
 struct WorkerArgs {
   std::string job, impl = "dtrain";
@@ -131,7 +129,7 @@ apps::DeviceChoice bench_device(const Config& cfg, const std::string& flag) {
 // around the timed steps, and (lockstep) one 4-byte all-reduce per step.
 struct Sync {
   Job job;
-  std::unique_ptr<dtrain::torch::DataParallel> dp;
+  std::unique_ptr<dtrain::fleet::DataParallel> dp;
   std::unique_ptr<c10d::Reducer> reducer;
   std::function<void()> barrier = [] {};
   std::function<void()> lockstep;
@@ -151,7 +149,7 @@ Sync connect(const WorkerArgs& a, Config& cfg, const std::shared_ptr<::torch::nn
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setenv("MASTER_PORT", std::to_string(a.port).c_str(), 1);
     x.job = join_job(JobOptions::from_config(cfg), resolve_role(&cfg));
-    if (a.impl == "dtrain") x.dp = std::make_unique<dtrain::torch::DataParallel>(model, x.job.comm, so);
+    if (a.impl == "dtrain") x.dp = std::make_unique<dtrain::fleet::DataParallel>(model, x.job.comm, so);
     x.barrier = [comm = x.job.comm] { comm->barrier()->wait(); };
     if (a.impl == "lockstep" && a.world > 1)
       x.lockstep = [comm = x.job.comm] {

@@ -6,7 +6,7 @@
 # reference) and the GPU tests (with the withheld-rank probe),
 # the runtime libraries they need that such a machine lacks (Gloo, UCX,
 # TOML++, spdlog, fmt, gRPC/protobuf, ...), the dtrain sources and
-# scripts/gpu_apps (the libtorch part: libdtrain_torch, dtrain-gpu-smoke and
+# scripts/gpu_apps (the libtorch part: libdtrain_fleet, dtrain-gpu-smoke and
 # dtrain-cls without OpenCV, built there against the wheel's libtorch by
 # build_apps.sh, with the CLI11, fmt and zlib headers carried here), and the
 # Fashion-MNIST files the default cls job reads (Debian's
@@ -46,9 +46,9 @@ for t in dtrain dtrain-conformance dtrain-bench nccl_test cuda_staging_test cuda
   dtrain-nccl-withhold-probe; do
   [[ -x $build/bin/$t ]] && cp "$build/bin/$t" "$pfx/bin/"
 done
-# Not libdtrain_torch where BUILD_DIR has the apps on: build_apps.sh builds it
+# Not libdtrain_fleet where BUILD_DIR has the apps on: build_apps.sh builds it
 # there against the wheel's libtorch.
-find "$build/lib" -maxdepth 1 -name 'libdtrain_*.so*' ! -name 'libdtrain_torch.*' -exec cp -P {} "$pfx/lib/" \;
+find "$build/lib" -maxdepth 1 -name 'libdtrain_*.so*' ! -name 'libdtrain_fleet.*' -exec cp -P {} "$pfx/lib/" \;
 cp "$build"/lib/dtrain/plugins/libdtrain_*.so "$pfx/lib/dtrain/plugins/"
 # The unit tests look for these folders by their build-tree paths: the run
 # script passes them through the environment instead (tests/ in the bundle).

@@ -16,7 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "dtrain/error.h"
-#include "dtrain/torch/sharding.h"
+#include "dtrain/fleet/sharding.h"
 
 namespace fs = std::filesystem;
 

@@ -7,13 +7,9 @@
 #include <torch/torch.h>
 
 #include "dtrain/strategy.h"
-#include "dtrain/torch/data_parallel.h"
+#include "dtrain/fleet/data_parallel.h"
 
 namespace dtrain::apps {
-
-// Inside namespace dtrain, `torch` would name dtrain::torch; the apps mean libtorch.
-namespace torch = ::torch;
-namespace fleet = ::dtrain::torch;
 
 // Checkpoints of the training runtime: whole (rank 0's latest.pt) and sharded
 // (a sharded-<step> folder of one file per rank), fine-tuning from either,

@@ -11,9 +11,6 @@
 
 namespace dtrain::apps {
 
-// Inside namespace dtrain, `torch` would name dtrain::torch (the Fleet API); here it means libtorch.
-namespace torch = ::torch;
-
 // One decoded image: channels x height x width, uint8, channel-major. A
 // segmentation sample also carries its per-pixel labels (height x width,
 // row-major; AugmentOptions::ignore_index marks pixels without a label); a

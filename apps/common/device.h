@@ -1,7 +1,7 @@
 #pragma once
 // Where a worker trains: the [train] device keys (autocast, whose libtorch
 // API differs between Debian's CPU libtorch 1.13 and a CUDA libtorch 2.x, is
-// guarded in dtrain/torch/amp.h).
+// guarded in dtrain/fleet/amp.h).
 //
 //   [train] device = "auto"          "auto": the launcher's device (dtrain --gpus:
 //                                    DTRAIN_DEVICE / FLAGS_selected_gpus) if it gave
@@ -25,7 +25,7 @@
 #include <torch/version.h>
 
 #include "dtrain/config.h"
-#include "dtrain/torch/amp.h"
+#include "dtrain/fleet/amp.h"
 
 namespace dtrain::apps {
 
@@ -130,7 +130,7 @@ DeviceChoice choose_device(const Config& cfg, Fail&& fail) {
 }
 
 // bf16 autocast of the forward pass on `device`'s type for the scope (no-op
-// when off): the Fleet API's AutoCast (dtrain/torch/amp.h).
-using AutocastScope = ::dtrain::torch::AutoCast;
+// when off): the Fleet API's AutoCast (dtrain/fleet/amp.h).
+using AutocastScope = ::dtrain::fleet::AutoCast;
 
 }  // namespace dtrain::apps

@@ -8,8 +8,6 @@
 
 namespace dtrain::apps {
 
-namespace torch = ::torch;
-
 // A trained libtorch C++ module as a TorchScript file that Python's
 // torch.jit.load and C++'s torch::jit::load run without dtrain (Paddle's
 // tools/export_model.py, for libtorch). The module's parameters and buffers

@@ -3,12 +3,12 @@
 #include <cmath>
 
 #include "dtrain/error.h"
-#include "dtrain/torch/blocks.h"
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/blocks.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 
 namespace nn = torch::nn;
 // SyncBatchNorm-capable, with torch::nn::BatchNorm2d's parameters and buffers.
-using BatchNorm2d = dtrain::torch::BatchNorm2d;
+using BatchNorm2d = dtrain::fleet::BatchNorm2d;
 
 namespace dtrain::apps {
 
@@ -109,16 +109,16 @@ struct ResNetImpl : nn::Module {
   torch::Tensor forward(torch::Tensor x) {
     x = torch::relu(bn(stem(x)));
     if (stem_pool) x = torch::max_pool2d(x, 3, 2, 1);
-    // Each residual block is a declared block (dtrain/torch/blocks.h): the
+    // Each residual block is a declared block (dtrain/fleet/blocks.h): the
     // strategies that act per block (recompute, sharding stage 3) see it.
     for (auto& m : *blocks) {
       auto* block = &m;
-      x = dtrain::torch::run_block(
+      x = dtrain::fleet::run_block(
           *m.ptr(), [block](const torch::Tensor& t) { return block->forward(t); }, x);
     }
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     // The classifier is a block too: sharding stage 3 frees it between uses (2M of ResNet-50's 25.6M).
-    return dtrain::torch::run_block(
+    return dtrain::fleet::run_block(
         *fc, [this](const torch::Tensor& t) { return fc(t); }, x);
   }
   bool stem_pool;
@@ -215,7 +215,7 @@ torch::Tensor ConvBnReluImpl::forward(torch::Tensor x) { return torch::relu(bn_-
 
 torch::Tensor run_stage(const nn::Sequential& stage, const torch::Tensor& x) {
   auto s = stage.ptr();
-  return dtrain::torch::run_block(
+  return dtrain::fleet::run_block(
       *s, [s](const torch::Tensor& t) { return s->forward(t); }, x);
 }
 

@@ -6,12 +6,9 @@
 
 #include <torch/torch.h>
 
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 
 namespace dtrain::apps {
-
-// Inside namespace dtrain, `torch` would name dtrain::torch (the Fleet API); here it means libtorch.
-namespace torch = ::torch;
 
 // Image classifiers by name:
 //   resnet20 / resnet32 / resnet56  CIFAR-style ResNet (He et al. 2016, 6n+2 layers,
@@ -34,7 +31,7 @@ class ConvBnReluImpl : public torch::nn::Module {
 
  private:
   torch::nn::Conv2d conv_{nullptr};
-  ::dtrain::torch::BatchNorm2d bn_{nullptr};
+  ::dtrain::fleet::BatchNorm2d bn_{nullptr};
 };
 TORCH_MODULE(ConvBnRelu);
 
@@ -46,7 +43,7 @@ TORCH_MODULE(ConvBnRelu);
 // when blocks > 0, stages 3 and 4 `blocks` each (none: one more conv-BN-ReLU).
 // The constructor registers "stem", "stage2", "stage3", "stage4" in `owner`,
 // in that order (the initial values follow the order); each stage runs as a
-// declared block (dtrain/torch/blocks.h).
+// declared block (dtrain/fleet/blocks.h).
 struct LiteSegBackbone {
   LiteSegBackbone(torch::nn::Module& owner, int base, int blocks, int in_channels);
   // The stem's and the stages' outputs: 1/2, 1/4, 1/8, 1/16 of the input.
@@ -56,7 +53,7 @@ struct LiteSegBackbone {
   torch::nn::Sequential stem, stage2, stage3, stage4;
 };
 
-// Runs `stage` as a declared block (dtrain/torch/blocks.h), so the strategies
+// Runs `stage` as a declared block (dtrain/fleet/blocks.h), so the strategies
 // that act per block (recompute, sharding stage 3) see it.
 torch::Tensor run_stage(const torch::nn::Sequential& stage, const torch::Tensor& x);
 

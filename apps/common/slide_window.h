@@ -8,8 +8,6 @@
 
 namespace dtrain::apps {
 
-namespace torch = ::torch;
-
 // Evaluation at full resolution as PaddleSeg's test_config (is_slide,
 // crop_size, stride): windows of crop_size moved by stride over the image,
 // each window's logits added where it lies and every pixel divided by the

@@ -16,18 +16,13 @@
 #include "common/tensorboard.h"
 #include "dtrain/config.h"
 #include "dtrain/config_table.h"
-#include "dtrain/torch/fleet.h"
+#include "dtrain/fleet/fleet.h"
 
 namespace dtrain::apps {
 
-// Inside namespace dtrain, `torch` would name dtrain::torch; the apps mean libtorch.
-namespace torch = ::torch;
-// The C++ Fleet API, by the name Paddle's users know it.
-namespace fleet = ::dtrain::torch;
-
 // The app-neutral runtime every libtorch app shares: config helpers, progress
 // lines, the learning-rate schedule, atomic checkpoints and the epoch/step
-// loop skeleton. Everything distributed goes through dtrain/torch/ (fleet).
+// loop skeleton. Everything distributed goes through dtrain/fleet/ (fleet).
 
 // ---- job-file keys ----------------------------------------------------------
 // The trainer's keys (an app adds its own [data], [augment], [model] tables),

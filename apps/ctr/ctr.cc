@@ -17,7 +17,7 @@
 #include "ctr/gen.h"
 #include "ctr/model.h"
 #include "dtrain/error.h"
-#include "dtrain/torch/ps.h"
+#include "dtrain/fleet/ps.h"
 
 namespace dtrain::apps {
 

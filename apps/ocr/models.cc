@@ -1,7 +1,7 @@
 #include "ocr/models.h"
 
 #include "dtrain/error.h"
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 
 namespace dtrain::apps::ocr {
 
@@ -15,11 +15,11 @@ struct ConvBnImpl : nn::Module {
   ConvBnImpl(int in, int out, Pair k, Pair stride, Pair pad, int groups) {
     conv = register_module(
         "conv", nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(pad).groups(groups).bias(false)));
-    bn = register_module("bn", dtrain::torch::BatchNorm2d(out));
+    bn = register_module("bn", dtrain::fleet::BatchNorm2d(out));
   }
   torch::Tensor forward(const torch::Tensor& x) { return bn(conv(x)); }
   nn::Conv2d conv{nullptr};
-  dtrain::torch::BatchNorm2d bn{nullptr};  // SyncBatchNorm-capable (strategy.sync_batch_norm)
+  dtrain::fleet::BatchNorm2d bn{nullptr};  // SyncBatchNorm-capable (strategy.sync_batch_norm)
 };
 TORCH_MODULE(ConvBn);
 

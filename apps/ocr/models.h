@@ -7,8 +7,6 @@
 
 namespace dtrain::apps::ocr {
 
-namespace torch = ::torch;
-
 // CRNN as PaddleOCR's rec_*_none_bilstm_ctc: a convolutional backbone that
 // takes [B, C, 32, W] to [B, D, 1, W/4], a bidirectional LSTM over the W/4
 // steps, a linear CTC head. forward() returns logits [T, B, classes] (T =

@@ -17,7 +17,7 @@
 #include "common/trainer.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
-#include "dtrain/torch/metrics.h"
+#include "dtrain/fleet/metrics.h"
 #include "ocr/models.h"
 #include "ocr/render.h"
 

@@ -8,8 +8,6 @@
 
 namespace dtrain::apps {
 
-namespace torch = ::torch;
-
 // A segmentation network: [B, C, H, W] images to [B, classes, H, W] logits,
 // for any H and W (inner sizes are matched by interpolation).
 class SegNetImpl : public torch::nn::Module {

@@ -19,7 +19,7 @@
 #include "common/transforms.h"
 #include "dtrain/error.h"
 #include "dtrain/sdk/strings.h"
-#include "dtrain/torch/metrics.h"
+#include "dtrain/fleet/metrics.h"
 #include "seg/models.h"
 
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// The collective quick start of Paddle's Fleet, in C++ on dtrain::torch: a
+// The collective quick start of Paddle's Fleet, in C++ on dtrain::fleet: a
 // small ResNet on Fashion-MNIST, data-parallel over every worker.
 //
 //   dtrain --nproc_per_node 2 -- ./resnet_fleet [--batches 40] [--epochs 1]
@@ -11,10 +11,10 @@
 #include <cstring>
 #include <string>
 
-#include <dtrain/torch/fleet.h>
+#include <dtrain/fleet/fleet.h>
 #include <torch/torch.h>
 
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 
 // Fashion-MNIST's gzip IDX files: images [N,1,28,28] scaled to [0,1], labels [N].
 torch::Tensor read_idx(const std::string& path, int64_t limit) {

@@ -1,4 +1,4 @@
-// The parameter-server quick start of Paddle's Fleet, in C++ on dtrain::torch:
+// The parameter-server quick start of Paddle's Fleet, in C++ on dtrain::fleet:
 // click prediction from 8 categorical slots (a sparse embedding on the
 // servers) and an MLP (its weights on the servers too), asynchronous by
 // default. Synthetic clicks from a fixed rule, so the loss must fall.
@@ -9,12 +9,12 @@
 #include <cstring>
 #include <string>
 
-#include <dtrain/torch/fleet.h>
-#include <dtrain/torch/metrics.h>
-#include <dtrain/torch/ps.h>
+#include <dtrain/fleet/fleet.h>
+#include <dtrain/fleet/metrics.h>
+#include <dtrain/fleet/ps.h>
 #include <torch/torch.h>
 
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 
 constexpr int kSlots = 8;
 constexpr int64_t kVocab = 1000;

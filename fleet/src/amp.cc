@@ -1,6 +1,6 @@
-#include "dtrain/torch/amp.h"
+#include "dtrain/fleet/amp.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 std::string autocast_unsupported(const ::torch::Device& device, at::ScalarType dtype) {
   if (device.is_cuda() || dtype == at::kBFloat16) return "";
@@ -13,4 +13,4 @@ std::string autocast_unsupported(const ::torch::Device& device, at::ScalarType d
 #endif
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -1,4 +1,4 @@
-#include "dtrain/torch/blocks.h"
+#include "dtrain/fleet/blocks.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -12,7 +12,7 @@
 
 #include "dtrain/error.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -268,4 +268,4 @@ std::unique_ptr<BlockObserver> make_recompute_observer(const std::shared_ptr<::t
   return std::make_unique<RecomputeObserver>(model, checkpoints);
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

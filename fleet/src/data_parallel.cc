@@ -1,4 +1,4 @@
-#include "dtrain/torch/data_parallel.h"
+#include "dtrain/fleet/data_parallel.h"
 
 #include <chrono>
 #include <cstdlib>
@@ -10,12 +10,12 @@
 
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
-#include "dtrain/torch/blocks.h"
-#include "dtrain/torch/sharding.h"
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/blocks.h"
+#include "dtrain/fleet/sharding.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 #include "tensor_buffer.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -34,7 +34,7 @@ using detail::device_view;
 // Testing only: DTRAIN_TORCH_DEVICE_BUCKETS=1 runs CPU parameters through the
 // CUDA path (its buckets, broadcasts and fp16 compression; tensors on the CPU,
 // buffers on the host), so that path's logic is tested on machines without a
-// GPU (tests/torch/data_parallel_device_test.cc).
+// GPU (tests/fleet/data_parallel_device_test.cc).
 bool device_path_forced() {
   const char* v = std::getenv("DTRAIN_TORCH_DEVICE_BUCKETS");
   return v && std::strcmp(v, "1") == 0;
@@ -456,4 +456,4 @@ void DataParallel::reset_stats() {
   if (cuda_buckets_) cuda_buckets_->stats = {};
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -1,4 +1,4 @@
-#include "dtrain/torch/fleet.h"
+#include "dtrain/fleet/fleet.h"
 
 #include <cstdlib>
 
@@ -6,7 +6,7 @@
 #include "dtrain/error.h"
 #include "fleet_state.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -20,19 +20,19 @@ std::unique_ptr<detail::FleetState>& slot() {
 detail::FleetState& detail::state(const char* what) {
   auto& s = slot();
   if (!s)
-    throw InvalidUsage(std::string("dtrain::torch::") + what +
-                       " called before dtrain::torch::init(): call init() first (it finds this worker's rank and "
+    throw InvalidUsage(std::string("dtrain::fleet::") + what +
+                       " called before dtrain::fleet::init(): call init() first (it finds this worker's rank and "
                        "joins the job)");
   return *s;
 }
 
 void detail::install(std::unique_ptr<FleetState> s) {
-  if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
+  if (slot()) throw InvalidUsage("dtrain::fleet::init called twice (call shutdown() before joining again)");
   slot() = std::move(s);
 }
 
 void init(const InitOptions& o) {
-  if (slot()) throw InvalidUsage("dtrain::torch::init called twice (call shutdown() before joining again)");
+  if (slot()) throw InvalidUsage("dtrain::fleet::init called twice (call shutdown() before joining again)");
   std::shared_ptr<const Config> cfg = o.config;
   if (!cfg && !o.job_file.empty()) {
     auto file = std::make_shared<Config>(Config::from_file(o.job_file, o.overrides));
@@ -48,13 +48,13 @@ void init(const InitOptions& o) {
     file->validate(schema);
     cfg = std::move(file);
   } else if (!cfg && !o.overrides.empty()) {
-    throw InvalidUsage("dtrain::torch::init: overrides given without a job file");
+    throw InvalidUsage("dtrain::fleet::init: overrides given without a job file");
   }
   if (!cfg) cfg = std::make_shared<Config>();
 
   RoleInfo role = resolve_role(cfg.get());
   if (o.is_collective && role.role != Role::Worker)
-    throw InvalidUsage("dtrain::torch::init: this process is a parameter server (" + role.source +
+    throw InvalidUsage("dtrain::fleet::init: this process is a parameter server (" + role.source +
                        "), but init was called with is_collective = true; a program started with servers calls "
                        "init(false) (Paddle's fleet.init(is_collective=False))");
   if (!o.is_collective) {
@@ -80,7 +80,7 @@ void init(const InitOptions& o) {
   auto strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
   if (strategy.a_sync)
     throw InvalidUsage(
-        "dtrain::torch::init: [strategy] a_sync = true asks for parameter-server training, but init was called for "
+        "dtrain::fleet::init: [strategy] a_sync = true asks for parameter-server training, but init was called for "
         "a collective job (is_collective = true); remove a_sync, or start servers (dtrain --server_num S "
         "--worker_num W) and call init(false)");
   JobOptions jo = JobOptions::from_config(*cfg);
@@ -126,11 +126,11 @@ std::shared_ptr<DataParallel> distributed_model(std::shared_ptr<::torch::nn::Mod
   auto& s = detail::state("distributed_model");
   if (s.ps)
     throw InvalidUsage(
-        "dtrain::torch::distributed_model is for collective jobs; in a parameter-server job (init(false)) put the "
+        "dtrain::fleet::distributed_model is for collective jobs; in a parameter-server job (init(false)) put the "
         "model's weights on the servers with ps_optimizer() / DenseParameters and SparseEmbedding");
-  if (!model) throw InvalidUsage("dtrain::torch::distributed_model: the model is null");
+  if (!model) throw InvalidUsage("dtrain::fleet::distributed_model: the model is null");
   for (auto& m : s.models->models)
-    if (m->module() == model) throw InvalidUsage("dtrain::torch::distributed_model: this model is already distributed");
+    if (m->module() == model) throw InvalidUsage("dtrain::fleet::distributed_model: this model is already distributed");
   auto dp = std::make_shared<DataParallel>(std::move(model), s.job.comm, s.strategy);
   s.models->add(dp);
   return dp;
@@ -141,4 +141,4 @@ std::shared_ptr<DistributedOptimizer> distributed_optimizer(std::shared_ptr<::to
   return std::make_shared<DistributedOptimizer>(std::move(optimizer), s.strategy, s.models);
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -10,9 +10,9 @@
 #include "dtrain/ps.h"
 #include "dtrain/strategy.h"
 #include "dtrain/work.h"
-#include "dtrain/torch/optimizer.h"
+#include "dtrain/fleet/optimizer.h"
 
-namespace dtrain::torch::detail {
+namespace dtrain::fleet::detail {
 
 // Parameter-server ops a module left in flight (async mode,
 // a_sync_configs.send_queue_size), oldest first, each with what keeps its
@@ -57,4 +57,4 @@ void install(std::unique_ptr<FleetState> s);
 // Waits for every module's ops in flight (s.in_flight).
 void flush_in_flight(FleetState& s);
 
-}  // namespace dtrain::torch::detail
+}  // namespace dtrain::fleet::detail

@@ -1,9 +1,9 @@
-#include "dtrain/torch/metrics.h"
+#include "dtrain/fleet/metrics.h"
 
 #include "dtrain/error.h"
 #include "fleet_state.h"
 
-namespace dtrain::torch::metrics {
+namespace dtrain::fleet::metrics {
 
 namespace {
 
@@ -37,7 +37,7 @@ double acc(double correct, double total) {
 
 double auc_of_buckets(const std::vector<double>& pos, const std::vector<double>& neg) {
   if (pos.size() != neg.size())
-    throw InvalidUsage("dtrain::torch::metrics::auc: " + std::to_string(pos.size()) + " positive buckets but " +
+    throw InvalidUsage("dtrain::fleet::metrics::auc: " + std::to_string(pos.size()) + " positive buckets but " +
                        std::to_string(neg.size()) + " negative ones");
   double tp = 0, fp = 0, area = 0;
   for (size_t i = pos.size(); i-- > 0;) {
@@ -60,7 +60,7 @@ double auc(std::vector<double>& pos, std::vector<double>& neg) {
 
 SegmentationScores segmentation_scores(const std::vector<double>& m, int n) {
   if (n < 1 || m.size() != size_t(n) * size_t(n))
-    throw InvalidUsage("dtrain::torch::metrics::segmentation_scores: " + std::to_string(m.size()) +
+    throw InvalidUsage("dtrain::fleet::metrics::segmentation_scores: " + std::to_string(m.size()) +
                        " entries is not a " + std::to_string(n) + " x " + std::to_string(n) + " confusion matrix");
   SegmentationScores r;
   std::vector<double> label_area(size_t(n), 0.0), pred_area(size_t(n), 0.0);
@@ -100,7 +100,7 @@ SegmentationScores confusion(std::vector<double>& m, int n) {
 void all_reduce(::torch::Tensor& tensor, ReduceOp op) {
   Communicator* c = comm_for("metrics::all_reduce");
   if (!tensor.device().is_cpu() || !tensor.is_contiguous())
-    throw NotSupported("dtrain::torch::metrics::all_reduce needs a contiguous CPU tensor");
+    throw NotSupported("dtrain::fleet::metrics::all_reduce needs a contiguous CPU tensor");
   if (!c) return;
   size_t n = static_cast<size_t>(tensor.numel());
   Buffer b;
@@ -110,10 +110,10 @@ void all_reduce(::torch::Tensor& tensor, ReduceOp op) {
     case ::torch::kInt32: b = Buffer::of(tensor.data_ptr<int32_t>(), n); break;
     case ::torch::kInt64: b = Buffer::of(tensor.data_ptr<int64_t>(), n); break;
     default:
-      throw NotSupported(std::string("dtrain::torch::metrics::all_reduce: dtype ") +
+      throw NotSupported(std::string("dtrain::fleet::metrics::all_reduce: dtype ") +
                          c10::toString(tensor.scalar_type()) + " is not supported (float32/64, int32/64)");
   }
   c->allreduce(b, op, CallOptions::wait_now());
 }
 
-}  // namespace dtrain::torch::metrics
+}  // namespace dtrain::fleet::metrics

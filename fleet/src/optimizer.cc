@@ -1,14 +1,14 @@
-#include "dtrain/torch/optimizer.h"
+#include "dtrain/fleet/optimizer.h"
 
 #include <string>
 #include <unordered_map>
 
 #include "dtrain/error.h"
-#include "dtrain/torch/data_parallel.h"
-#include "dtrain/torch/optimizers.h"
-#include "dtrain/torch/sharding.h"
+#include "dtrain/fleet/data_parallel.h"
+#include "dtrain/fleet/optimizers.h"
+#include "dtrain/fleet/sharding.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 void ModelSet::add(std::shared_ptr<DataParallel> model) {
   model->begin_step(next_step);
@@ -144,4 +144,4 @@ void DistributedOptimizer::reset_stats() {
   for (auto& m : models_->models) m->reset_stats();
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

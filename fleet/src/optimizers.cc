@@ -1,4 +1,4 @@
-#include "dtrain/torch/optimizers.h"
+#include "dtrain/fleet/optimizers.h"
 
 #include <cmath>
 #include <typeinfo>
@@ -7,7 +7,7 @@
 
 #include "dtrain/error.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -28,11 +28,11 @@ std::vector<double> squared_sums(const std::vector<Tensor>& tensors) {
 }
 
 void check_grad(const Tensor& g) {
-  TORCH_CHECK(!g.is_sparse(), "dtrain::torch: LAMB/LARS/clipping take dense gradients only");
+  TORCH_CHECK(!g.is_sparse(), "dtrain::fleet: LAMB/LARS/clipping take dense gradients only");
 }
 
 // The state and options archives (libtorch's _TORCH_OPTIM_* macros say
-// `torch::`, which inside this namespace names dtrain::torch).
+// `torch::`, which inside this namespace names dtrain::fleet).
 void put(::torch::serialize::OutputArchive& archive, const char* key, const c10::IValue& value) {
   if (value.isTensor() && !value.toTensor().defined()) return;
   archive.write(key, value);
@@ -311,8 +311,8 @@ std::string type_name(const ::torch::optim::Optimizer& o) {
   if (dynamic_cast<const ::torch::optim::Adagrad*>(&o)) return "torch::optim::Adagrad";
   if (dynamic_cast<const ::torch::optim::RMSprop*>(&o)) return "torch::optim::RMSprop";
   if (dynamic_cast<const ::torch::optim::LBFGS*>(&o)) return "torch::optim::LBFGS";
-  if (dynamic_cast<const Lamb*>(&o)) return "dtrain::torch::Lamb";
-  if (dynamic_cast<const Lars*>(&o)) return "dtrain::torch::Lars";
+  if (dynamic_cast<const Lamb*>(&o)) return "dtrain::fleet::Lamb";
+  if (dynamic_cast<const Lars*>(&o)) return "dtrain::fleet::Lars";
   return typeid(o).name();
 }
 
@@ -413,4 +413,4 @@ double clip_grad_global_norm(const std::vector<Tensor>& params, double max_norm,
   return total;
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -1,4 +1,4 @@
-#include "dtrain/torch/ps.h"
+#include "dtrain/fleet/ps.h"
 
 #include <algorithm>
 #include <cctype>
@@ -11,14 +11,14 @@
 #include "dtrain/work.h"
 #include "fleet_state.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
 ps::PsJob& ps_job(const char* what) {
   auto& s = detail::state(what);
   if (!s.ps)
-    throw InvalidUsage(std::string("dtrain::torch::") + what +
+    throw InvalidUsage(std::string("dtrain::fleet::") + what +
                        " needs a parameter-server job, but this one is collective: call init(false) (Paddle's "
                        "fleet.init(is_collective=False)) in a job with servers");
   return *s.ps;
@@ -27,14 +27,14 @@ ps::PsJob& ps_job(const char* what) {
 ps::PsWorker& worker(const char* what) {
   auto& j = ps_job(what);
   if (!j.worker)
-    throw InvalidUsage(std::string("dtrain::torch::") + what + " is a worker call, but this process is server " +
+    throw InvalidUsage(std::string("dtrain::fleet::") + what + " is a worker call, but this process is server " +
                        std::to_string(j.role.server_index));
   return *j.worker;
 }
 
 std::vector<uint64_t> to_keys(const ::torch::Tensor& ids) {
   if (ids.is_floating_point() || ids.is_complex())
-    throw InvalidUsage("dtrain::torch::SparseEmbedding: ids must be an integer tensor, got " +
+    throw InvalidUsage("dtrain::fleet::SparseEmbedding: ids must be an integer tensor, got " +
                        std::string(::torch::toString(ids.scalar_type())));
   auto c = ids.to(::torch::kLong).contiguous().cpu();
   std::vector<uint64_t> keys(static_cast<size_t>(c.numel()));
@@ -181,7 +181,7 @@ void flush_in_flight(FleetState& s) {
 }  // namespace detail
 
 void init_standalone(std::shared_ptr<const Config> config, int send_queue_size) {
-  if (!config) throw InvalidUsage("dtrain::torch::init_standalone: no config");
+  if (!config) throw InvalidUsage("dtrain::fleet::init_standalone: no config");
   auto s = std::make_unique<detail::FleetState>();
   s->config = config;
   s->strategy = StrategyOptions::from_config(*config);
@@ -219,12 +219,12 @@ int server_num() {
 
 void init_server() {
   auto& j = ps_job("init_server");
-  if (!j.server) throw InvalidUsage("dtrain::torch::init_server called on worker " + std::to_string(j.role.rank));
+  if (!j.server) throw InvalidUsage("dtrain::fleet::init_server called on worker " + std::to_string(j.role.rank));
 }
 
 void run_server() {
   auto& j = ps_job("run_server");
-  if (!j.server) throw InvalidUsage("dtrain::torch::run_server called on worker " + std::to_string(j.role.rank));
+  if (!j.server) throw InvalidUsage("dtrain::fleet::run_server called on worker " + std::to_string(j.role.rank));
   j.server->serve();
 }
 
@@ -329,7 +329,7 @@ void SparseEmbeddingImpl::prefetch(const ::torch::Tensor& ids) {
   if (show_click.defined()) {
     sc = show_click.to(::torch::kFloat).contiguous().cpu();
     if (sc.numel() != 2 * n)
-      throw InvalidUsage("dtrain::torch::SparseEmbedding '" + table_.name() + "': show_click has " +
+      throw InvalidUsage("dtrain::fleet::SparseEmbedding '" + table_.name() + "': show_click has " +
                          std::to_string(sc.numel()) + " values for " + std::to_string(n) + " ids (needs 2 per id)");
   }
   lookups_.push_back({std::move(keys), rows, sc});
@@ -389,7 +389,7 @@ DenseParameters::DenseParameters(std::shared_ptr<::torch::nn::Module> model, con
   for (auto& item : model_->named_parameters()) {
     auto& t = item.value();
     if (t.scalar_type() != ::torch::kFloat || !t.device().is_cpu() || !t.is_contiguous())
-      throw InvalidUsage("dtrain::torch::DenseParameters: parameter '" + item.key() +
+      throw InvalidUsage("dtrain::fleet::DenseParameters: parameter '" + item.key() +
                          "' must be a contiguous float32 CPU tensor");
     ps::TableConfig c = config;
     c.kind = ps::TableKind::Dense;
@@ -531,4 +531,4 @@ std::shared_ptr<PsOptimizer> ps_optimizer(std::vector<SparseEmbedding> embedding
   return std::make_shared<PsOptimizer>(std::move(embeddings), std::move(model), std::move(dense));
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -1,4 +1,4 @@
-#include "dtrain/torch/sharding.h"
+#include "dtrain/fleet/sharding.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,10 +6,10 @@
 
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
-#include "dtrain/torch/optimizers.h"
+#include "dtrain/fleet/optimizers.h"
 #include "tensor_buffer.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -640,4 +640,4 @@ int64_t optimizer_state_bytes(::torch::optim::Optimizer& opt) {
   return bytes;
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

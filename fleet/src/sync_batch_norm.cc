@@ -1,4 +1,4 @@
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -8,7 +8,7 @@
 #include "dtrain/error.h"
 #include "tensor_buffer.h"
 
-namespace dtrain::torch {
+namespace dtrain::fleet {
 
 namespace {
 
@@ -148,7 +148,7 @@ void BatchNorm2dImpl::_check_input_dim(const ::torch::Tensor& input) {
 }
 
 void BatchNorm2dImpl::pretty_print(std::ostream& stream) const {
-  stream << std::boolalpha << "dtrain::torch::BatchNorm2d(" << options.num_features() << ", eps=" << options.eps()
+  stream << std::boolalpha << "dtrain::fleet::BatchNorm2d(" << options.num_features() << ", eps=" << options.eps()
          << ", momentum=";
   if (options.momentum())
     stream << *options.momentum();
@@ -177,7 +177,7 @@ int enable_sync_batch_norm(::torch::nn::Module& model, std::shared_ptr<Communica
       const std::string name = item.key().empty() ? std::string("the model itself") : "'" + item.key() + "'";
       throw InvalidUsage("strategy.sync_batch_norm: module " + name + " is a plain " + plain +
                          ", which cannot synchronize its statistics (libtorch modules cannot be replaced in place); "
-                         "build it as dtrain::torch::BatchNorm2d (dtrain/torch/sync_batch_norm.h), a drop-in with "
+                         "build it as dtrain::fleet::BatchNorm2d (dtrain/fleet/sync_batch_norm.h), a drop-in with "
                          "the same parameters and buffers");
     }
   }
@@ -185,4 +185,4 @@ int enable_sync_batch_norm(::torch::nn::Module& model, std::shared_ptr<Communica
   return static_cast<int>(found.size());
 }
 
-}  // namespace dtrain::torch
+}  // namespace dtrain::fleet

@@ -10,14 +10,14 @@
 // The one place that knows whether this libtorch has CUDA: the current
 // stream of a CUDA libtorch (a PyTorch wheel's) orders the backend's op after
 // the kernels that produced a tensor. Debian's CPU libtorch ships the c10/cuda
-// headers without the library, hence DTRAIN_TORCH_CUDA (fleet/CMakeLists.txt:
+// headers without the library, hence DTRAIN_FLEET_CUDA (fleet/CMakeLists.txt:
 // set when libtorch has c10_cuda) beside __has_include.
-#if defined(DTRAIN_TORCH_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
+#if defined(DTRAIN_FLEET_CUDA) && __has_include(<c10/cuda/CUDAStream.h>)
 #include <c10/cuda/CUDAStream.h>
 #define DTRAIN_HAVE_CUDA_STREAMS 1
 #endif
 
-namespace dtrain::torch::detail {
+namespace dtrain::fleet::detail {
 
 inline void* current_stream(const ::torch::Device& d) {
 #ifdef DTRAIN_HAVE_CUDA_STREAMS
@@ -48,4 +48,4 @@ inline Buffer device_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
 }
 
-}  // namespace dtrain::torch::detail
+}  // namespace dtrain::fleet::detail

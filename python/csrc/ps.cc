@@ -1,5 +1,5 @@
 // dtrain._C's parameter-server half: the C++ Fleet API's PS functions
-// (dtrain/torch/ps.h) for dtrain.fleet and dtrain.nn.SparseEmbedding. The
+// (dtrain/fleet/ps.h) for dtrain.fleet and dtrain.nn.SparseEmbedding. The
 // tables, the client, the in-flight queues and GEO are the C++ ones; this
 // file only converts. Every call that may wait on the network releases the GIL.
 #include <torch/csrc/utils/pybind.h>
@@ -10,12 +10,12 @@
 #include "dtrain/error.h"
 #include "dtrain/job.h"
 #include "dtrain/strategy.h"
-#include "dtrain/torch/fleet.h"
-#include "dtrain/torch/metrics.h"
-#include "dtrain/torch/ps.h"
+#include "dtrain/fleet/fleet.h"
+#include "dtrain/fleet/metrics.h"
+#include "dtrain/fleet/ps.h"
 
 namespace py = pybind11;
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 
 // No `using namespace dtrain` here: this file comes first in the extension's
 // unity build, and dtrain::DeviceType would clash with c10's in torch's headers.
@@ -76,7 +76,7 @@ struct DeleteWithoutGil {
 }  // namespace
 
 void bind_ps(py::module& m) {
-  auto ps = m.def_submodule("ps", "the C++ Fleet API's parameter-server half (dtrain/torch/ps.h)");
+  auto ps = m.def_submodule("ps", "the C++ Fleet API's parameter-server half (dtrain/fleet/ps.h)");
   ps.def(
       "init",
       [](const std::string& toml_text) {

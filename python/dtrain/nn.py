@@ -4,7 +4,7 @@
                                     initializer="uniform", init_a=-0.05, init_b=0.05)
     rows = emb(ids)            # ids: int64, any shape -> ids.shape + (8,), with autograd
 
-The table is the C++ Fleet API's SparseEmbedding (dtrain/torch/ps.h): forward
+The table is the C++ Fleet API's SparseEmbedding (dtrain/fleet/ps.h): forward
 pulls each distinct id of the batch once, the gradients gathered by backward
 are pushed by the PS optimizer's step() (fleet.distributed_optimizer), left in
 flight in async mode with a_sync_configs' send_queue_size, and prefetch()

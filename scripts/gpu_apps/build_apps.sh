@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, in the unpacked bundle: builds libdtrain_torch,
+# On the GPU machine, in the unpacked bundle: builds libdtrain_fleet,
 # dtrain-gpu-smoke and dtrain-cls against this prefix and the PyTorch wheel's
 # CUDA libtorch (scripts/gpu_apps/CMakeLists.txt), into build-gpu/, and writes
 # apps/cls.toml: the source tree's, reading the bundled Fashion-MNIST
@@ -26,4 +26,4 @@ sed "s|^dir = \"/usr/share/datasets/fashion-mnist\"|dir = \"$here/data/fashion-m
   > "$here/apps/cls.toml"
 grep -q "^dir = \"$here/data/fashion-mnist\"" "$here/apps/cls.toml" ||
   { echo "build_apps: src/apps/cls.toml has no data.dir line to point at $here/data" >&2; exit 1; }
-echo "build_apps: built $here/build-gpu/{dtrain-gpu-smoke,dtrain-cls} and libdtrain_torch.so; wrote $here/apps/cls.toml"
+echo "build_apps: built $here/build-gpu/{dtrain-gpu-smoke,dtrain-cls} and libdtrain_fleet.so; wrote $here/apps/cls.toml"

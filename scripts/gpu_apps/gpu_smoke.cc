@@ -12,9 +12,9 @@
 
 #include <torch/torch.h>
 
-#include "dtrain/torch/fleet.h"
+#include "dtrain/fleet/fleet.h"
 
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 
 int main(int argc, char** argv) {
   try {

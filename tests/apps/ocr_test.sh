@@ -23,7 +23,7 @@ small=(-o model.width=8 -o model.hidden=32 -o model.layers=1 -o data.eval_sample
 
 case $mode in
 ci)
-  # With SyncBatchNorm: the CRNN's normalization layers are dtrain::torch::BatchNorm2d.
+  # With SyncBatchNorm: the CRNN's normalization layers are dtrain::fleet::BatchNorm2d.
   "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o data.train_samples=320 -o train.epochs=3 \
       -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb \
       -o strategy.sync_batch_norm=true > console.log 2>&1 \

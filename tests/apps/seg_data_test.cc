@@ -10,7 +10,7 @@
 #include "common/pictures.h"
 #include "common/seg_data.h"
 #include "dtrain/error.h"
-#include "dtrain/torch/metrics.h"
+#include "dtrain/fleet/metrics.h"
 
 namespace fs = std::filesystem;
 using namespace dtrain::apps;
@@ -55,7 +55,7 @@ double agreement(const Batch& b, const AugmentOptions& a, int64_t* ignored) {
 TEST(SegmentationScores, AsPaddleSegComputesThem) {
   // Rows are labels, columns predictions; class 2 never occurs.
   std::vector<double> m{5, 1, 0, 2, 3, 0, 0, 0, 0};
-  auto s = dtrain::torch::metrics::segmentation_scores(m, 3);
+  auto s = dtrain::fleet::metrics::segmentation_scores(m, 3);
   ASSERT_EQ(s.class_iou.size(), 3u);
   EXPECT_DOUBLE_EQ(s.class_iou[0], 5.0 / 8.0);
   EXPECT_DOUBLE_EQ(s.class_iou[1], 3.0 / 6.0);
@@ -66,7 +66,7 @@ TEST(SegmentationScores, AsPaddleSegComputesThem) {
   EXPECT_DOUBLE_EQ(s.class_precision[0], 5.0 / 7.0);
   EXPECT_DOUBLE_EQ(s.class_recall[1], 3.0 / 5.0);
   EXPECT_DOUBLE_EQ(s.pixels, 11.0);
-  EXPECT_THROW(dtrain::torch::metrics::segmentation_scores(m, 2), dtrain::InvalidUsage);
+  EXPECT_THROW(dtrain::fleet::metrics::segmentation_scores(m, 2), dtrain::InvalidUsage);
 }
 
 TEST(LabelPng, PaletteRoundTripKeepsClassIds) {

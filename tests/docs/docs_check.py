@@ -8,7 +8,7 @@ one, else 0. What is checked:
 
   (a) repository paths: a word whose first component is a top-level folder of
       the repository (apps/cls.toml, plugins/ucx/README.md, fleet/src/x.cc,
-      `tests/unit/<area>_test.cc`, apps/*.toml) must exist in the working tree
+      `tests/core/<area>_test.cc`, apps/*.toml) must exist in the working tree
       (<...> and * are wildcards, {a,b} alternatives); one that exists only
       under a renamed folder (torch/ -> fleet/) is named with its new path.
       Relative Markdown links ([x](ps.md), [x](../plugins/ps_grpc/README.md))
@@ -218,7 +218,7 @@ def path_exists(repo, rel):
 
 def path_regex(folders):
     names = sorted(set(folders) | set(RENAMED), key=len, reverse=True)
-    # Not inside another path, a URL or a word (src/tests/..., https://x/apps/..., dtrain/torch/ps.h).
+    # Not inside another path, a URL or a word (src/tests/..., https://x/apps/..., dtrain/fleet/ps.h).
     return re.compile(r"(?<![\w./~$@:-])((?:" + "|".join(re.escape(n) for n in names) + r")/[\w./<>*{},+-]*)")
 
 

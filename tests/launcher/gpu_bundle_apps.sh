@@ -2,7 +2,7 @@
 # The offline GPU bundle's apps, checked here on the CPU (docs/gpu.md, "The
 # offline bundle"): scripts/gpu_bundle.sh packs the bundle from BUILD (the
 # main build tree: its outputs are reused) and the committed sources; it is
-# unpacked in WORK, its build_apps.sh builds libdtrain_torch, dtrain-gpu-smoke
+# unpacked in WORK, its build_apps.sh builds libdtrain_fleet, dtrain-gpu-smoke
 # and dtrain-cls against Debian's CPU libtorch (as the GPU machine does against
 # a wheel's) without OpenCV and without protobuf (log.tensorboard refused); a one-epoch cls job on the
 # bundled Fashion-MNIST trains through the bundled launcher on gloo and prints

@@ -73,7 +73,7 @@ const char* to_string(Optimizer o);
 struct ModeOptions {
   Mode mode = Mode::Sync;
   int geo_k_steps = 0;  // Geo: push deltas and pull every k steps
-  // Async, for the Fleet API's modules (dtrain/torch/ps.h): how many pushes
+  // Async, for the Fleet API's modules (dtrain/fleet/ps.h): how many pushes
   // of a table may be in flight while training goes on (Paddle's
   // a_sync_configs.send_queue_size); 0: every push is waited for. The
   // PsWorker itself never waits for a push: its caller decides.

@@ -11,7 +11,7 @@
         ...  loss.backward(); optimizer.step(); optimizer.zero_grad()
         fleet.stop_worker()
 
-This process joins the job through the C++ Fleet API (dtrain/torch/ps.h) at
+This process joins the job through the C++ Fleet API (dtrain/fleet/ps.h) at
 init_server() or init_worker(), so a strategy given to distributed_optimizer
 still sets the mode: sync (a_sync = False), async, or GEO (a_sync with
 a_sync_configs = {"k_steps": k}). The torch optimizer becomes the servers'

@@ -1,4 +1,4 @@
-// SyncBatchNorm (dtrain/torch/sync_batch_norm.h): 2 ranks as threads, each
+// SyncBatchNorm (dtrain/fleet/sync_batch_norm.h): 2 ranks as threads, each
 // with batch B, against one process with the concatenated batch 2B, over
 // gloo and ucx (a backend whose plugin does not load is skipped).
 //
@@ -23,8 +23,8 @@
 #include "dtrain/error.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/strategy.h"
-#include "dtrain/torch/data_parallel.h"
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/data_parallel.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 #include "rank_threads.h"
 
 using namespace std::chrono;
@@ -55,7 +55,7 @@ Tensor target_of(int rank) {
   return ::torch::cos(::torch::arange(n, ::torch::kFloat32) * (0.23 + 0.07 * rank)).reshape({kB, kC, kHW, kHW});
 }
 
-void set_affine(dtrain::torch::BatchNorm2d& bn) {
+void set_affine(dtrain::fleet::BatchNorm2d& bn) {
   ::torch::NoGradGuard ng;
   bn->weight.copy_(::torch::tensor({0.5f, 1.5f, -0.7f}));
   bn->bias.copy_(::torch::tensor({0.1f, -0.2f, 0.3f}));
@@ -82,9 +82,9 @@ TEST_P(SyncBnTest, sync_bn_TwoRanksEqualOneProcessOnTheConcatenatedBatch) {
   std::vector<RankResult> out(kWorld);
   dtrain::test::run_rank_threads(GetParam(), kWorld, seconds(60),
                                  [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
-                                   dtrain::torch::BatchNorm2d bn(kC);
+                                   dtrain::fleet::BatchNorm2d bn(kC);
                                    set_affine(bn);
-                                   EXPECT_EQ(dtrain::torch::enable_sync_batch_norm(*bn, comm), 1);
+                                   EXPECT_EQ(dtrain::fleet::enable_sync_batch_norm(*bn, comm), 1);
                                    bn->train();
                                    auto x = input_of(r).requires_grad_(true);
                                    auto y = bn(x);
@@ -98,7 +98,7 @@ TEST_P(SyncBnTest, sync_bn_TwoRanksEqualOneProcessOnTheConcatenatedBatch) {
                                  });
   if (HasFailure()) return;
 
-  dtrain::torch::BatchNorm2d ref(kC);
+  dtrain::fleet::BatchNorm2d ref(kC);
   set_affine(ref);
   ref->train();
   auto x = ::torch::cat({input_of(0), input_of(1)}).requires_grad_(true);
@@ -126,7 +126,7 @@ TEST_P(SyncBnTest, sync_bn_TwoRanksEqualOneProcessOnTheConcatenatedBatch) {
 std::shared_ptr<nn::SequentialImpl> make_net() {
   ::torch::manual_seed(21);
   auto net = std::make_shared<nn::SequentialImpl>(nn::Conv2d(nn::Conv2dOptions(kC, 4, 3).padding(1)),
-                                                  dtrain::torch::BatchNorm2d(4), nn::ReLU(),
+                                                  dtrain::fleet::BatchNorm2d(4), nn::ReLU(),
                                                   nn::Conv2d(nn::Conv2dOptions(4, 2, 3)));
   return net;
 }
@@ -157,8 +157,8 @@ TEST_P(SyncBnTest, sync_bn_UnderDataParallelEqualsOneProcess) {
   dtrain::test::run_rank_threads(
       GetParam(), kWorld, seconds(60), [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
         auto net = nets[r];
-        EXPECT_EQ(dtrain::torch::enable_sync_batch_norm(*net, comm), 1);
-        dtrain::torch::DataParallel dp(net, comm, dtrain::StrategyOptions{});
+        EXPECT_EQ(dtrain::fleet::enable_sync_batch_norm(*net, comm), 1);
+        dtrain::fleet::DataParallel dp(net, comm, dtrain::StrategyOptions{});
         grads[r] = train(
             *net, input_of(r), target_of(r), [&](int s) { dp.begin_step(s); }, [&](int s) { dp.end_backward(s); });
         for (auto& b : net->buffers()) bufs[r].push_back(b.clone());
@@ -190,8 +190,8 @@ TEST_P(SyncBnTest, sync_bn_WithoutAffineAndOnBFloat16) {
     auto opts = nn::BatchNormOptions(kC).affine(false);
     dtrain::test::run_rank_threads(GetParam(), kWorld, seconds(60),
                                    [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
-                                     dtrain::torch::BatchNorm2d bn(opts);
-                                     dtrain::torch::enable_sync_batch_norm(*bn, comm);
+                                     dtrain::fleet::BatchNorm2d bn(opts);
+                                     dtrain::fleet::enable_sync_batch_norm(*bn, comm);
                                      bn->train();
                                      auto x = input_of(r).to(dtype).requires_grad_(true);
                                      auto y = bn(x);
@@ -202,7 +202,7 @@ TEST_P(SyncBnTest, sync_bn_WithoutAffineAndOnBFloat16) {
                                      out[r].grad_x = x.grad().to(::torch::kFloat32);
                                    });
     if (HasFailure()) return;
-    dtrain::torch::BatchNorm2d ref(opts);
+    dtrain::fleet::BatchNorm2d ref(opts);
     ref->train();
     auto x = ::torch::cat({input_of(0), input_of(1)}).to(dtype).to(::torch::kFloat32).requires_grad_(true);
     auto y = ref(x);
@@ -226,7 +226,7 @@ TEST_P(SyncBnTest, sync_bn_WithoutAffineAndOnBFloat16) {
 TEST_P(SyncBnTest, sync_bn_EvalModeIsPlainBatchNorm) {
   dtrain::test::run_rank_threads(GetParam(), kWorld, seconds(60),
                                  [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
-                                   dtrain::torch::BatchNorm2d bn(kC);
+                                   dtrain::fleet::BatchNorm2d bn(kC);
                                    nn::BatchNorm2d plain(kC);
                                    set_affine(bn);
                                    {
@@ -238,7 +238,7 @@ TEST_P(SyncBnTest, sync_bn_EvalModeIsPlainBatchNorm) {
                                      plain->running_mean.copy_(bn->running_mean);
                                      plain->running_var.copy_(bn->running_var);
                                    }
-                                   dtrain::torch::enable_sync_batch_norm(*bn, comm);
+                                   dtrain::fleet::enable_sync_batch_norm(*bn, comm);
                                    bn->eval();
                                    plain->eval();
                                    auto x = input_of(r);
@@ -255,7 +255,7 @@ INSTANTIATE_TEST_SUITE_P(SyncBn, SyncBnTest, ::testing::Values("gloo", "ucx"),
 TEST(SyncBn, sync_bn_WithoutCommunicatorIsTorchBatchNorm2d) {
   for (bool affine : {true, false}) {
     auto opts = nn::BatchNormOptions(kC).affine(affine).momentum(0.3);
-    dtrain::torch::BatchNorm2d bn(opts);
+    dtrain::fleet::BatchNorm2d bn(opts);
     nn::BatchNorm2d plain(opts);
     auto names = [](const nn::Module& m) {
       std::vector<std::string> n;
@@ -278,19 +278,19 @@ TEST(SyncBn, sync_bn_WithoutCommunicatorIsTorchBatchNorm2d) {
 TEST(SyncBn, sync_bn_EnableRefusesAPlainTorchBatchNorm2dNamingIt) {
   auto net = std::make_shared<nn::SequentialImpl>();
   net->push_back(nn::Conv2d(3, 4, 3));
-  net->push_back(dtrain::torch::BatchNorm2d(4));
+  net->push_back(dtrain::fleet::BatchNorm2d(4));
   net->push_back(nn::Conv2d(4, 4, 3));
   net->push_back(nn::BatchNorm2d(4));
   try {
-    dtrain::torch::enable_sync_batch_norm(*net, nullptr);
+    dtrain::fleet::enable_sync_batch_norm(*net, nullptr);
     FAIL() << "expected InvalidUsage";
   } catch (const dtrain::InvalidUsage& e) {
     EXPECT_THAT(e.what(), HasSubstr("'3'"));
     EXPECT_THAT(e.what(), HasSubstr("torch::nn::BatchNorm2d"));
-    EXPECT_THAT(e.what(), HasSubstr("dtrain::torch::BatchNorm2d"));
+    EXPECT_THAT(e.what(), HasSubstr("dtrain::fleet::BatchNorm2d"));
   }
   // Nothing was converted: the dtrain BatchNorm2d kept no communicator.
-  EXPECT_FALSE((*net)[1]->as<dtrain::torch::BatchNorm2dImpl>()->communicator());
+  EXPECT_FALSE((*net)[1]->as<dtrain::fleet::BatchNorm2dImpl>()->communicator());
 }
 
 }  // namespace

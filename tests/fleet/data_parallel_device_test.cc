@@ -14,7 +14,7 @@
 #include <torch/torch.h>
 
 #include "dtrain/strategy.h"
-#include "dtrain/torch/data_parallel.h"
+#include "dtrain/fleet/data_parallel.h"
 #include "rank_threads.h"
 
 using namespace std::chrono;
@@ -64,7 +64,7 @@ std::vector<Outcome> run_step(const dtrain::StrategyOptions& so, bool device_pat
   dtrain::test::run_rank_threads("gloo", kWorld, seconds(60),
                                  [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
                                    auto net = make_net(r);
-                                   dtrain::torch::DataParallel dp(net->ptr(), comm, so);
+                                   dtrain::fleet::DataParallel dp(net->ptr(), comm, so);
                                    dp.begin_step(0);
                                    loss_of(*net, r).backward();
                                    dp.end_backward(0);
@@ -197,7 +197,7 @@ std::vector<std::vector<::torch::Tensor>> conv_steps(bool device_path, bool chan
   dtrain::test::run_rank_threads("gloo", kWorld, seconds(60),
                                  [&](int r, const std::shared_ptr<dtrain::Communicator>& comm) {
                                    auto net = make_conv_net(r, channels_last);
-                                   dtrain::torch::DataParallel dp(net->ptr(), comm, so);
+                                   dtrain::fleet::DataParallel dp(net->ptr(), comm, so);
                                    for (int64_t step = 0; step < 2; ++step) {
                                      if (step == 1)
                                        for (auto& p : (*net)->parameters()) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C++ Fleet API (dtrain::torch) as a user sees it.
+# The C++ Fleet API (dtrain::fleet) as a user sees it.
 #   fleet_test.sh package BUILD EXAMPLE WORKDIR   install dtrain to a prefix, build examples/resnet_fleet
 #       from an unrelated folder with find_package(dtrain COMPONENTS torch), run it with 2 workers under
 #       the dtrain launcher, under mpirun -np 2 and under torchrun-style variables: loss falls, the
@@ -39,7 +39,7 @@ package)
   [[ -e $data/train-images-idx3-ubyte.gz ]] || { echo "SKIP: $data missing"; exit 77; }
   rm -rf "$work" && mkdir -p "$work" && cd "$work"
   cmake --install "$build" --prefix "$work/prefix" > install.log
-  for f in lib/libdtrain_torch.so include/dtrain/torch/fleet.h lib/cmake/dtrain/dtrainTorchTargets.cmake; do
+  for f in lib/libdtrain_fleet.so include/dtrain/fleet/fleet.h lib/cmake/dtrain/dtrainFleetTargets.cmake; do
     [[ -e prefix/$f ]] || fail "the install has no $f"
   done
   # An unrelated folder: only the installed package is visible to the example.
@@ -103,9 +103,9 @@ misuse)
     echo "ok $1: $(grep -m1 -F -- "$2" "$1.out")"
   }
   timeout 60 "$misuse" before_init > before_init.out 2>&1 || { cat before_init.out >&2; fail "before_init"; }
-  expect before_init "distributed_model: error: dtrain::torch::distributed_model called before dtrain::torch::init()"
-  expect before_init "distributed_optimizer: error: dtrain::torch::distributed_optimizer called before dtrain::torch::init()"
-  expect before_init "worker_index: error: dtrain::torch::worker_index called before dtrain::torch::init()"
+  expect before_init "distributed_model: error: dtrain::fleet::distributed_model called before dtrain::fleet::init()"
+  expect before_init "distributed_optimizer: error: dtrain::fleet::distributed_optimizer called before dtrain::fleet::init()"
+  expect before_init "worker_index: error: dtrain::fleet::worker_index called before dtrain::fleet::init()"
   timeout 60 "$misuse" ps > ps.out 2>&1 || { cat ps.out >&2; fail "ps"; }
   expect ps "needs a parameter-server job, but this one is collective"
   timeout 120 "$dtrain" --nproc_per_node 2 --log_dir log -- "$misuse" mismatch > mismatch.out 2>&1 \

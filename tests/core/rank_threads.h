@@ -10,7 +10,7 @@
 
 #include "dtrain/communicator.h"
 #include "dtrain/plugin_registry.h"
-#include "threads.h"  // sdk/testing: the ranks-as-threads harness
+#include "threads.h"  // conformance/: the ranks-as-threads harness
 
 namespace dtrain::test {
 

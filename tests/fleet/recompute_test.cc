@@ -1,5 +1,5 @@
 // Recompute (activation checkpointing) through declared blocks
-// (dtrain/torch/blocks.h): a small residual net whose blocks (conv,
+// (dtrain/fleet/blocks.h): a small residual net whose blocks (conv,
 // BatchNorm, ReLU, dropout) run through run_block, trained one step with and
 // without the recompute observer.
 //
@@ -19,8 +19,8 @@
 #include <torch/torch.h>
 
 #include "dtrain/error.h"
-#include "dtrain/torch/blocks.h"
-#include "dtrain/torch/sync_batch_norm.h"
+#include "dtrain/fleet/blocks.h"
+#include "dtrain/fleet/sync_batch_norm.h"
 
 namespace {
 
@@ -30,11 +30,11 @@ namespace nn = ::torch::nn;
 struct BlockImpl : nn::Module {
   explicit BlockImpl(int64_t c)
       : conv(register_module("conv", nn::Conv2d(nn::Conv2dOptions(c, c, 3).padding(1).bias(false)))),
-        bn(register_module("bn", dtrain::torch::BatchNorm2d(c))),
+        bn(register_module("bn", dtrain::fleet::BatchNorm2d(c))),
         drop(register_module("drop", nn::Dropout(0.2))) {}
   ::torch::Tensor forward(const ::torch::Tensor& x) { return x + drop(::torch::relu(bn(conv(x)))); }
   nn::Conv2d conv;
-  dtrain::torch::BatchNorm2d bn;
+  dtrain::fleet::BatchNorm2d bn;
   nn::Dropout drop;
 };
 TORCH_MODULE(Block);
@@ -50,7 +50,7 @@ struct NetImpl : nn::Module {
     x = stem(x);
     for (const auto& m : *blocks) {
       auto b = m.ptr<BlockImpl>();
-      x = dtrain::torch::run_block(
+      x = dtrain::fleet::run_block(
           *b, [b](const ::torch::Tensor& t) { return b->forward(t); }, x);
     }
     return head(x.mean({2, 3}));
@@ -78,10 +78,10 @@ struct Step {
 // One training step (forward, backward) with the given recompute checkpoints
 // (nullptr: no recompute observer).
 Step step(Net& net, const std::vector<std::string>* checkpoints) {
-  std::unique_ptr<dtrain::torch::BlockObserver> obs;
+  std::unique_ptr<dtrain::fleet::BlockObserver> obs;
   if (checkpoints) {
-    obs = dtrain::torch::make_recompute_observer(net.ptr(), *checkpoints);
-    dtrain::torch::add_block_observer(obs.get());
+    obs = dtrain::fleet::make_recompute_observer(net.ptr(), *checkpoints);
+    dtrain::fleet::add_block_observer(obs.get());
   }
   net->train();
   net->zero_grad();
@@ -89,7 +89,7 @@ Step step(Net& net, const std::vector<std::string>* checkpoints) {
   Step s;
   s.loss = net->forward(input()).square().mean();
   s.loss.backward();
-  if (obs) dtrain::torch::remove_block_observer(obs.get());
+  if (obs) dtrain::fleet::remove_block_observer(obs.get());
   for (const auto& p : net->parameters()) s.grads.push_back(p.grad().clone());
   for (const auto& b : net->buffers()) s.buffers.push_back(b.clone());
   return s;
@@ -147,7 +147,7 @@ TEST(Recompute, recompute_SecondStepAfterRecomputeStillMatches) {
 TEST(Recompute, recompute_UnknownCheckpointNameIsRefusedNamingIt) {
   auto net = make_net();
   try {
-    dtrain::torch::make_recompute_observer(net.ptr(), {"blocks.1", "blocks.9"});
+    dtrain::fleet::make_recompute_observer(net.ptr(), {"blocks.1", "blocks.9"});
     FAIL() << "expected InvalidUsage";
   } catch (const dtrain::InvalidUsage& e) {
     EXPECT_THAT(e.what(), HasSubstr("'blocks.9'"));
@@ -159,7 +159,7 @@ TEST(Recompute, recompute_UnknownCheckpointNameIsRefusedNamingIt) {
 // Records the observer calls and each run of a block's function, to check the
 // order the contract promises: before_backward of a block comes before its
 // recomputation, and blocks go backward in reverse order.
-struct Recorder : dtrain::torch::BlockObserver {
+struct Recorder : dtrain::fleet::BlockObserver {
   Recorder(Net& n, bool rc) : net(n), rc(rc) {}
   bool owns(const nn::Module& b) const override { return index(b) >= 0; }
   void before_forward(nn::Module& b) override { log.push_back("bf" + std::to_string(index(b))); }
@@ -180,13 +180,13 @@ TEST(Recompute, recompute_BeforeBackwardRunsBeforeTheRecomputationInReverseBlock
   auto net = make_net(4, 2);
   for (bool rc : {false, true}) {
     Recorder r(net, rc);
-    dtrain::torch::add_block_observer(&r);
+    dtrain::fleet::add_block_observer(&r);
     // Each block's function logs "run<i>" through a second wrapper.
     ::torch::Tensor x = net->stem(input());
     for (size_t i = 0; i < net->blocks->size(); ++i) {
       auto b = net->blocks[i]->as<BlockImpl>()->shared_from_this();
       auto* log = &r.log;
-      x = dtrain::torch::run_block(
+      x = dtrain::fleet::run_block(
           *b,
           [b, log, i](const ::torch::Tensor& t) {
             log->push_back("run" + std::to_string(i));
@@ -195,7 +195,7 @@ TEST(Recompute, recompute_BeforeBackwardRunsBeforeTheRecomputationInReverseBlock
           x);
     }
     x.sum().backward();
-    dtrain::torch::remove_block_observer(&r);
+    dtrain::fleet::remove_block_observer(&r);
     std::vector<std::string> want{"bf0", "run0", "af0", "bf1", "run1", "af1", "bb1"};
     if (rc) want.push_back("run1");
     want.push_back("bb0");
@@ -210,20 +210,20 @@ TEST(Recompute, recompute_FirstBlockOnAnInputWithoutGradStillGetsGradients) {
   auto net = make_net(3, 1);
   Block b = Block(3);
   auto run = [&](bool rc) {
-    std::unique_ptr<dtrain::torch::BlockObserver> obs;
+    std::unique_ptr<dtrain::fleet::BlockObserver> obs;
     auto holder = std::make_shared<nn::Sequential>(b);
     if (rc) {
-      obs = dtrain::torch::make_recompute_observer(holder->ptr(), {});
-      dtrain::torch::add_block_observer(obs.get());
+      obs = dtrain::fleet::make_recompute_observer(holder->ptr(), {});
+      dtrain::fleet::add_block_observer(obs.get());
     }
     b->zero_grad();
     ::torch::manual_seed(3);
     auto bp = b.ptr();
-    dtrain::torch::run_block(
+    dtrain::fleet::run_block(
         *bp, [bp](const ::torch::Tensor& t) { return bp->forward(t); }, input())
         .sum()
         .backward();
-    if (obs) dtrain::torch::remove_block_observer(obs.get());
+    if (obs) dtrain::fleet::remove_block_observer(obs.get());
     return b->conv->weight.grad().clone();
   };
   auto a = run(false);
@@ -250,16 +250,16 @@ TEST(Recompute, recompute_RecomputeKeepsFewerActivationBytesAfterForward) {
     auto net = make_net(32, 4);
     net->train();
     auto x = input(8, 44);
-    std::unique_ptr<dtrain::torch::BlockObserver> obs;
+    std::unique_ptr<dtrain::fleet::BlockObserver> obs;
     if (rc) {
-      obs = dtrain::torch::make_recompute_observer(net.ptr(), {});
-      dtrain::torch::add_block_observer(obs.get());
+      obs = dtrain::fleet::make_recompute_observer(net.ptr(), {});
+      dtrain::fleet::add_block_observer(obs.get());
     }
     const size_t before = heap_in_use();
     auto loss = net->forward(x).square().mean();
     const size_t after = heap_in_use();
     loss.backward();
-    if (obs) dtrain::torch::remove_block_observer(obs.get());
+    if (obs) dtrain::fleet::remove_block_observer(obs.get());
     return static_cast<double>(after) - static_cast<double>(before);
   };
   const double plain = held(false), rc = held(true);

@@ -18,7 +18,7 @@
 #include "dtrain/plugin_registry.h"
 #include "dtrain/sdk/cuda_runtime.h"
 #include "dtrain/store.h"
-#include "conformance.h"  // sdk/testing
+#include "conformance.h"  // conformance/
 #include "rank_threads.h"
 
 using namespace dtrain;

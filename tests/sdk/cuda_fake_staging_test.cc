@@ -15,7 +15,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "conformance.h"  // sdk/testing
+#include "conformance.h"  // conformance/
 #include "dtrain/communicator.h"
 #include "dtrain/sdk/cuda_runtime.h"
 #include "rank_threads.h"

@@ -18,10 +18,10 @@
 #include <string>
 
 #include "dtrain/config.h"
-#include "dtrain/torch/fleet.h"
-#include "dtrain/torch/ps.h"
+#include "dtrain/fleet/fleet.h"
+#include "dtrain/fleet/ps.h"
 
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,4 +1,4 @@
-// LAMB, LARS and clipping by global norm (dtrain/torch/optimizers.h) against
+// LAMB, LARS and clipping by global norm (dtrain/fleet/optimizers.h) against
 // Paddle's formulas written out here element by element in double precision,
 // sharded (two zero-padded slices on two ranks as threads over gloo, norms
 // summed by the norm reducer) against one process, state save/load, and the
@@ -18,15 +18,15 @@
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/strategy.h"
-#include "dtrain/torch/optimizers.h"
+#include "dtrain/fleet/optimizers.h"
 #include "rank_threads.h"
 
-using dtrain::torch::Lamb;
-using dtrain::torch::LambOptions;
-using dtrain::torch::LambParamState;
-using dtrain::torch::Lars;
-using dtrain::torch::LarsOptions;
-using dtrain::torch::LarsParamState;
+using dtrain::fleet::Lamb;
+using dtrain::fleet::LambOptions;
+using dtrain::fleet::LambParamState;
+using dtrain::fleet::Lars;
+using dtrain::fleet::LarsOptions;
+using dtrain::fleet::LarsParamState;
 using Vec = std::vector<double>;
 
 namespace {
@@ -234,7 +234,7 @@ void set_sharded_grads(const std::vector<::torch::Tensor>& ps, const std::vector
 
 using MakeOpt = std::function<std::shared_ptr<::torch::optim::Optimizer>(const std::vector<::torch::Tensor>&)>;
 
-void set_reducer(::torch::optim::Optimizer& opt, dtrain::torch::NormReducer r) {
+void set_reducer(::torch::optim::Optimizer& opt, dtrain::fleet::NormReducer r) {
   if (auto* l = dynamic_cast<Lamb*>(&opt)) return l->set_norm_reducer(std::move(r));
   dynamic_cast<Lars&>(opt).set_norm_reducer(std::move(r));
 }
@@ -394,17 +394,17 @@ TEST(lamb_lars, ApplyStrategyRefusesLambOverSgd) {
   dtrain::StrategyOptions s;
   s.lamb = true;
   auto sgd = std::make_shared<::torch::optim::SGD>(net.params(), ::torch::optim::SGDOptions(0.1).momentum(0.9));
-  auto msg = message_of([&] { dtrain::torch::apply_optimizer_strategy(sgd, s, net.name_of()); });
+  auto msg = message_of([&] { dtrain::fleet::apply_optimizer_strategy(sgd, s, net.name_of()); });
   EXPECT_NE(msg.find("strategy.lamb replaces an Adam optimizer; got torch::optim::SGD"), std::string::npos) << msg;
 
   s.lamb = false;
   s.lars = true;
   auto adam = std::make_shared<::torch::optim::Adam>(net.params());
-  msg = message_of([&] { dtrain::torch::apply_optimizer_strategy(adam, s, net.name_of()); });
+  msg = message_of([&] { dtrain::fleet::apply_optimizer_strategy(adam, s, net.name_of()); });
   EXPECT_NE(msg.find("strategy.lars replaces a Momentum optimizer"), std::string::npos) << msg;
   EXPECT_NE(msg.find("got torch::optim::Adam"), std::string::npos) << msg;
   auto plain = std::make_shared<::torch::optim::SGD>(net.params(), ::torch::optim::SGDOptions(0.1));
-  msg = message_of([&] { dtrain::torch::apply_optimizer_strategy(plain, s, net.name_of()); });
+  msg = message_of([&] { dtrain::fleet::apply_optimizer_strategy(plain, s, net.name_of()); });
   EXPECT_NE(msg.find("momentum 0"), std::string::npos) << msg;
 }
 
@@ -413,13 +413,13 @@ TEST(lamb_lars, ApplyStrategyMakesLambAndLars) {
   dtrain::StrategyOptions s;
   auto adam = std::make_shared<::torch::optim::Adam>(
       net.params(), ::torch::optim::AdamOptions(0.003).betas(std::make_tuple(0.8, 0.99)).eps(1e-7));
-  EXPECT_EQ(dtrain::torch::apply_optimizer_strategy(adam, s, net.name_of()).get(),
+  EXPECT_EQ(dtrain::fleet::apply_optimizer_strategy(adam, s, net.name_of()).get(),
             static_cast<::torch::optim::Optimizer*>(adam.get()));
 
   s.lamb = true;
   s.lamb_weight_decay = 0.02;
   s.lamb_exclude_from_weight_decay = {"bias"};
-  auto opt = dtrain::torch::apply_optimizer_strategy(adam, s, net.name_of());
+  auto opt = dtrain::fleet::apply_optimizer_strategy(adam, s, net.name_of());
   auto* lamb = dynamic_cast<Lamb*>(opt.get());
   ASSERT_NE(lamb, nullptr);
   ASSERT_EQ(lamb->param_groups().size(), 1u);
@@ -441,7 +441,7 @@ TEST(lamb_lars, ApplyStrategyMakesLambAndLars) {
   s.lars_epsilon = 1e-9;
   s.lars_exclude_from_weight_decay = {"weight"};
   auto sgd = std::make_shared<::torch::optim::SGD>(net.params(), ::torch::optim::SGDOptions(0.1).momentum(0.7));
-  opt = dtrain::torch::apply_optimizer_strategy(sgd, s, net.name_of());
+  opt = dtrain::fleet::apply_optimizer_strategy(sgd, s, net.name_of());
   auto* lars = dynamic_cast<Lars*>(opt.get());
   ASSERT_NE(lars, nullptr);
   const auto& lo = static_cast<const LarsOptions&>(lars->param_groups()[0].options());
@@ -462,11 +462,11 @@ TEST(clip, GlobalNormMatchesFormula) {
   a.mutable_grad() = to_tensor(g0);
   b.mutable_grad() = to_tensor(g1);
   // Below the limit: untouched.
-  EXPECT_DOUBLE_EQ(dtrain::torch::clip_grad_global_norm({a, b, c}, 10.0), total);
+  EXPECT_DOUBLE_EQ(dtrain::fleet::clip_grad_global_norm({a, b, c}, 10.0), total);
   expect_near(to_vec(a.grad()), g0, 0, "unclipped");
   // Above: every gradient times max_norm / max(global_norm, max_norm).
   const double max_norm = 2.0;
-  EXPECT_DOUBLE_EQ(dtrain::torch::clip_grad_global_norm({a, b, c}, max_norm), total);
+  EXPECT_DOUBLE_EQ(dtrain::fleet::clip_grad_global_norm({a, b, c}, max_norm), total);
   Vec w0 = g0, w1 = g1;
   for (auto& x : w0) x *= max_norm / total;
   for (auto& x : w1) x *= max_norm / total;
@@ -492,13 +492,13 @@ std::vector<Vec> clip_in_one_process(const std::vector<Vec>& grads, double max_n
     ps.push_back(::torch::zeros({static_cast<int64_t>(g.size())}, ::torch::kFloat32).requires_grad_(true));
     ps.back().mutable_grad() = to_tensor(g, ::torch::kFloat32);
   }
-  *total = dtrain::torch::clip_grad_global_norm(ps, max_norm);
+  *total = dtrain::fleet::clip_grad_global_norm(ps, max_norm);
   std::vector<Vec> out;
   for (auto& p : ps) out.push_back(to_vec(p.grad()));
   return out;
 }
 
-dtrain::torch::NormReducer allreduce_sum(const std::shared_ptr<dtrain::Communicator>& comm) {
+dtrain::fleet::NormReducer allreduce_sum(const std::shared_ptr<dtrain::Communicator>& comm) {
   return [comm](std::vector<double>& v) {
     comm->allreduce(dtrain::Buffer::of(v.data(), v.size()), dtrain::ReduceOp::Sum, dtrain::CallOptions::wait_now());
   };
@@ -525,7 +525,7 @@ TEST(clip, ShardedEqualsWhole) {
           ps.push_back(::torch::zeros({s.slice()}, ::torch::kFloat32).requires_grad_(true));
           ps.back().mutable_grad() = to_tensor(s.slice_of(g, rank), ::torch::kFloat32);
         }
-        totals[rank] = dtrain::torch::clip_grad_global_norm(ps, max_norm, allreduce_sum(comm));
+        totals[rank] = dtrain::fleet::clip_grad_global_norm(ps, max_norm, allreduce_sum(comm));
         for (auto& p : ps) got[rank].push_back(to_vec(p.grad()));
       });
   EXPECT_GT(want_total, max_norm);
@@ -561,7 +561,7 @@ TEST(clip, DataParallelEqualsOneProcess) {
                           dtrain::CallOptions::wait_now());
           ps.back().mutable_grad() = grad / kWorld;
         }
-        totals[rank] = dtrain::torch::clip_grad_global_norm(ps, max_norm);
+        totals[rank] = dtrain::fleet::clip_grad_global_norm(ps, max_norm);
         for (auto& p : ps) got[rank].push_back(to_vec(p.grad()));
       });
   EXPECT_GT(want_total, max_norm);

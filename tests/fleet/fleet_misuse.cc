@@ -9,11 +9,11 @@
 #include <functional>
 #include <string>
 
-#include <dtrain/torch/fleet.h>
-#include <dtrain/torch/ps.h>
+#include <dtrain/fleet/fleet.h>
+#include <dtrain/fleet/ps.h>
 #include <torch/torch.h>
 
-namespace fleet = dtrain::torch;
+namespace fleet = dtrain::fleet;
 
 namespace {
 

@@ -13,8 +13,8 @@
 #include <torch/torch.h>
 
 #include "dtrain/strategy.h"
-#include "dtrain/torch/data_parallel.h"
-#include "dtrain/torch/optimizer.h"
+#include "dtrain/fleet/data_parallel.h"
+#include "dtrain/fleet/optimizer.h"
 #include "rank_threads.h"
 
 using namespace std::chrono;
@@ -84,10 +84,10 @@ std::vector<Trace> run(const std::string& backend, int stage) {
         auto o = amp_options();
         o.sharding = stage > 0;
         o.sharding_stage = stage > 0 ? stage : 1;
-        auto dp = std::make_shared<dtrain::torch::DataParallel>(net.ptr(), comm, o);
-        auto models = std::make_shared<dtrain::torch::ModelSet>();
+        auto dp = std::make_shared<dtrain::fleet::DataParallel>(net.ptr(), comm, o);
+        auto models = std::make_shared<dtrain::fleet::ModelSet>();
         models->add(dp);
-        dtrain::torch::DistributedOptimizer opt(
+        dtrain::fleet::DistributedOptimizer opt(
             std::make_shared<::torch::optim::SGD>(net->parameters(), ::torch::optim::SGDOptions(0.1)), o, models);
         auto w = net->parameters()[0];
         int step = 0;

@@ -23,11 +23,11 @@
 #include "dtrain/config.h"
 #include "dtrain/error.h"
 #include "dtrain/strategy.h"
-#include "dtrain/torch/blocks.h"
-#include "dtrain/torch/data_parallel.h"
-#include "dtrain/torch/optimizer.h"
-#include "dtrain/torch/optimizers.h"
-#include "dtrain/torch/sharding.h"
+#include "dtrain/fleet/blocks.h"
+#include "dtrain/fleet/data_parallel.h"
+#include "dtrain/fleet/optimizer.h"
+#include "dtrain/fleet/optimizers.h"
+#include "dtrain/fleet/sharding.h"
 #include "rank_threads.h"
 
 namespace fs = std::filesystem;
@@ -53,7 +53,7 @@ struct NetImpl : nn::Module {
   }
   ::torch::Tensor forward(::torch::Tensor x) {
     for (auto& b : *blocks)
-      x = dtrain::torch::run_block(
+      x = dtrain::fleet::run_block(
           *b.ptr(), [&](const ::torch::Tensor& t) { return ::torch::tanh(b.forward(t)); }, x);
     return head(x);
   }
@@ -99,18 +99,18 @@ std::shared_ptr<::torch::optim::Optimizer> make_inner(const Plan& s, Net& net) {
 // One worker: model, DataParallel (with or without sharding), optimizer.
 struct Worker {
   Net net;
-  std::shared_ptr<dtrain::torch::DataParallel> dp;
-  std::shared_ptr<dtrain::torch::DistributedOptimizer> opt;
+  std::shared_ptr<dtrain::fleet::DataParallel> dp;
+  std::shared_ptr<dtrain::fleet::DistributedOptimizer> opt;
   int rank = 0, world = 1;
 
   Worker(const Plan& s, std::shared_ptr<dtrain::Communicator> comm) {
     world = comm ? comm->size() : 1;
     rank = comm ? comm->rank() : 0;
     auto so = strategy_of(s);
-    dp = std::make_shared<dtrain::torch::DataParallel>(net.ptr(), comm, so);
-    auto models = std::make_shared<dtrain::torch::ModelSet>();
+    dp = std::make_shared<dtrain::fleet::DataParallel>(net.ptr(), comm, so);
+    auto models = std::make_shared<dtrain::fleet::ModelSet>();
     models->add(dp);
-    opt = std::make_shared<dtrain::torch::DistributedOptimizer>(make_inner(s, net), so, models);
+    opt = std::make_shared<dtrain::fleet::DistributedOptimizer>(make_inner(s, net), so, models);
     if (s.clip > 0) opt->set_clip_grad_norm(s.clip);
   }
   void train(int from, int to) {
@@ -236,7 +236,7 @@ TEST_P(ShardingBackendTest, CheckpointLoadsAtOtherWorldSizes) {
                                      Worker w(s, comm);
                                      w.train(0, 3);
                                      ::torch::serialize::OutputArchive ar;
-                                     dtrain::torch::save_shard(ar, *w.dp->sharding(), w.opt->inner());
+                                     dtrain::fleet::save_shard(ar, *w.dp->sharding(), w.opt->inner());
                                      ar.save_to((dir / ("shard-" + std::to_string(r) + ".pt")).string());
                                    });
     auto load = [&](std::vector<::torch::serialize::InputArchive>& ars) {
@@ -251,7 +251,7 @@ TEST_P(ShardingBackendTest, CheckpointLoadsAtOtherWorldSizes) {
                                        Worker w(s, comm);
                                        std::vector<::torch::serialize::InputArchive> ars;
                                        load(ars);
-                                       dtrain::torch::load_shards(ars, *w.dp->sharding(), w.opt->inner());
+                                       dtrain::fleet::load_shards(ars, *w.dp->sharding(), w.opt->inner());
                                        w.opt->set_next_step(3);
                                        w.train(3, 6);
                                        got[r] = w.params();
@@ -264,7 +264,7 @@ TEST_P(ShardingBackendTest, CheckpointLoadsAtOtherWorldSizes) {
     Worker w(plain, nullptr);
     std::vector<::torch::serialize::InputArchive> ars;
     load(ars);
-    dtrain::torch::load_shards_unsharded(ars, *w.net, w.opt->inner());
+    dtrain::fleet::load_shards_unsharded(ars, *w.net, w.opt->inner());
     w.train(3, 6);
     expect_close(w.params(), one, "stage " + std::to_string(stage) + " saved at 2, resumed unsharded");
   }
@@ -274,7 +274,7 @@ TEST_P(ShardingBackendTest, CheckpointLoadsAtOtherWorldSizes) {
 // What a rank keeps between steps: stage 1 shards the optimizer state, stage 2
 // the gradients too, stage 3 the parameters of the declared blocks too.
 TEST_P(ShardingBackendTest, MemoryPerStage) {
-  std::map<int, dtrain::torch::ShardedParameters::Memory> mem;
+  std::map<int, dtrain::fleet::ShardedParameters::Memory> mem;
   std::map<int, int64_t> state;
   for (int stage : {1, 2, 3}) {
     Plan s{"adam", stage, 0};
@@ -284,7 +284,7 @@ TEST_P(ShardingBackendTest, MemoryPerStage) {
                                      w.train(0, 2);
                                      if (r != 1) return;
                                      mem[stage] = w.dp->sharding()->memory();
-                                     state[stage] = dtrain::torch::optimizer_state_bytes(w.opt->inner());
+                                     state[stage] = dtrain::fleet::optimizer_state_bytes(w.opt->inner());
                                    });
   }
   int64_t whole = 0, head = 0;

@@ -1,4 +1,4 @@
-// The conformance suite's reduction inputs at any world size (sdk/testing/conformance.h):
+// The conformance suite's reduction inputs at any world size (conformance/conformance.h):
 // exact in every dtype, whatever order a plugin reduces in, without running a transport.
 #include <gtest/gtest.h>
 
