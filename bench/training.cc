@@ -66,12 +66,15 @@
 #include "process.h"
 #include "stats.h"
 #include "threads.h"
+#include "training_eager.h"
 #include "training_result.h"
 
 namespace {
 
 using dtrain::bench::Clock;
+using dtrain::bench::EagerPython;
 using dtrain::bench::Result;
+using dtrain::bench::Workload;
 using namespace dtrain;
 
 struct WorkerArgs {
@@ -84,18 +87,6 @@ struct WorkerArgs {
   std::string device;              // --device: "" (the CPU rows) or cuda / cuda:N
   std::string python = "python3";  // --python: the eager reference's interpreter
   bool check = false;              // --check: stop after the model check and the header
-};
-
-// What every row trains, from the job file: the model, the batch of fixed
-// random images of the dataset's shape, and SGD with momentum.
-// The job file's values (their defaults are the schema's, apps/cls and apps/common).
-struct Workload {
-  std::string model;
-  double width = 0;
-  int channels = 1, size = 28, classes = 10;  // fashion-mnist's; a list data set's from [data]
-  int64_t batch = 0;
-  double lr = 0, momentum = 0, weight_decay = 0;
-  int64_t seed = 0;
 };
 
 Workload workload(const Config& cfg) {
@@ -387,116 +378,11 @@ void print_ratio(const char* name, const Config2& a, const Config2& b, double ta
 
 // ---- --device: dtrain's one worker against PyTorch eager (Python) ----
 
-// bench/eager_reference.py: next to this program (bench/CMakeLists.txt copies
-// it to bin/), else in the source tree it was built from (DTRAIN_EAGER_REFERENCE,
-// defined there too; a build of this file elsewhere must do one or the other).
-#ifndef DTRAIN_EAGER_REFERENCE
-#define DTRAIN_EAGER_REFERENCE ""
-#endif
-std::string eager_script() {
-  std::vector<std::string> tried{bench::dir_of(bench::self_exe()) + "/eager_reference.py"};
-  if (*DTRAIN_EAGER_REFERENCE) tried.push_back(DTRAIN_EAGER_REFERENCE);
-  for (const auto& p : tried)
-    if (::access(p.c_str(), R_OK) == 0) return p;
-  throw std::runtime_error("the PyTorch eager reference is missing: " + sdk::join(tried, " and ") +
-                           (tried.size() > 1 ? " do not exist" : " does not exist"));
-}
-
-// One line of the script's stdout: "EAGER-PROBE k=v ...", "EAGER k=v ...".
-std::map<std::string, std::string> eager_line(const std::string& out, const std::string& tag) {
-  std::map<std::string, std::string> kv;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(tag + " ", 0) != 0) continue;
-    std::istringstream words(line.substr(tag.size() + 1));
-    std::string w;
-    while (words >> w)
-      if (auto eq = w.find('='); eq != std::string::npos) kv[w.substr(0, eq)] = w.substr(eq + 1);
-    return kv;
-  }
-  return kv;
-}
-
-struct EagerPython {
-  std::string python, script;                // the interpreter's path, the script's
-  std::vector<std::string> args;             // the workload, as the script's options
-  std::map<std::string, std::string> probe;  // EAGER-PROBE's keys: params, torch, torch_file, python, device
-};
-
-// Finds the interpreter and asks it (EAGER-PROBE) what its torch is and how
-// many parameters the model has: it must import torch and, on CUDA, see the
-// device. Throws, naming the python, its error and --python, where it cannot.
-EagerPython eager_python(const WorkerArgs& a, const Workload& w, const apps::DeviceChoice& dc) {
-  EagerPython e;
-  const std::string hint =
-      "; point --python at a python whose torch can run on " + dc.device.str() +
-      " (on the GPU machine: the PyTorch wheel's, as docs/gpu.md's env.sh sets up; here: Debian's python3-torch under "
-      "/usr/bin/python3)";
-  e.python = a.python.find('/') == std::string::npos ? bench::find_in_path(a.python) : a.python;
-  if (e.python.empty())
-    throw std::runtime_error("the PyTorch eager reference runs under " + a.python + ", but there is no " + a.python +
-                             " on PATH" + hint);
-  if (::access(e.python.c_str(), X_OK) != 0)
-    throw std::runtime_error("the PyTorch eager reference runs under --python " + e.python +
-                             ", which is not an "
-                             "executable file" +
-                             hint);
-  e.script = eager_script();
-  e.args = {"--model",        w.model,
-            "--width",        fmt::format("{}", w.width),
-            "--channels",     std::to_string(w.channels),
-            "--size",         std::to_string(w.size),
-            "--classes",      std::to_string(w.classes),
-            "--batch",        std::to_string(w.batch),
-            "--device",       dc.device.str(),
-            "--lr",           fmt::format("{}", w.lr),
-            "--momentum",     fmt::format("{}", w.momentum),
-            "--weight-decay", fmt::format("{}", w.weight_decay),
-            "--seed",         std::to_string(w.seed),
-            "--threads",      "1"};
-  if (dc.bf16) e.args.push_back("--bf16");
-  if (dc.channels_last) e.args.push_back("--channels-last");
-  std::vector<std::string> argv{e.python, e.script};
-  argv.insert(argv.end(), e.args.begin(), e.args.end());
-  argv.push_back("--probe");
-  auto c = bench::run_capture(e.python, argv, {}, std::chrono::seconds(120));
-  e.probe = eager_line(c.out, "EAGER-PROBE");
-  if (c.failure.empty() && e.probe.count("params") && e.probe.count("layout")) return e;
-  auto err = c.out.find("EAGER-ERROR ");
-  std::string why = err != std::string::npos ? c.out.substr(err + 12, c.out.find('\n', err) - err - 12)
-                                             : c.failure + (c.failure.empty() ? "printed no EAGER-PROBE line"
-                                                                              : " without an EAGER-PROBE line");
-  throw std::runtime_error("the PyTorch eager reference (" + e.script + ") cannot run under " + e.python + ": " + why +
-                           hint);
-}
-
-// One timed run of the script (a fresh process, as each dtrain row is).
-Result run_eager_python(const WorkerArgs& a, const EagerPython& e) {
-  std::vector<std::string> argv{e.python, e.script};
-  argv.insert(argv.end(), e.args.begin(), e.args.end());
-  argv.insert(argv.end(), {"--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--trials", "1"});
-  auto c = bench::run_capture(e.python, argv, {}, std::chrono::seconds(600));
-  auto kv = eager_line(c.out, "EAGER");
-  if (!c.failure.empty() || !kv.count("images_per_s") || !kv.count("ms_per_step"))
-    throw std::runtime_error("PyTorch eager (" + e.python + " " + e.script + ") " +
-                             (c.failure.empty() ? "printed no EAGER line" : c.failure) + ": " + c.out);
-  if (kv["params"] != e.probe.at("params") || kv["layout"] != e.probe.at("layout"))
-    throw std::runtime_error("PyTorch eager's model changed between runs: " + kv["params"] + " parameters (layout " +
-                             kv["layout"] + "), " + e.probe.at("params") + " at the probe (layout " +
-                             e.probe.at("layout") + ")");
-  Result r;
-  r.ips = std::stod(kv["images_per_s"]);
-  r.step_ms = std::stod(kv["ms_per_step"]);
-  r.comm_ms = -1;
-  return r;
-}
-
 // dtrain's one worker against PyTorch eager (Python) and the same loop in C++
 // on the same device, model and batch, in paired trials (the order rotates).
 int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice& dc) {
   const Workload w = workload(cfg);
-  EagerPython py = eager_python(a, w, dc);
+  EagerPython py = eager_python(a.python, w, dc.device.str(), dc.bf16, dc.channels_last);
   int64_t params = 0;
   std::string shapes;  // "16x1x3x3;16;16;...", hashed as eager_reference.py's layout()
   for (const auto& p : apps::make_model(w.model, w.width, w.channels, w.classes).ptr()->parameters()) {
@@ -544,7 +430,8 @@ int run_device(const WorkerArgs& a, const Config& cfg, const apps::DeviceChoice&
   run_trials(
       a.trials, rows,
       [&](Config2& c) {
-        return &c == &eager ? run_eager_python(a, py) : run_config(a, c.impl, c.world, c.threads, port++);
+        return &c == &eager ? run_eager_python(py, a.steps, a.warmup)
+                            : run_config(a, c.impl, c.world, c.threads, port++);
       },
       [&](const Config2& c) { return &c == &dt      ? "dtrain"
                                      : &c == &eager ? "eager-python"

@@ -12,34 +12,18 @@
 
 namespace dtrain::conformance::psc {
 
-namespace {
-
-constexpr int kSteps = 3;
-
-std::string opt_name(ps::Optimizer o) { return ps::to_string(o); }
-std::string job_tag(const Job& j) { return "S" + std::to_string(j.servers) + "xW" + std::to_string(j.workers); }
-
-// 0, 1, the largest key and the top bit, then random keys.
 Keys key_pool(uint64_t seed, size_t n) {
   Keys k = {0, 1, UINT64_MAX, 1ull << 63};
   for (size_t i = k.size(); i < n; ++i) k.push_back(mix(seed, i, 12345));
   return k;
 }
-// The pool and its first three keys again: repeated keys in one pull.
 Keys with_repeats(const Keys& pool) {
   Keys k = pool;
   k.insert(k.end(), pool.begin(), pool.begin() + 3);
   return k;
 }
 
-struct Push {
-  Keys keys;
-  Floats grads;
-};
-
-// Worker u's push of step n: a subset of the pool (never empty), its first
-// two keys repeated at the end (their rows are summed by the server).
-Push sparse_push(uint64_t seed, int u, int n, const Keys& pool, size_t dim, bool general = false, bool repeats = true) {
+Push sparse_push(uint64_t seed, int u, int n, const Keys& pool, size_t dim, bool general, bool repeats) {
   Push p;
   for (auto k : pool)
     if (mix(seed, u, n, k) % 4 != 0) p.keys.push_back(k);
@@ -54,13 +38,20 @@ Push sparse_push(uint64_t seed, int u, int n, const Keys& pool, size_t dim, bool
   return p;
 }
 
-Floats dense_grad(uint64_t seed, int u, int n, size_t dim, bool general = false) {
+Floats dense_grad(uint64_t seed, int u, int n, size_t dim, bool general) {
   Floats g(dim);
   for (size_t i = 0; i < dim; ++i) g[i] = general ? any_float(seed, u, n, i) : small_grad(seed, u, n, i);
   return g;
 }
 
 void push(ps::SparseTable& t, const Push& p) { t.push(p.keys.data(), p.keys.size(), fbuf(p.grads))->wait(); }
+
+namespace {
+
+constexpr int kSteps = 3;
+
+std::string opt_name(ps::Optimizer o) { return ps::to_string(o); }
+std::string job_tag(const Job& j) { return "S" + std::to_string(j.servers) + "xW" + std::to_string(j.workers); }
 
 // The reference of a sparse table, row by key.
 struct SparseRef {
@@ -101,15 +92,6 @@ struct SparseRef {
     Floats v;
     for (auto k : keys) v.insert(v.end(), rows.at(k).w.begin(), rows.at(k).w.end());
     return v;
-  }
-};
-
-// Keeps the first failure of a case (a case never returns early: the workers
-// must stay in step through its barriers).
-struct FirstError {
-  std::string e;
-  void operator()(const std::string& x) {
-    if (e.empty() && !x.empty()) e = x;
   }
 };
 
@@ -499,103 +481,6 @@ void run_init_cases(const std::shared_ptr<Backend>& b, Recorder& rec) {
                   "normal rows on " + std::to_string(S) + " servers vs 1");
   }
   rec.record(indep, e);
-}
-
-// ---------------------------------------------------------------- sync determinism
-
-namespace {
-
-// Sync training with general f32 gradients (sums round): the tables' final
-// values after `steps` steps, from worker 0. averaged: a 1-worker job pushing
-// the f32 average of what `of_workers` workers would push.
-struct DetRun {
-  Floats sparse_adam, sparse_adagrad, dense_adam, dense_sgd;
-};
-
-Body det_body(DetRun& out, int of_workers) {
-  return [&out, of_workers](Ctx& c) {
-    const uint64_t seed = 71;
-    const size_t sdim = 8, ddim = 37;
-    auto sa = c.worker->sparse_table(table_config("sa", ps::TableKind::Sparse, sdim, ps::Optimizer::Adam, seed));
-    auto sg = c.worker->sparse_table(table_config("sg", ps::TableKind::Sparse, sdim, ps::Optimizer::Adagrad, seed));
-    auto da = c.worker->dense_table(table_config("da", ps::TableKind::Dense, ddim, ps::Optimizer::Adam, seed));
-    auto ds = c.worker->dense_table(table_config("ds", ps::TableKind::Dense, ddim, ps::Optimizer::Sgd, seed));
-    Keys pool = key_pool(seed, 32);
-    for (int n = 0; n < 4; ++n) {
-      // Every worker pushes every pool key once (no repeats): the average of
-      // two workers is then one f32 division per value.
-      std::vector<Push> sp;
-      std::vector<Floats> dp;
-      for (int u = 0; u < of_workers; ++u) {
-        sp.push_back(sparse_push(seed, u, n, pool, sdim, true, false));
-        sp.back().keys = pool;
-        sp.back().grads.resize(pool.size() * sdim);
-        for (size_t i = 0; i < sp.back().grads.size(); ++i) sp.back().grads[i] = any_float(seed, u, n, i);
-        dp.push_back(dense_grad(seed, u, n, ddim, true));
-      }
-      Push mine = sp[c.w];
-      Floats dmine = dp[c.w];
-      if (c.W == 1 && of_workers > 1) {
-        for (size_t i = 0; i < mine.grads.size(); ++i) {
-          float s = 0;
-          for (int u = 0; u < of_workers; ++u) s += sp[u].grads[i];
-          mine.grads[i] = s / static_cast<float>(of_workers);
-        }
-        for (size_t i = 0; i < ddim; ++i) {
-          float s = 0;
-          for (int u = 0; u < of_workers; ++u) s += dp[u][i];
-          dmine[i] = s / static_cast<float>(of_workers);
-        }
-      }
-      push(sa, mine);
-      push(sg, mine);
-      da.push(fbuf(dmine))->wait();
-      ds.push(fbuf(dmine))->wait();
-    }
-    DetRun r{pull(sa, pool), pull(sg, pool), pull(da), pull(ds)};
-    if (c.w == 0) out = r;
-    return std::string();
-  };
-}
-
-std::string compare_runs(const DetRun& a, const DetRun& b, const std::string& what) {
-  if (a.dense_sgd.empty() || b.dense_sgd.empty()) return "a run produced no values (it failed)";
-  FirstError err;
-  err(compare(a.sparse_adam.data(), b.sparse_adam.data(), a.sparse_adam.size(), 8, nullptr, what + ", sparse adam"));
-  err(compare(a.sparse_adagrad.data(), b.sparse_adagrad.data(), a.sparse_adagrad.size(), 8, nullptr,
-              what + ", sparse adagrad"));
-  err(compare(a.dense_adam.data(), b.dense_adam.data(), a.dense_adam.size(), 37, nullptr, what + ", dense adam"));
-  err(compare(a.dense_sgd.data(), b.dense_sgd.data(), a.dense_sgd.size(), 37, nullptr, what + ", dense sgd"));
-  return err.e;
-}
-
-std::string run_det(const std::shared_ptr<Backend>& b, const Recorder& rec, int S, int W, int of_workers,
-                    const std::string& name, DetRun& out) {
-  Job job;
-  job.servers = S, job.workers = W, job.mode.mode = ps::Mode::Sync, job.name = name;
-  auto errs = run_job(b, rec.o, job, {{name, det_body(out, of_workers)}});
-  return errs[0].empty() ? "" : name + ": " + errs[0];
-}
-
-}  // namespace
-
-void run_determinism_cases(const std::shared_ptr<Backend>& b, Recorder& rec) {
-  const std::string two = "determinism/sync/two_runs_bit_identical/S2xW3";
-  if (rec.wanted(two)) {
-    DetRun r1, r2;
-    std::string e = run_det(b, rec, 2, 3, 3, "psconf-det-a", r1);
-    if (e.empty()) e = run_det(b, rec, 2, 3, 3, "psconf-det-b", r2);
-    if (e.empty()) e = compare_runs(r2, r1, "second run vs first");
-    rec.record(two, e);
-  }
-  const std::string avg = "determinism/sync/2_workers_equal_1_worker_pushing_the_average/S2";
-  if (rec.wanted(avg)) {
-    DetRun r2, r1;
-    std::string e = run_det(b, rec, 2, 2, 2, "psconf-det-w2", r2);
-    if (e.empty()) e = run_det(b, rec, 2, 1, 2, "psconf-det-w1", r1);
-    if (e.empty()) e = compare_runs(r2, r1, "2 workers vs 1 worker pushing their average");
-    rec.record(avg, e);
-  }
 }
 
 }  // namespace dtrain::conformance::psc

@@ -110,7 +110,31 @@ struct Recorder {
   void record(const std::string& name, const std::string& err);
 };
 
-// The cases (ps_conformance_cases.cc).
+// The suite's inputs (ps_conformance_cases.cc).
+// 0, 1, the largest key and the top bit, then random keys.
+Keys key_pool(uint64_t seed, size_t n);
+// The pool and its first three keys again: repeated keys in one pull.
+Keys with_repeats(const Keys& pool);
+struct Push {
+  Keys keys;
+  Floats grads;
+};
+// Worker u's push of step n: a subset of the pool (never empty), its first
+// two keys repeated at the end (their rows are summed by the server).
+Push sparse_push(uint64_t seed, int u, int n, const Keys& pool, size_t dim, bool general = false, bool repeats = true);
+Floats dense_grad(uint64_t seed, int u, int n, size_t dim, bool general = false);
+void push(ps::SparseTable& t, const Push& p);
+
+// Keeps the first failure of a case (a case never returns early: the workers
+// must stay in step through its barriers).
+struct FirstError {
+  std::string e;
+  void operator()(const std::string& x) {
+    if (e.empty() && !x.empty()) e = x;
+  }
+};
+
+// The cases (ps_conformance_cases.cc, ps_conformance_determinism.cc).
 std::vector<Case> mode_cases(const Job& job, const PsOptions& o);  // the kind x rule matrix of one mode
 void run_init_cases(const std::shared_ptr<Backend>& b, Recorder& rec);
 void run_determinism_cases(const std::shared_ptr<Backend>& b, Recorder& rec);

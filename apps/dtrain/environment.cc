@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "dtrain/endpoint.h"
+#include "dtrain/env_names.h"
 #include "dtrain/sdk/strings.h"
 #include "net.h"
 #include "program.h"
@@ -13,6 +14,11 @@ namespace dtrain::launch {
 
 namespace {
 
+// The variables each role source reads, declared once (dtrain/env_names.h).
+const env::RoleVars& D = env::kDtrain;
+const env::RoleVars& P = env::kPaddle;
+const env::RoleVars& T = env::kTorchrun;
+
 // libdtrain_portrange.so, next to libdtrain_core (build/lib, or the install's lib folder).
 std::string port_range_preload() {
   const std::string dir = core_library_dir();
@@ -20,6 +26,13 @@ std::string port_range_preload() {
   auto lib = std::filesystem::path(dir) / "libdtrain_portrange.so";
   return std::filesystem::exists(lib) ? lib.string() : "";
 }
+
+// Gloo's listeners (the gloo plugin's and c10d Gloo's in a Python program)
+// bind port 0: only the preload places them in the range. Where the launcher
+// knows the transport and it takes a range itself (--backend ucx: UCX's TCP
+// listeners through UCX_TCP_PORT_RANGE), nothing is preloaded. A program whose
+// backend its job file chooses may use gloo: it keeps the preload.
+bool needs_port_preload(const LaunchOptions& o) { return o.backend != "ucx" || !o.python.empty(); }
 
 bool user_set(const char* name) {
   const char* v = std::getenv(name);
@@ -32,23 +45,23 @@ void add_torchrun_environment(std::map<std::string, std::string>& env, const Job
                               int local_workers, int attempt) {
   const std::string rank = std::to_string(s.index), world = std::to_string(p.worker_eps.size());
   const auto master = parse_host_port(p.worker_eps.front());
-  env.insert({{"RANK", rank},
-              {"WORLD_SIZE", world},
-              {"LOCAL_RANK", std::to_string(s.local)},
-              {"LOCAL_WORLD_SIZE", std::to_string(local_workers)},
-              {"GROUP_RANK", std::to_string(p.machines.node)},
-              {"GROUP_WORLD_SIZE", std::to_string(p.machines.nnodes)},
+  env.insert({{T.rank, rank},
+              {T.world_size, world},
+              {T.local_rank, std::to_string(s.local)},
+              {T.local_world_size, std::to_string(local_workers)},
+              {T.node_rank, std::to_string(p.machines.node)},
+              {T.nnodes, std::to_string(p.machines.nnodes)},
               {"ROLE_RANK", rank},
               {"ROLE_WORLD_SIZE", world},
               {"ROLE_NAME", "default"},
               // Worker 0's endpoint: reserved for it by the launcher (inside the
               // --start_port range), where its c10d TCPStore binds, as rank 0's
               // endpoint serves Paddle's own rendezvous.
-              {"MASTER_ADDR", master.first},
-              {"MASTER_PORT", std::to_string(master.second)},
-              {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+              {env::kMasterAddr, master.first},
+              {env::kMasterPort, std::to_string(master.second)},
+              {T.restart_count, std::to_string(attempt)},
               {"TORCHELASTIC_MAX_RESTARTS", std::to_string(p.options.max_restarts)},
-              {"TORCHELASTIC_RUN_ID", p.job_id},
+              {env::kTorchrunRunId, p.job_id},
               {"TORCHELASTIC_ERROR_FILE", p.python_error_file(s)}});
   if (!user_set("GLOO_SOCKET_IFNAME")) {
     const std::string iface = local_iface_of(p.machines.my_ip);
@@ -66,44 +79,44 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
   int local_same =
       static_cast<int>(std::count_if(p.slots.begin(), p.slots.end(), [&](const Slot& x) { return x.role == s.role; }));
   std::map<std::string, std::string> env = {
-      {"DTRAIN_ROLE", s.role_name()},
-      {"DTRAIN_WORLD_SIZE", std::to_string(p.worker_eps.size())},
-      {"DTRAIN_LOCAL_RANK", std::to_string(s.local)},
-      {"DTRAIN_LOCAL_WORLD_SIZE", std::to_string(local_same)},
-      {"DTRAIN_NODE_RANK", std::to_string(p.machines.node)},
-      {"DTRAIN_NNODES", std::to_string(p.machines.nnodes)},
-      {"DTRAIN_STORE", p.store_endpoint},
-      {"DTRAIN_JOB_TOKEN", p.token},
-      {"DTRAIN_JOB_ID", p.job_id},
-      {"DTRAIN_RESTART_COUNT", std::to_string(attempt)},
-      {"DTRAIN_WORKER_ENDPOINTS", workers},
-      {"DTRAIN_CURRENT_ENDPOINT", s.endpoint},
+      {D.role, s.role_name()},
+      {D.world_size, std::to_string(p.worker_eps.size())},
+      {D.local_rank, std::to_string(s.local)},
+      {D.local_world_size, std::to_string(local_same)},
+      {D.node_rank, std::to_string(p.machines.node)},
+      {D.nnodes, std::to_string(p.machines.nnodes)},
+      {env::kStore, p.store_endpoint},
+      {env::kJobToken, p.token},
+      {env::kJobId, p.job_id},
+      {D.restart_count, std::to_string(attempt)},
+      {D.worker_endpoints, workers},
+      {D.current_endpoint, s.endpoint},
       {"DTRAIN_HOST_IP", p.machines.my_ip},
       {"DTRAIN_LOG_DIR", o.log_dir},
       {"DTRAIN_ERROR_FILE", p.error_file(s)},
-      {"PADDLE_TRAINERS_NUM", std::to_string(p.worker_eps.size())},
-      {"PADDLE_TRAINER_ENDPOINTS", workers},
-      {"PADDLE_CURRENT_ENDPOINT", s.endpoint},
-      {"PADDLE_RANK_IN_NODE", std::to_string(s.local)},
-      {"POD_IP", p.machines.my_ip},
-      {"TRAINING_ROLE", s.role == SlotRole::Worker ? "TRAINER" : "PSERVER"},
+      {P.world_size, std::to_string(p.worker_eps.size())},
+      {P.worker_endpoints, workers},
+      {P.current_endpoint, s.endpoint},
+      {env::kPaddleRankInNode, std::to_string(s.local)},
+      {env::kPaddlePodIp, p.machines.my_ip},
+      {P.role, s.role == SlotRole::Worker ? "TRAINER" : "PSERVER"},
   };
   if (!p.server_eps.empty()) {
-    env["DTRAIN_SERVER_ENDPOINTS"] = sdk::join(p.server_eps);
-    env["PADDLE_PSERVERS_IP_PORT_LIST"] = sdk::join(p.server_eps);
+    env[D.server_endpoints] = sdk::join(p.server_eps);
+    env[P.server_endpoints] = sdk::join(p.server_eps);
   }
   if (s.role == SlotRole::Worker) {
-    env["DTRAIN_RANK"] = std::to_string(s.index);
-    env["PADDLE_TRAINER_ID"] = std::to_string(s.index);
+    env[D.rank] = std::to_string(s.index);
+    env[P.rank] = std::to_string(s.index);
   } else {
-    env["DTRAIN_SERVER_INDEX"] = std::to_string(s.index);
-    env["PADDLE_PORT"] = std::to_string(parse_host_port(s.endpoint).second);
+    env[D.server_index] = std::to_string(s.index);
+    env[env::kPaddlePort] = std::to_string(parse_host_port(s.endpoint).second);
   }
   if (!s.port_range.empty()) {
     env["DTRAIN_PORT_RANGE"] = s.port_range;
     if (!std::getenv("UCX_TCP_PORT_RANGE")) env["UCX_TCP_PORT_RANGE"] = s.port_range;
     static const std::string preload = port_range_preload();
-    if (!preload.empty()) {
+    if (!preload.empty() && needs_port_preload(o)) {
       const char* user = std::getenv("LD_PRELOAD");
       env["LD_PRELOAD"] = user && *user ? preload + ":" + user : preload;
     }

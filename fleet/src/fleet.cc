@@ -59,18 +59,11 @@ void init(const InitOptions& o) {
                        "init(false) (Paddle's fleet.init(is_collective=False))");
   if (!o.is_collective) {
     auto s = std::make_unique<detail::FleetState>();
-    if (o.strategy) {
-      // The PS mode is read from the config by join_ps: a strategy given in
-      // code overrides the file's.
-      auto copy = std::make_shared<Config>(*cfg);
-      copy->set_literal("strategy.a_sync", o.strategy->a_sync ? "true" : "false");
-      copy->set_literal("strategy.a_sync_configs.k_steps", std::to_string(o.strategy->ps_mode.geo_k_steps));
-      copy->set_literal("strategy.a_sync_configs.send_queue_size", std::to_string(o.strategy->ps_mode.send_queue_size));
-      cfg = std::move(copy);
-    }
     s->config = cfg;
+    // A strategy given in code overrides the file's, PS mode included.
     s->strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
-    s->ps = std::make_unique<ps::PsJob>(ps::join_ps(*cfg, role));
+    s->strategy.ps_mode = s->strategy.resolved_ps_mode();
+    s->ps = std::make_unique<ps::PsJob>(ps::join_ps(*cfg, role, s->strategy.ps_mode));
     s->job.role = s->ps->role;
     s->job.store = s->ps->store;
     s->job.comm = s->ps->collective;

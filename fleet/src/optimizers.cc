@@ -49,17 +49,6 @@ Tensor get_tensor(::torch::serialize::InputArchive& archive, const char* key) {
   return archive.try_read(key, v) ? v.toTensor() : Tensor();
 }
 
-// libtorch's load restores the per-parameter state only; this also restores
-// each group's options (lr...) from the same archive.
-template <typename Options>
-void load_group_options(::torch::serialize::InputArchive& archive, std::vector<OptimizerParamGroup>& groups) {
-  ::torch::serialize::InputArchive groups_archive;
-  archive.read("param_groups", groups_archive);
-  std::vector<std::pair<std::vector<std::string>, std::unique_ptr<::torch::optim::OptimizerOptions>>> saved;
-  ::torch::optim::detail::serialize<Options>(groups_archive, saved);
-  for (size_t i = 0; i < saved.size() && i < groups.size(); ++i) groups[i].set_options(std::move(saved[i].second));
-}
-
 }  // namespace
 
 void LambOptions::serialize(::torch::serialize::OutputArchive& archive) const {
@@ -112,49 +101,76 @@ void LarsParamState::serialize(::torch::serialize::OutputArchive& archive) const
 
 void LarsParamState::serialize(::torch::serialize::InputArchive& archive) { velocity(get_tensor(archive, "velocity")); }
 
+// ---- what LAMB and LARS share ----
+
+LayerwiseOptimizer::LayerwiseOptimizer(std::vector<OptimizerParamGroup> groups,
+                                       std::unique_ptr<::torch::optim::OptimizerOptions> defaults,
+                                       const std::vector<Tensor>& exclude_from_weight_decay)
+    : Optimizer(std::move(groups), std::move(defaults)) {
+  for (const auto& p : exclude_from_weight_decay) this->exclude_from_weight_decay(p);
+}
+
+void LayerwiseOptimizer::exclude_from_weight_decay(const Tensor& param) {
+  excluded_.insert(param.unsafeGetTensorImpl());
+}
+
+bool LayerwiseOptimizer::excluded_from_weight_decay(const Tensor& param) const {
+  return excluded_.count(param.unsafeGetTensorImpl()) > 0;
+}
+
+Tensor LayerwiseOptimizer::run_closure(const LossClosure& closure) {
+  if (!closure) return {};
+  ::torch::AutoGradMode enable_grad(true);
+  return closure();
+}
+
+std::vector<std::pair<double, double>> LayerwiseOptimizer::pair_norms(const std::vector<NormPair>& pairs,
+                                                                      size_t count) const {
+  std::vector<Tensor> inputs;
+  inputs.reserve(2 * pairs.size());
+  for (const auto& p : pairs) {
+    inputs.push_back(p.a);
+    inputs.push_back(p.b);
+  }
+  auto local = squared_sums(inputs);
+  std::vector<double> sums(2 * count, 0.0);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    sums[2 * pairs[i].index] = local[2 * i];
+    sums[2 * pairs[i].index + 1] = local[2 * i + 1];
+  }
+  if (reducer_ && !sums.empty()) reducer_(sums);
+  std::vector<std::pair<double, double>> norms;
+  norms.reserve(pairs.size());
+  for (const auto& p : pairs) norms.emplace_back(std::sqrt(sums[2 * p.index]), std::sqrt(sums[2 * p.index + 1]));
+  return norms;
+}
+
 // ---- Lamb ----
 
 Lamb::Lamb(std::vector<OptimizerParamGroup> param_groups, LambOptions defaults,
            const std::vector<Tensor>& exclude_from_weight_decay)
-    : Optimizer(std::move(param_groups), std::make_unique<LambOptions>(defaults)) {
+    : LayerwiseOptimizer(std::move(param_groups), std::make_unique<LambOptions>(defaults), exclude_from_weight_decay) {
   TORCH_CHECK(defaults.lr() >= 0, "Lamb: invalid learning rate ", defaults.lr());
   TORCH_CHECK(defaults.epsilon() >= 0, "Lamb: invalid epsilon ", defaults.epsilon());
   TORCH_CHECK(defaults.beta1() >= 0 && defaults.beta1() < 1, "Lamb: invalid beta1 ", defaults.beta1());
   TORCH_CHECK(defaults.beta2() >= 0 && defaults.beta2() < 1, "Lamb: invalid beta2 ", defaults.beta2());
   TORCH_CHECK(defaults.lamb_weight_decay() >= 0, "Lamb: invalid lamb_weight_decay ", defaults.lamb_weight_decay());
-  for (const auto& p : exclude_from_weight_decay) this->exclude_from_weight_decay(p);
 }
 
 Lamb::Lamb(std::vector<Tensor> params, LambOptions defaults, const std::vector<Tensor>& exclude_from_weight_decay)
     : Lamb(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults,
            exclude_from_weight_decay) {}
 
-void Lamb::exclude_from_weight_decay(const Tensor& param) { excluded_.insert(param.unsafeGetTensorImpl()); }
-
-bool Lamb::excluded_from_weight_decay(const Tensor& param) const {
-  return excluded_.count(param.unsafeGetTensorImpl()) > 0;
-}
-
 Tensor Lamb::step(LossClosure closure) {
-  Tensor loss;
-  if (closure) {
-    ::torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  Tensor loss = run_closure(closure);
   ::torch::NoGradGuard no_grad;
-  struct Item {
-    Tensor param, update;
-    double lr;
-  };
-  std::vector<Item> items;
-  std::vector<Tensor> norm_inputs;  // w, r per item
-  size_t slots = 0;                 // every parameter has two slots, with a gradient or not
-  std::vector<size_t> slot_of;
+  std::vector<double> lrs;
+  std::vector<NormPair> pairs;  // w, r
+  size_t count = 0;
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const LambOptions&>(group.options());
     for (auto& p : group.params()) {
-      size_t slot = slots;
-      slots += 2;
+      const size_t index = count++;
       if (!p.grad().defined()) continue;
       const auto& g = p.grad();
       check_grad(g);
@@ -176,23 +192,15 @@ Tensor Lamb::step(LossClosure closure) {
       auto r = (st.moment1() / bc1).div_((st.moment2() / bc2).sqrt_().add_(o.epsilon()));
       const double wd = excluded_from_weight_decay(p) ? 0.0 : o.lamb_weight_decay();
       if (wd != 0) r.add_(p, wd);
-      items.push_back({p, r, o.lr()});
-      slot_of.push_back(slot);
-      norm_inputs.push_back(p);
-      norm_inputs.push_back(r);
+      pairs.push_back({index, p, r});
+      lrs.push_back(o.lr());
     }
   }
-  auto local = squared_sums(norm_inputs);
-  std::vector<double> sums(slots, 0.0);
-  for (size_t i = 0; i < items.size(); ++i) {
-    sums[slot_of[i]] = local[2 * i];
-    sums[slot_of[i] + 1] = local[2 * i + 1];
-  }
-  if (reducer_ && !sums.empty()) reducer_(sums);
-  for (size_t i = 0; i < items.size(); ++i) {
-    const double wn = std::sqrt(sums[slot_of[i]]), rn = std::sqrt(sums[slot_of[i] + 1]);
+  auto norms = pair_norms(pairs, count);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto [wn, rn] = norms[i];
     const double trust = (wn > 0 && rn > 0) ? wn / rn : 1.0;
-    items[i].param.add_(items[i].update, -items[i].lr * trust);
+    pairs[i].a.add_(pairs[i].b, -lrs[i] * trust);
   }
   return loss;
 }
@@ -202,77 +210,48 @@ void Lamb::save(::torch::serialize::OutputArchive& archive) const {
 }
 
 void Lamb::load(::torch::serialize::InputArchive& archive) {
-  ::torch::optim::serialize<LambParamState, LambOptions>(archive, *this);
-  load_group_options<LambOptions>(archive, param_groups_);
+  load_state_and_options<LambParamState, LambOptions>(archive);
 }
 
 // ---- Lars ----
 
 Lars::Lars(std::vector<OptimizerParamGroup> param_groups, LarsOptions defaults,
            const std::vector<Tensor>& exclude_from_weight_decay)
-    : Optimizer(std::move(param_groups), std::make_unique<LarsOptions>(defaults)) {
+    : LayerwiseOptimizer(std::move(param_groups), std::make_unique<LarsOptions>(defaults), exclude_from_weight_decay) {
   TORCH_CHECK(defaults.lr() >= 0, "Lars: invalid learning rate ", defaults.lr());
   TORCH_CHECK(defaults.momentum() >= 0, "Lars: invalid momentum ", defaults.momentum());
   TORCH_CHECK(defaults.lars_coeff() >= 0, "Lars: invalid lars_coeff ", defaults.lars_coeff());
   TORCH_CHECK(defaults.lars_weight_decay() >= 0, "Lars: invalid lars_weight_decay ", defaults.lars_weight_decay());
   TORCH_CHECK(defaults.epsilon() >= 0, "Lars: invalid epsilon ", defaults.epsilon());
-  for (const auto& p : exclude_from_weight_decay) this->exclude_from_weight_decay(p);
 }
 
 Lars::Lars(std::vector<Tensor> params, LarsOptions defaults, const std::vector<Tensor>& exclude_from_weight_decay)
     : Lars(std::vector<OptimizerParamGroup>{OptimizerParamGroup(std::move(params))}, defaults,
            exclude_from_weight_decay) {}
 
-void Lars::exclude_from_weight_decay(const Tensor& param) { excluded_.insert(param.unsafeGetTensorImpl()); }
-
-bool Lars::excluded_from_weight_decay(const Tensor& param) const {
-  return excluded_.count(param.unsafeGetTensorImpl()) > 0;
-}
-
 Tensor Lars::step(LossClosure closure) {
-  Tensor loss;
-  if (closure) {
-    ::torch::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
+  Tensor loss = run_closure(closure);
   ::torch::NoGradGuard no_grad;
-  struct Item {
-    Tensor param;
-    const LarsOptions* options;
-    double wd;
-  };
-  std::vector<Item> items;
-  std::vector<Tensor> norm_inputs;  // w, g per item
-  size_t slots = 0;
-  std::vector<size_t> slot_of;
+  std::vector<std::pair<const LarsOptions*, double>> options;  // and wd
+  std::vector<NormPair> pairs;                                 // w, g
+  size_t count = 0;
   for (auto& group : param_groups_) {
     const auto& o = static_cast<const LarsOptions&>(group.options());
     for (auto& p : group.params()) {
-      size_t slot = slots;
-      slots += 2;
+      const size_t index = count++;
       if (!p.grad().defined()) continue;
       check_grad(p.grad());
-      const double wd = excluded_from_weight_decay(p) ? 0.0 : o.lars_weight_decay();
-      items.push_back({p, &o, wd});
-      slot_of.push_back(slot);
-      norm_inputs.push_back(p);
-      norm_inputs.push_back(p.grad());
+      options.emplace_back(&o, excluded_from_weight_decay(p) ? 0.0 : o.lars_weight_decay());
+      pairs.push_back({index, p, p.grad()});
     }
   }
-  auto local = squared_sums(norm_inputs);
-  std::vector<double> sums(slots, 0.0);
-  for (size_t i = 0; i < items.size(); ++i) {
-    sums[slot_of[i]] = local[2 * i];
-    sums[slot_of[i] + 1] = local[2 * i + 1];
-  }
-  if (reducer_ && !sums.empty()) reducer_(sums);
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto& p = items[i].param;
-    const auto& o = *items[i].options;
-    const double wd = items[i].wd;
-    const double pn = std::sqrt(sums[slot_of[i]]), gn = std::sqrt(sums[slot_of[i] + 1]);
-    double local_lr = o.lr();
-    if (wd > 0 && pn > 0 && gn > 0) local_lr = o.lr() * o.lars_coeff() * pn / (gn + wd * pn + o.epsilon());
+  auto norms = pair_norms(pairs, count);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    auto& p = pairs[i].a;
+    const auto& [o, wd] = options[i];
+    const auto [pn, gn] = norms[i];
+    double local_lr = o->lr();
+    if (wd > 0 && pn > 0 && gn > 0) local_lr = o->lr() * o->lars_coeff() * pn / (gn + wd * pn + o->epsilon());
     auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
     auto it = state_.find(key);
     if (it == state_.end()) {
@@ -281,7 +260,7 @@ Tensor Lars::step(LossClosure closure) {
       it = state_.emplace(key, std::move(st)).first;
     }
     auto& v = static_cast<LarsParamState&>(*it->second).velocity();
-    v.mul_(o.momentum());
+    v.mul_(o->momentum());
     if (wd != 0)
       v.add_(p.grad() + wd * p, local_lr);
     else
@@ -296,8 +275,7 @@ void Lars::save(::torch::serialize::OutputArchive& archive) const {
 }
 
 void Lars::load(::torch::serialize::InputArchive& archive) {
-  ::torch::optim::serialize<LarsParamState, LarsOptions>(archive, *this);
-  load_group_options<LarsOptions>(archive, param_groups_);
+  load_state_and_options<LarsParamState, LarsOptions>(archive);
 }
 
 // ---- strategy ----

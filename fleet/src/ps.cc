@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "dtrain/error.h"
+#include "dtrain/sdk/random.h"
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
 #include "dtrain/work.h"
@@ -55,8 +56,7 @@ Distinct distinct(const std::vector<uint64_t>& keys) {
   while (cap < 2 * keys.size()) cap *= 2;
   std::vector<uint32_t> slot(cap, 0);  // position in d.keys + 1
   for (size_t i = 0; i < keys.size(); ++i) {
-    uint64_t h = keys[i] * 0x9e3779b97f4a7c15ull;
-    for (size_t j = static_cast<size_t>(h ^ (h >> 32)) & (cap - 1);; j = (j + 1) & (cap - 1)) {
+    for (size_t j = static_cast<size_t>(sdk::mix64(keys[i])) & (cap - 1);; j = (j + 1) & (cap - 1)) {
       if (slot[j] == 0) {
         d.keys.push_back(keys[i]);
         slot[j] = static_cast<uint32_t>(d.keys.size());

@@ -7,6 +7,7 @@
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/fleet/optimizers.h"
+#include "gradient_sync.h"
 #include "tensor_buffer.h"
 
 namespace dtrain::fleet {
@@ -47,7 +48,7 @@ ShardedParameters::ShardedParameters(std::shared_ptr<::torch::nn::Module> model,
     : model_(std::move(model)),
       comm_(std::move(comm)),
       stage_(options.sharding_stage),
-      bucket_bytes_(options.fuse_all_reduce_ops ? options.bucket_bytes() : 0) {
+      bucket_bytes_(options.gradient_bucket_bytes()) {
   if (stage_ < 1 || stage_ > 3) throw InvalidUsage("sharding: stage must be 1, 2 or 3, got " + std::to_string(stage_));
   if (comm_ && comm_->size() > 1) {
     world_ = comm_->size();
@@ -93,23 +94,17 @@ ShardedParameters::ShardedParameters(std::shared_ptr<::torch::nn::Module> model,
     // Not a view of one flat tensor: Optimizer::zero_grad detaches gradients in place.
     q.shard.mutable_grad() = ::torch::zeros({q.shard.numel()}, opts);
   }
-  // Buckets as DataParallel groups gradients: reverse registration order, up to bucket_bytes whole.
+  // The reduce-scatter buckets group whole gradients by the core's rule, as DataParallel's do.
   if (stage_ >= 2) {
-    size_t bytes = 0;
-    for (size_t k = params_.size(); k-- > 0;) {
-      const size_t b = static_cast<size_t>(params_[k].numel) * sizeof(float);
-      if (buckets_.empty() || (!buckets_.back().members.empty() && bytes + b > bucket_bytes_)) {
-        buckets_.emplace_back();
-        bytes = 0;
+    std::vector<size_t> bytes;
+    for (auto& q : params_) bytes.push_back(static_cast<size_t>(q.numel) * sizeof(float));
+    bucketer_.emplace(bytes, bucket_bytes_);
+    buckets_.resize(bucketer_->num_buckets());
+    for (size_t b = 0; b < buckets_.size(); ++b)
+      for (size_t i : bucketer_->members(b)) {
+        params_[i].bucket_offset = buckets_[b].block;
+        buckets_[b].block += params_[i].per;
       }
-      auto& bk = buckets_.back();
-      params_[k].bucket = buckets_.size() - 1;
-      params_[k].bucket_offset = bk.block;
-      bk.members.push_back(k);
-      bk.block += params_[k].per;
-      bk.pending = bk.members.size();
-      bytes += b;
-    }
   }
   if (stage_ == 3) add_block_observer(this);
 }
@@ -258,33 +253,28 @@ void ShardedParameters::take_full_gradients() {
   }
 }
 
-void ShardedParameters::launch_ready_locked() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    auto& b = buckets_[next_launch_++];
-    if (!b.send.defined()) b.send = ::torch::zeros({b.block * world_}, shard_flat_.options());
-    b.recv = ::torch::empty({b.block}, shard_flat_.options());
-    stats_.allreduces++;
-    stats_.bytes_on_wire += b.block * world_ * static_cast<int64_t>(sizeof(float));
-    if (comm_)
-      b.work = comm_->reduce_scatter(device_view(b.send), device_view(b.recv), ReduceOp::Avg);
-    else
-      b.recv.copy_(b.send);
-  }
+void ShardedParameters::launch(size_t bucket) {
+  auto& b = buckets_[bucket];
+  if (!b.send.defined()) b.send = ::torch::zeros({b.block * world_}, shard_flat_.options());
+  b.recv = ::torch::empty({b.block}, shard_flat_.options());
+  stats_.allreduces++;
+  stats_.bytes_on_wire += b.block * world_ * static_cast<int64_t>(sizeof(float));
+  if (comm_)
+    b.work = comm_->reduce_scatter(device_view(b.send), device_view(b.recv), ReduceOp::Avg);
+  else
+    b.recv.copy_(b.send);
 }
 
 void ShardedParameters::begin_step() {
   std::lock_guard<std::mutex> lk(mu_);
-  for (auto& b : buckets_) b.pending = b.members.size();
-  for (auto& q : params_) q.ready = false;
-  next_launch_ = 0;
+  bucketer_->begin();
 }
 
 void ShardedParameters::on_grad_ready(size_t i) {
   std::lock_guard<std::mutex> lk(mu_);
   auto& q = params_[i];
-  if (q.ready) return;
-  q.ready = true;
-  auto& b = buckets_[q.bucket];
+  if (bucketer_->ready(i)) return;
+  auto& b = buckets_[bucketer_->bucket_of(i)];
   ::torch::NoGradGuard ng;
   if (!b.send.defined()) b.send = ::torch::zeros({b.block * world_}, shard_flat_.options());
   auto& g = q.p.mutable_grad();
@@ -298,13 +288,12 @@ void ShardedParameters::on_grad_ready(size_t i) {
   }
   if (q.refs > 0) --q.refs;
   release(i);
-  --b.pending;
-  launch_ready_locked();
+  bucketer_->mark(i, *this);
 }
 
 void ShardedParameters::finish_gradients() {
   for (size_t i = 0; i < params_.size(); ++i)
-    if (!params_[i].ready) on_grad_ready(i);
+    if (!bucketer_->ready(i)) on_grad_ready(i);
   std::lock_guard<std::mutex> lk(mu_);
   auto t0 = std::chrono::steady_clock::now();
   for (auto& b : buckets_)
@@ -314,17 +303,17 @@ void ShardedParameters::finish_gradients() {
     }
   stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ::torch::NoGradGuard ng;
-  for (auto& b : buckets_) {
-    for (size_t i : b.members) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    auto& b = buckets_[k];
+    for (size_t i : bucketer_->members(k)) {
       auto& q = params_[i];
       auto& g = q.shard.mutable_grad();
       g.copy_(b.recv.narrow(0, q.bucket_offset, g.numel()));
-      q.ready = false;
     }
     b.send = ::torch::Tensor();
     b.recv = ::torch::Tensor();
   }
-  next_launch_ = 0;
+  bucketer_->begin();
   for (size_t i = 0; i < params_.size(); ++i) {
     params_[i].refs = 0;
     release(i);
@@ -379,265 +368,34 @@ ShardedParameters::Memory ShardedParameters::memory() const {
   return m;
 }
 
-// ---- optimizer state and sharded checkpoints ------------------------------------
+}  // namespace dtrain::fleet
+
+namespace dtrain::fleet {
 
 namespace {
 
-std::string state_kind(const ::torch::optim::OptimizerParamState& s) {
-  if (dynamic_cast<const ::torch::optim::SGDParamState*>(&s)) return "sgd";
-  if (dynamic_cast<const ::torch::optim::AdamParamState*>(&s)) return "adam";
-  if (dynamic_cast<const ::torch::optim::AdamWParamState*>(&s)) return "adamw";
-  if (dynamic_cast<const ::torch::optim::AdagradParamState*>(&s)) return "adagrad";
-  if (dynamic_cast<const ::torch::optim::RMSpropParamState*>(&s)) return "rmsprop";
-  if (dynamic_cast<const LambParamState*>(&s)) return "lamb";
-  if (dynamic_cast<const LarsParamState*>(&s)) return "lars";
-  throw NotSupported(
-      "sharded checkpoints know the state of SGD, Adam, AdamW, Adagrad, RMSprop, LAMB and LARS; this optimizer's "
-      "state is another kind");
-}
+// ZeRO stages 2 and 3 as DataParallel's gradient reduction: each gradient is
+// reduce-scattered into this rank's shard, every micro-step.
+class ShardedGradients : public GradientSync {
+ public:
+  explicit ShardedGradients(ShardedParameters& sharded) : sharded_(sharded) {}
+  bool syncs_at(const Strategy&, int64_t) const override { return true; }
+  void begin() override { sharded_.begin_step(); }
+  void ready(size_t i) override { sharded_.on_grad_ready(i); }
+  void finish() override { sharded_.finish_gradients(); }
+  bool into_shards() const override { return true; }
+  // Counted by the ShardedParameters, whose stats DataParallel adds whatever the stage.
+  SyncStats stats() const override { return {}; }
+  void reset_stats() override {}
 
-std::unique_ptr<::torch::optim::OptimizerParamState> make_state(const std::string& kind) {
-  if (kind == "sgd") return std::make_unique<::torch::optim::SGDParamState>();
-  if (kind == "adam") return std::make_unique<::torch::optim::AdamParamState>();
-  if (kind == "adamw") return std::make_unique<::torch::optim::AdamWParamState>();
-  if (kind == "adagrad") return std::make_unique<::torch::optim::AdagradParamState>();
-  if (kind == "rmsprop") return std::make_unique<::torch::optim::RMSpropParamState>();
-  if (kind == "lamb") return std::make_unique<LambParamState>();
-  if (kind == "lars") return std::make_unique<LarsParamState>();
-  throw InvalidUsage("sharded checkpoint: unknown optimizer state kind '" + kind + "'");
-}
-
-// An optimizer state's entries by name, through its own serialize().
-std::vector<std::pair<std::string, c10::IValue>> state_entries(const ::torch::optim::OptimizerParamState& s) {
-  ::torch::serialize::OutputArchive out;
-  s.serialize(out);
-  std::ostringstream os;
-  out.save_to(os);
-  std::istringstream is(os.str());
-  ::torch::serialize::InputArchive in;
-  in.load_from(is);
-  std::vector<std::pair<std::string, c10::IValue>> entries;
-  for (const auto& k : in.keys()) {
-    ::torch::Tensor t;
-    if (in.try_read(k, t, /*is_buffer=*/true) || in.try_read(k, t)) {
-      entries.emplace_back(k, t);
-      continue;
-    }
-    c10::IValue v;
-    if (in.try_read(k, v)) entries.emplace_back(k, v);
-  }
-  return entries;
-}
-
-void set_state(::torch::optim::Optimizer& opt, const ::torch::Tensor& param, const std::string& kind,
-               const std::vector<std::pair<std::string, c10::IValue>>& entries) {
-  ::torch::serialize::OutputArchive out;
-  for (const auto& [k, v] : entries) {
-    if (v.isTensor())
-      out.write(k, v.toTensor(), /*is_buffer=*/true);
-    else
-      out.write(k, v);
-  }
-  std::ostringstream os;
-  out.save_to(os);
-  std::istringstream is(os.str());
-  ::torch::serialize::InputArchive in;
-  in.load_from(is);
-  auto st = make_state(kind);
-  st->serialize(in);
-  opt.state()[state_key(param)] = std::move(st);
-}
-
-int64_t read_int(::torch::serialize::InputArchive& ar, const std::string& key) {
-  c10::IValue v;
-  if (!ar.try_read(key, v)) throw InvalidUsage("sharded checkpoint: entry '" + key + "' is missing");
-  return v.toInt();
-}
-
-std::string read_string(::torch::serialize::InputArchive& ar, const std::string& key) {
-  c10::IValue v;
-  if (!ar.try_read(key, v)) return "";
-  return v.toStringRef();
-}
-
-std::string key_of(size_t i, const char* what) { return "shard/" + std::to_string(i) + "/" + what; }
-
-// One parameter's whole value and optimizer state, put together from the slices of N archives.
-struct Whole {
-  ::torch::Tensor value;
-  std::string kind;  // "" without optimizer state
-  std::vector<std::pair<std::string, c10::IValue>> state;
+ private:
+  ShardedParameters& sharded_;
 };
-
-Whole consolidate(std::vector<::torch::serialize::InputArchive>& ars, size_t i, int64_t numel) {
-  Whole w;
-  std::vector<::torch::Tensor> slices;
-  std::vector<std::vector<std::pair<std::string, c10::IValue>>> states;
-  for (auto& ar : ars) {
-    ::torch::Tensor s;
-    ar.read(key_of(i, "value"), s);
-    slices.push_back(s);
-    std::string kind = read_string(ar, key_of(i, "kind"));
-    if (!kind.empty()) {
-      w.kind = kind;
-      ::torch::serialize::InputArchive st;
-      ar.read(key_of(i, "state"), st);
-      std::vector<std::pair<std::string, c10::IValue>> e;
-      for (const auto& k : st.keys()) {
-        ::torch::Tensor t;
-        if (st.try_read(k, t, true) || st.try_read(k, t)) {
-          e.emplace_back(k, t);
-          continue;
-        }
-        c10::IValue v;
-        if (st.try_read(k, v)) e.emplace_back(k, v);
-      }
-      states.push_back(std::move(e));
-    }
-  }
-  w.value = ::torch::cat(slices).narrow(0, 0, numel);
-  if (!w.kind.empty()) {
-    if (states.size() != ars.size())
-      throw InvalidUsage("sharded checkpoint: parameter " + std::to_string(i) +
-                         " has optimizer state in some ranks' files only");
-    for (size_t e = 0; e < states[0].size(); ++e) {
-      const auto& [k, v] = states[0][e];
-      // Rank 0's slice is the longest: ranks after it may hold fewer elements (stages 1-2) or padding (stage 3).
-      if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == slices[0].numel()) {
-        std::vector<::torch::Tensor> parts;
-        for (auto& s : states) parts.push_back(s[e].second.toTensor());
-        w.state.emplace_back(k, ::torch::cat(parts).narrow(0, 0, numel));
-      } else {
-        w.state.emplace_back(k, v);  // a step count or a scalar: the same on every rank
-      }
-    }
-  }
-  return w;
-}
-
-// Checks the archives are the ranks 0..N-1 of one save and describe `count` parameters.
-int64_t check_archives(std::vector<::torch::serialize::InputArchive>& ars, size_t count) {
-  if (ars.empty()) throw InvalidUsage("sharded checkpoint: no files");
-  const int64_t n = read_int(ars[0], "shard/world");
-  if (static_cast<int64_t>(ars.size()) != n)
-    throw InvalidUsage("sharded checkpoint: saved by " + std::to_string(n) + " ranks, but " +
-                       std::to_string(ars.size()) + " files were given");
-  for (size_t r = 0; r < ars.size(); ++r) {
-    if (read_int(ars[r], "shard/rank") != static_cast<int64_t>(r) || read_int(ars[r], "shard/world") != n)
-      throw InvalidUsage("sharded checkpoint: file " + std::to_string(r) + " is not rank " + std::to_string(r) +
-                         " of " + std::to_string(n));
-    if (read_int(ars[r], "shard/count") != static_cast<int64_t>(count))
-      throw InvalidUsage("sharded checkpoint: it holds " + std::to_string(read_int(ars[r], "shard/count")) +
-                         " parameters, this model has " + std::to_string(count));
-  }
-  return n;
-}
-
-void check_param(std::vector<::torch::serialize::InputArchive>& ars, size_t i, const std::string& name, int64_t numel) {
-  const std::string saved = read_string(ars[0], key_of(i, "name"));
-  const int64_t saved_numel = read_int(ars[0], key_of(i, "numel"));
-  if (saved != name || saved_numel != numel)
-    throw InvalidUsage("sharded checkpoint: parameter " + std::to_string(i) + " is '" + saved + "' (" +
-                       std::to_string(saved_numel) + " elements) in the checkpoint, '" + name + "' (" +
-                       std::to_string(numel) + ") in this model");
-}
 
 }  // namespace
 
-void save_shard(::torch::serialize::OutputArchive& ar, const ShardedParameters& sp, ::torch::optim::Optimizer& opt) {
-  ar.write("shard/world", c10::IValue(static_cast<int64_t>(sp.world())));
-  ar.write("shard/rank", c10::IValue(static_cast<int64_t>(sp.rank())));
-  ar.write("shard/count", c10::IValue(static_cast<int64_t>(sp.size())));
-  for (size_t i = 0; i < sp.size(); ++i) {
-    ar.write(key_of(i, "name"), c10::IValue(sp.name(i)));
-    ar.write(key_of(i, "numel"), c10::IValue(sp.numel(i)));
-    ar.write(key_of(i, "shape"), c10::IValue(sp.parameter(i).sizes().vec()));
-    ar.write(key_of(i, "value"), sp.shard(i).detach().cpu(), /*is_buffer=*/true);
-    auto it = opt.state().find(state_key(sp.shard(i)));
-    if (it == opt.state().end()) continue;
-    ar.write(key_of(i, "kind"), c10::IValue(state_kind(*it->second)));
-    ::torch::serialize::OutputArchive st;
-    it->second->serialize(st);
-    ar.write(key_of(i, "state"), st);
-  }
-}
-
-void load_shards(std::vector<::torch::serialize::InputArchive>& ars, ShardedParameters& sp,
-                 ::torch::optim::Optimizer& opt) {
-  check_archives(ars, sp.size());
-  ::torch::NoGradGuard ng;
-  for (size_t i = 0; i < sp.size(); ++i) {
-    check_param(ars, i, sp.name(i), sp.numel(i));
-    Whole w = consolidate(ars, i, sp.numel(i));
-    auto shard = sp.shard(i);
-    const int64_t per = sp.slice_numel(i), from = sp.rank() * per;
-    const int64_t len = std::min(clipped(sp.numel(i), from, per), shard.numel());
-    auto slice = [&](const ::torch::Tensor& whole) {
-      auto s = ::torch::zeros({shard.numel()}, whole.options());
-      if (len > 0) s.narrow(0, 0, len).copy_(whole.narrow(0, from, len));
-      return s;
-    };
-    shard.copy_(slice(w.value).to(shard.device()));
-    if (w.kind.empty()) {
-      opt.state().erase(state_key(shard));
-      continue;
-    }
-    for (auto& [k, v] : w.state)
-      if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == sp.numel(i))
-        v = slice(v.toTensor()).to(shard.device());
-    set_state(opt, shard, w.kind, w.state);
-  }
-  sp.after_step();
-}
-
-void load_shards_unsharded(std::vector<::torch::serialize::InputArchive>& ars, ::torch::nn::Module& model,
-                           ::torch::optim::Optimizer& opt) {
-  std::vector<std::pair<std::string, ::torch::Tensor>> params;
-  for (auto& kv : model.named_parameters())
-    if (kv.value().requires_grad()) params.emplace_back(kv.key(), kv.value());
-  check_archives(ars, params.size());
-  ::torch::NoGradGuard ng;
-  for (size_t i = 0; i < params.size(); ++i) {
-    auto& p = params[i].second;
-    check_param(ars, i, params[i].first, p.numel());
-    Whole w = consolidate(ars, i, p.numel());
-    p.copy_(w.value.view(p.sizes()));
-    if (w.kind.empty()) {
-      opt.state().erase(state_key(p));
-      continue;
-    }
-    for (auto& [k, v] : w.state)
-      if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == p.numel())
-        v = v.toTensor().view(p.sizes()).to(p.device());
-    set_state(opt, p, w.kind, w.state);
-  }
-}
-
-std::vector<std::pair<std::string, ::torch::Tensor>> whole_parameters(
-    std::vector<::torch::serialize::InputArchive>& ars) {
-  if (ars.empty()) throw InvalidUsage("sharded checkpoint: no files");
-  const int64_t count = read_int(ars[0], "shard/count");
-  check_archives(ars, static_cast<size_t>(count));
-  std::vector<std::pair<std::string, ::torch::Tensor>> out;
-  for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
-    auto value = consolidate(ars, i, read_int(ars[0], key_of(i, "numel"))).value;
-    c10::IValue shape;
-    if (ars[0].try_read(key_of(i, "shape"), shape)) value = value.view(shape.toIntVector());
-    out.emplace_back(read_string(ars[0], key_of(i, "name")), value);
-  }
-  return out;
-}
-
-int64_t optimizer_state_bytes(::torch::optim::Optimizer& opt) {
-  int64_t bytes = 0;
-  for (auto& g : opt.param_groups())
-    for (auto& p : g.params()) {
-      auto it = opt.state().find(state_key(p));
-      if (it == opt.state().end()) continue;
-      for (auto& [k, v] : state_entries(*it->second))
-        if (v.isTensor()) bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());
-    }
-  return bytes;
+std::unique_ptr<GradientSync> sharded_gradients(ShardedParameters& sharded) {
+  return std::make_unique<ShardedGradients>(sharded);
 }
 
 }  // namespace dtrain::fleet

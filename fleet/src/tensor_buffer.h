@@ -48,4 +48,9 @@ inline Buffer device_view(const ::torch::Tensor& t) {
   return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
 }
 
+// A float32 CPU tensor's memory as a host Buffer.
+inline Buffer f32_view(const ::torch::Tensor& t) {
+  return Buffer(t.data_ptr<float>(), static_cast<size_t>(t.numel()), DType::F32);
+}
+
 }  // namespace dtrain::fleet::detail

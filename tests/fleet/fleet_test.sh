@@ -42,6 +42,17 @@ package)
   for f in lib/libdtrain_fleet.so include/dtrain/fleet/fleet.h lib/cmake/dtrain/dtrainFleetTargets.cmake; do
     [[ -e prefix/$f ]] || fail "the install has no $f"
   done
+  # Round 3's names still build, with a warning: find_package(dtrain COMPONENTS
+  # torch), the target dtrain::torch and <dtrain/torch/...> (preprocessed only:
+  # the forwards are headers and an alias, and a libtorch compile costs ~20 s).
+  mkdir -p old/src
+  printf '%s\n' 'cmake_minimum_required(VERSION 3.20)' 'project(old LANGUAGES CXX)' \
+    'find_package(dtrain REQUIRED COMPONENTS torch)' 'add_library(old OBJECT old.cc)' \
+    'target_link_libraries(old PRIVATE dtrain::torch)' 'target_compile_options(old PRIVATE -E)' > old/src/CMakeLists.txt
+  printf '#include <dtrain/torch/fleet.h>\nusing Old = dtrain::torch::DataParallel;\n' > old/src/old.cc
+  cmake -S old/src -B old/build -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" > old.log 2>&1 \
+    && cmake --build old/build >> old.log 2>&1 || { cat old.log >&2; fail "round 3's names (dtrain/torch/, dtrain::torch) do not build"; }
+  grep -q 'is deprecated' old.log || { cat old.log >&2; fail "the deprecated names build without a warning"; }
   # An unrelated folder: only the installed package is visible to the example.
   mkdir -p user && cp -r "$example"/. user/src
   cmake -S user/src -B user/build -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release \

@@ -58,17 +58,26 @@ link_ns() {
   [ -z "$a2" ] || ip -n "$n2" addr add "$a2"/24 dev "$name"b || fail "address $a2"
   ip -n "$n1" link set "$name"a up && ip -n "$n2" link set "$name"b up || fail "link up $name"
 }
+# two_machines NAME NET: two "machines", namespaces NA and NB joined by a veth
+# pair, with addresses A and B on 10.<random>.NET.0/24; a secret for the job in
+# ./secret and a random base port in $port.
+two_machines() {
+  NA=${1}a$$ NB=${1}b$$
+  new_ns $NA
+  new_ns $NB
+  sub=$((RANDOM % 200 + 20))
+  A=10.$sub.$2.1 B=10.$sub.$2.2
+  link_ns $NA $A $NB $B ${1}$$
+  make_secret secret
+  port=$((20000 + RANDOM % 20000))
+}
 # named_nodes NET: two machines in namespaces NA and NB with addresses A and B
 # on 10.<random>.NET.0/24, named ${HOST}1 and ${HOST}2 in each one's own
 # /etc/netns/NS/hosts (ip netns exec mounts it over /etc/hosts), where this
 # machine's host name is the namespace's own address, as on a real node.
 named_nodes() {
-  NA=dna$$ NB=dnb$$
-  new_ns $NA
-  new_ns $NB
-  local sub=$((RANDOM % 200 + 20))
-  A=10.$sub.$1.1 B=10.$sub.$1.2 HOST=n$sub
-  link_ns $NA $A $NB $B nn$$
+  two_machines dn $1
+  HOST=n$sub
   local ns ip
   for ns in $NA $NB; do
     ip=$([ $ns = $NA ] && echo $A || echo $B)

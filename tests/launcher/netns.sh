@@ -3,21 +3,7 @@
 # then stopping the job on one machine stops it on the other with the report.
 source "$(dirname "$0")/lib.sh"
 BACKEND=${2:-gloo}
-[ "$(id -u)" = 0 ] || { echo "SKIP: network namespaces need root"; exit 77; }
-command -v ip >/dev/null || fail "ip is not installed (Debian: iproute2)"
-NA=dta$$ NB=dtb$$
-ip netns add $NA 2>err.ns.txt || { cat err.ns.txt; echo "SKIP: cannot create network namespaces here"; exit 77; }
-CLEANUP+=("ip netns del $NA" "ip netns del $NB")
-ip netns add $NB || fail "ip netns add"
-ip link add va$$ type veth peer name vb$$ || fail "veth"
-ip link set va$$ netns $NA && ip link set vb$$ netns $NB || fail "moving veth ends"
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.7.1 B=10.$sub.7.2
-ip -n $NA addr add $A/24 dev va$$ && ip -n $NB addr add $B/24 dev vb$$ || fail "addresses"
-for ns in $NA $NB; do ip -n $ns link set lo up; done
-ip -n $NA link set va$$ up && ip -n $NB link set vb$$ up || fail "link up"
-port=$((20000 + RANDOM % 20000))
-make_secret secret
+two_machines dt 7
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2

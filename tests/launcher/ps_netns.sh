@@ -3,14 +3,7 @@
 # then a SIGKILLed server stops the job on both machines, each report naming
 # the server and the endpoint it served on.
 source "$(dirname "$0")/ps_lib.sh"
-NA=dsa$$ NB=dsb$$
-new_ns $NA
-new_ns $NB
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.9.1 B=10.$sub.9.2
-link_ns $NA $A $NB $B s$$
-make_secret secret
-port=$((20000 + RANDOM % 20000))
+two_machines ds 9
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2

@@ -4,14 +4,7 @@
 # probe server sees ps/stop, both exit 0. A server that exits non-zero after
 # the stop fails the job on both machines, each report naming it.
 source "$(dirname "$0")/lib.sh"
-NA=dpa$$ NB=dpb$$
-new_ns $NA
-new_ns $NB
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.8.1 B=10.$sub.8.2
-link_ns $NA $A $NB $B p$$
-make_secret secret
-port=$((20000 + RANDOM % 20000))
+two_machines dp 8
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2

@@ -5,14 +5,7 @@
 # over the "dtrain" backend. Both train the same parameters.
 source "$(dirname "$0")/lib.sh"
 SCRIPT=$(cd "$(dirname "$0")/../../examples/python" && pwd)/ddp_torchrun.py
-NA=dpa$$ NB=dpb$$
-new_ns $NA
-new_ns $NB
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.9.1 B=10.$sub.9.2
-link_ns $NA $A $NB $B vp$$
-port=$((20000 + RANDOM % 20000))
-make_secret secret
+two_machines vp 9
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2

@@ -311,7 +311,11 @@ struct PsJob {
   std::unique_ptr<PsServer> server;          // servers
   std::shared_ptr<Communicator> collective;  // workers, when [ps] collective names one
 };
+// The PS mode (sync, async, GEO) is the job file's [strategy] a_sync keys,
+// or `mode` where the caller already holds them (the Fleet API's strategy
+// given in code).
 PsJob join_ps(const Config& config, const RoleInfo& role);
+PsJob join_ps(const Config& config, const RoleInfo& role, const ModeOptions& mode);
 
 // Lower-level factories (tests, the conformance suite, programs that bring
 // their own store): options.role, rank, num_servers, num_workers, store and

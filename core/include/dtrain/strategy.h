@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/bucketer.h"
 #include "dtrain/buffer.h"
 #include "dtrain/config.h"
 #include "dtrain/ps.h"
@@ -101,6 +102,16 @@ struct StrategyOptions {
 
   bool localsgd() const { return localsgd_k_steps > 1; }
   size_t bucket_bytes() const;
+  // ps_mode with its mode as a_sync and a_sync_configs.k_steps select it
+  // (from_config sets it so; a strategy filled in code may not have).
+  ps::ModeOptions resolved_ps_mode() const {
+    ps::ModeOptions m = ps_mode;
+    m.mode = !a_sync ? ps::Mode::Sync : (ps_mode.geo_k_steps > 0 ? ps::Mode::Geo : ps::Mode::Async);
+    return m;
+  }
+  // The gradient buckets' capacity (assign_buckets, bucketer.h): bucket_bytes(),
+  // or 0 (one tensor per bucket) without fuse_all_reduce_ops.
+  size_t gradient_bucket_bytes() const { return fuse_all_reduce_ops ? bucket_bytes() : 0; }
   // Reads and checks the [strategy] table; ConfigError names the key and its
   // file/line for a bad value (k_steps < 1, unknown dtype, k_steps > 0
   // without a_sync, ...).
@@ -173,9 +184,8 @@ struct SyncStats {
 // Gradient bucketing (c10d Reducer-style) over plain f32 buffers.
 //
 // The tensors are given once, by element count, in registration order (the
-// order of the model's parameters). Buckets are filled in reverse order, the
-// order backward produces gradients, up to bucket_bytes each (one tensor per
-// bucket when fuse_all_reduce_ops is false). Every rank must build the same
+// order of the model's parameters), and bucketed by assign_buckets
+// (bucketer.h) up to gradient_bucket_bytes(). Every rank must build the same
 // layout (same counts), which the caller should check first.
 //
 // Per step: begin(); mark_ready(i, grad) once per tensor as its gradient is
@@ -194,10 +204,10 @@ struct SyncStats {
 // finish() leaves the average in place, so a step moves no gradient bytes
 // but the all-reduce's. Slot values are kept from step to step (gradients
 // accumulate there); the slots of tensors not marked by finish() are zeroed.
-class GradientBuckets {
+class GradientBuckets : private BucketReduction {
  public:
   GradientBuckets(std::shared_ptr<Communicator> comm, std::vector<size_t> counts, const StrategyOptions& options);
-  ~GradientBuckets();
+  ~GradientBuckets() override;
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
 
@@ -208,31 +218,26 @@ class GradientBuckets {
 
   size_t num_buckets() const { return buckets_.size(); }
   // Tensor indices of bucket b, in the order they sit in it.
-  const std::vector<size_t>& bucket_members(size_t b) const { return buckets_[b].members; }
+  const std::vector<size_t>& bucket_members(size_t b) const { return bucketer_.members(b); }
   const SyncStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
  private:
   struct Bucket {
-    std::vector<size_t> members;
     std::vector<size_t> offsets;  // element offset of each member in data
     size_t count = 0;
     std::vector<float> data;
     std::vector<uint16_t> wire;  // 16-bit copy when compressing
-    size_t pending = 0;
     std::shared_ptr<Work> work;
   };
-  void launch_ready_locked();
-  void launch_locked(Bucket& b);
+  void launch(size_t bucket) override;
 
   std::shared_ptr<Communicator> comm_;
   StrategyOptions options_;
   std::vector<size_t> counts_;
+  Bucketer bucketer_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;  // tensor -> bucket
-  std::vector<size_t> slot_of_;    // tensor -> member index in its bucket
-  std::vector<Buffer> targets_;    // where results go back
-  size_t next_launch_ = 0;
+  std::vector<Buffer> targets_;  // where results go back
   bool active_ = false;
   std::mutex mu_;
   SyncStats stats_;

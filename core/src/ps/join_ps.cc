@@ -44,6 +44,10 @@ bool single_host(const RoleInfo& role) {
 }  // namespace
 
 PsJob join_ps(const Config& config, const RoleInfo& role) {
+  return join_ps(config, role, StrategyOptions::from_config(config).ps_mode);
+}
+
+PsJob join_ps(const Config& config, const RoleInfo& role, const ModeOptions& mode) {
   PsJob job;
   job.role = role;
   std::string backend_name = config.get_string("ps.backend");
@@ -54,7 +58,6 @@ PsJob join_ps(const Config& config, const RoleInfo& role) {
   ckpt.dir = config.get_string("ps.checkpoint_dir");
   ckpt.save_on_exit = config.get_bool("ps.save_on_exit");
   ckpt.restart_count = role.restart_count;
-  ModeOptions mode = StrategyOptions::from_config(config).ps_mode;
 
   int num_servers = role.num_servers > 0 ? role.num_servers : static_cast<int>(role.server_endpoints.size());
   if (num_servers < 1)

@@ -31,9 +31,23 @@ void check_f32_cpu(const Buffer& b, const char* what) {
 
 }  // namespace
 
+namespace {
+
+std::vector<size_t> byte_sizes(const std::vector<size_t>& counts) {
+  std::vector<size_t> bytes;
+  bytes.reserve(counts.size());
+  for (size_t c : counts) bytes.push_back(c * sizeof(float));
+  return bytes;
+}
+
+}  // namespace
+
 GradientBuckets::GradientBuckets(std::shared_ptr<Communicator> comm, std::vector<size_t> counts,
                                  const StrategyOptions& options)
-    : comm_(std::move(comm)), options_(options), counts_(std::move(counts)) {
+    : comm_(std::move(comm)),
+      options_(options),
+      counts_(std::move(counts)),
+      bucketer_(byte_sizes(counts_), options.gradient_bucket_bytes()) {
   if (!comm_) throw InvalidUsage("GradientBuckets needs a communicator");
   if (options_.a_sync)
     throw InvalidUsage(
@@ -41,29 +55,17 @@ GradientBuckets::GradientBuckets(std::shared_ptr<Communicator> comm, std::vector
         std::string(ps::to_string(options_.ps_mode.mode)) +
         " mode), but this job all-reduces gradients (collective training); remove a_sync, or train through "
         "dtrain/ps.h with a [ps] backend and parameter servers (dtrain --server_num N --worker_num M)");
-  size_t n = counts_.size();
-  bucket_of_.assign(n, 0);
-  slot_of_.assign(n, 0);
-  targets_.assign(n, Buffer());
-  const size_t cap = options_.fuse_all_reduce_ops ? options_.bucket_bytes() : 0;
-  Bucket cur;
-  auto close = [&] {
-    if (cur.members.empty()) return;
-    cur.data.assign(cur.count, 0.0f);
-    if (options_.fp16_allreduce) cur.wire.assign(cur.count, 0);
-    buckets_.push_back(std::move(cur));
-    cur = Bucket();
-  };
-  for (size_t k = n; k-- > 0;) {
-    size_t i = k;
-    if (!cur.members.empty() && (cur.count + counts_[i]) * sizeof(float) > cap) close();
-    bucket_of_[i] = buckets_.size();
-    slot_of_[i] = cur.members.size();
-    cur.members.push_back(i);
-    cur.offsets.push_back(cur.count);
-    cur.count += counts_[i];
+  targets_.assign(counts_.size(), Buffer());
+  buckets_.resize(bucketer_.num_buckets());
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    for (size_t i : bucketer_.members(k)) {
+      b.offsets.push_back(b.count);
+      b.count += counts_[i];
+    }
+    b.data.assign(b.count, 0.0f);
+    if (options_.fp16_allreduce) b.wire.assign(b.count, 0);
   }
-  close();
 }
 
 GradientBuckets::~GradientBuckets() {
@@ -82,12 +84,9 @@ void GradientBuckets::begin() {
   if (active_) throw InvalidUsage("GradientBuckets::begin called twice without finish");
   // No zero fill: a tensor whose gradient lives in its slot keeps its values;
   // finish() zeroes the slots of tensors never marked.
-  for (auto& b : buckets_) {
-    b.pending = b.members.size();
-    b.work.reset();
-  }
+  for (auto& b : buckets_) b.work.reset();
   std::fill(targets_.begin(), targets_.end(), Buffer());
-  next_launch_ = 0;
+  bucketer_.begin();
   active_ = true;
 }
 
@@ -101,30 +100,23 @@ void GradientBuckets::mark_ready(size_t index, const Buffer& grad) {
                        std::to_string(grad.count) + " elements, registered with " + std::to_string(counts_[index]));
   std::lock_guard<std::mutex> lock(mu_);
   if (!active_) throw InvalidUsage("GradientBuckets::mark_ready outside begin()/finish()");
-  if (targets_[index].ptr) return;  // already marked this step (a tensor used twice)
-  Bucket& b = buckets_[bucket_of_[index]];
-  float* slot = b.data.data() + b.offsets[slot_of_[index]];
-  if (grad.ptr != slot) std::memcpy(slot, grad.ptr, grad.count * sizeof(float));
+  if (bucketer_.ready(index)) return;  // already marked this step (a tensor used twice)
+  float* dst = slot(index);
+  if (grad.ptr != dst) std::memcpy(dst, grad.ptr, grad.count * sizeof(float));
   targets_[index] = grad;
-  if (--b.pending == 0) launch_ready_locked();
+  bucketer_.mark(index, *this);
 }
 
 float* GradientBuckets::slot(size_t index) {
   if (index >= counts_.size())
     throw InvalidUsage("GradientBuckets::slot: index " + std::to_string(index) + " out of range (" +
                        std::to_string(counts_.size()) + " tensors)");
-  Bucket& b = buckets_[bucket_of_[index]];
-  return b.data.data() + b.offsets[slot_of_[index]];
+  Bucket& b = buckets_[bucketer_.bucket_of(index)];
+  return b.data.data() + b.offsets[bucketer_.position_of(index)];
 }
 
-void GradientBuckets::launch_ready_locked() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    launch_locked(buckets_[next_launch_]);
-    ++next_launch_;
-  }
-}
-
-void GradientBuckets::launch_locked(Bucket& b) {
+void GradientBuckets::launch(size_t bucket) {
+  Bucket& b = buckets_[bucket];
   stats_.allreduces++;
   if (!options_.fp16_allreduce) {
     stats_.bytes_on_wire += static_cast<int64_t>(b.count * sizeof(float));
@@ -144,28 +136,29 @@ void GradientBuckets::finish() {
   std::unique_lock<std::mutex> lock(mu_);
   if (!active_) throw InvalidUsage("GradientBuckets::finish without begin()");
   active_ = false;
-  for (size_t k = next_launch_; k < buckets_.size(); ++k) {
-    Bucket& b = buckets_[k];
-    b.pending = 0;
-    for (size_t s = 0; s < b.members.size(); ++s)
-      if (!targets_[b.members[s]].ptr) std::fill_n(b.data.data() + b.offsets[s], counts_[b.members[s]], 0.0f);
-  }
-  launch_ready_locked();
+  // Tensors never marked count as zero gradients and are skipped on write-back.
+  for (size_t i = 0; i < counts_.size(); ++i)
+    if (!bucketer_.ready(i)) {
+      std::fill_n(slot(i), counts_[i], 0.0f);
+      bucketer_.mark(i, *this);
+    }
   auto t0 = Clock::now();
   for (auto& b : buckets_) b.work->wait();
   stats_.wait_seconds += seconds_since(t0);
-  for (auto& b : buckets_) {
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
     if (options_.fp16_allreduce) {
       if (options_.wire_dtype == DType::BF16)
         for (size_t i = 0; i < b.count; ++i) b.data[i] = sdk::bf16_to_float(b.wire[i]);
       else
         for (size_t i = 0; i < b.count; ++i) b.data[i] = sdk::half_to_float(b.wire[i]);
     }
-    for (size_t s = 0; s < b.members.size(); ++s) {
-      const Buffer& t = targets_[b.members[s]];
-      const float* slot = b.data.data() + b.offsets[s];
-      if (!t.ptr || t.ptr == slot) continue;
-      std::memcpy(t.ptr, slot, t.count * sizeof(float));
+    const auto& members = bucketer_.members(k);
+    for (size_t s = 0; s < members.size(); ++s) {
+      const Buffer& t = targets_[members[s]];
+      const float* src = b.data.data() + b.offsets[s];
+      if (!t.ptr || t.ptr == src) continue;
+      std::memcpy(t.ptr, src, t.count * sizeof(float));
     }
     b.work.reset();
   }

@@ -127,7 +127,7 @@ StrategyOptions StrategyOptions::from_config(const Config& c) {
     bad_value(
         c, "strategy.a_sync_configs.k_steps",
         "k_steps = " + std::to_string(k) + " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
-  o.ps_mode.mode = !o.a_sync ? ps::Mode::Sync : (k > 0 ? ps::Mode::Geo : ps::Mode::Async);
+  o.ps_mode = o.resolved_ps_mode();
   if (o.a_sync && o.gradient_merge_k_steps > 1)
     bad_value(
         c, "strategy.gradient_merge.k_steps",

@@ -54,6 +54,7 @@ namespace dtrain::fleet {
 // sync_batch_norm connects the model's dtrain::fleet::BatchNorm2d layers to
 // `comm` (sync_batch_norm.h; a plain torch::nn::BatchNorm is refused).
 class BlockObserver;
+class GradientSync;
 class ShardedParameters;
 
 class DataParallel {
@@ -85,12 +86,10 @@ class DataParallel {
 
  private:
   struct Hook;
-  struct CudaBuckets;
-  void on_grad_ready(size_t index, bool from_backward);
-  void init_cuda(const StrategyOptions& options);
-  void init_sharding(const StrategyOptions& options);
+  void collect_parameters();
+  void broadcast_state();
   void register_hooks();
-  bool reduce_scattering() const;
+  void on_grad_ready(size_t index);
   void average_on_device(const std::vector<::torch::Tensor>& tensors);
 
   std::shared_ptr<::torch::nn::Module> model_;
@@ -98,16 +97,16 @@ class DataParallel {
   Strategy strategy_;
   std::vector<::torch::Tensor> params_;
   std::vector<std::string> param_names_;
-  std::vector<char> marked_;  // this step's backward has produced the gradient
+  bool cuda_ = false;                         // the parameters are on a CUDA device
+  bool on_device_ = false;                    // cuda_, or the CUDA path forced for tests (DTRAIN_TORCH_DEVICE_BUCKETS)
+  std::unique_ptr<BlockObserver> recompute_;  // strategy.recompute
+  std::unique_ptr<ShardedParameters> sharded_;  // strategy.sharding: the parameters' layout
+  std::unique_ptr<GradientSync> sync_;          // the gradient reduction; null with one rank and no ZeRO 2/3
   std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  bool cuda_ = false;                          // the parameters are on a CUDA device
-  std::unique_ptr<CudaBuckets> cuda_buckets_;  // cuda_ and more than one rank
-  bool armed_ = false;                         // gradients of this step go to the buckets
-  bool begun_ = false;                         // buckets_->begin() called, finish() not yet
+  std::vector<char> marked_;  // this step's backward has produced the gradient
+  bool armed_ = false;        // gradients of this step go to sync_
+  bool begun_ = false;        // sync_->begin() called, finish() not yet
   SyncStats extra_;
-  std::unique_ptr<BlockObserver> recompute_;    // strategy.recompute
-  std::unique_ptr<ShardedParameters> sharded_;  // strategy.sharding
 };
 
 }  // namespace dtrain::fleet

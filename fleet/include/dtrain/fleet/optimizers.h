@@ -20,6 +20,50 @@ namespace dtrain::fleet {
 // Every rank must call it with a vector of the same length; absent = local.
 using NormReducer = std::function<void(std::vector<double>& squared_sums)>;
 
+// What LAMB and LARS share: parameters excluded from weight decay (by tensor
+// identity), and a pair of layer-wise norms per parameter summed across ranks
+// by the norm reducer in one call per step.
+class LayerwiseOptimizer : public ::torch::optim::Optimizer {
+ public:
+  void set_norm_reducer(NormReducer reducer) { reducer_ = std::move(reducer); }
+  // Marks a parameter (by tensor identity) as excluded from weight decay.
+  void exclude_from_weight_decay(const ::torch::Tensor& param);
+  bool excluded_from_weight_decay(const ::torch::Tensor& param) const;
+
+ protected:
+  LayerwiseOptimizer(std::vector<::torch::optim::OptimizerParamGroup> groups,
+                     std::unique_ptr<::torch::optim::OptimizerOptions> defaults,
+                     const std::vector<::torch::Tensor>& exclude_from_weight_decay);
+
+  // Runs the closure (if any) with gradients on; the step then runs without.
+  ::torch::Tensor run_closure(const LossClosure& closure);
+  // One entry per parameter with a gradient: `index` its place among every
+  // parameter of every group (`count` of them), `pair` the two tensors whose
+  // norms it needs. Returns the norms of each pair, summed across ranks: every
+  // rank reduces two slots per parameter, with a gradient or not.
+  struct NormPair {
+    size_t index;
+    ::torch::Tensor a, b;
+  };
+  std::vector<std::pair<double, double>> pair_norms(const std::vector<NormPair>& pairs, size_t count) const;
+  // libtorch's load restores the per-parameter state only; this also restores
+  // each group's options (lr...) from the same archive.
+  template <typename State, typename Options>
+  void load_state_and_options(::torch::serialize::InputArchive& archive) {
+    ::torch::optim::serialize<State, Options>(archive, *this);
+    ::torch::serialize::InputArchive groups_archive;
+    archive.read("param_groups", groups_archive);
+    std::vector<std::pair<std::vector<std::string>, std::unique_ptr<::torch::optim::OptimizerOptions>>> saved;
+    ::torch::optim::detail::serialize<Options>(groups_archive, saved);
+    for (size_t i = 0; i < saved.size() && i < param_groups_.size(); ++i)
+      param_groups_[i].set_options(std::move(saved[i].second));
+  }
+
+ private:
+  std::unordered_set<const void*> excluded_;
+  NormReducer reducer_;
+};
+
 struct LambOptions : public ::torch::optim::OptimizerCloneableOptions<LambOptions> {
   LambOptions(double lr = 1e-3) : lr_(lr) {}
   TORCH_ARG(double, lr) = 1e-3;
@@ -58,7 +102,7 @@ struct LambParamState : public ::torch::optim::OptimizerCloneableParamState<Lamb
 // zero as long as epsilon > 0. save()/load() round-trip the state
 // (step, moment1, moment2) and, unlike libtorch's own optimizers' load(),
 // the groups' options (lr...); load into an optimizer over the same groups.
-class Lamb : public ::torch::optim::Optimizer {
+class Lamb : public LayerwiseOptimizer {
  public:
   explicit Lamb(std::vector<::torch::optim::OptimizerParamGroup> param_groups, LambOptions defaults = {},
                 const std::vector<::torch::Tensor>& exclude_from_weight_decay = {});
@@ -68,15 +112,6 @@ class Lamb : public ::torch::optim::Optimizer {
   ::torch::Tensor step(LossClosure closure = nullptr) override;
   void save(::torch::serialize::OutputArchive& archive) const override;
   void load(::torch::serialize::InputArchive& archive) override;
-
-  void set_norm_reducer(NormReducer reducer) { reducer_ = std::move(reducer); }
-  // Marks a parameter (by tensor identity) as excluded from weight decay.
-  void exclude_from_weight_decay(const ::torch::Tensor& param);
-  bool excluded_from_weight_decay(const ::torch::Tensor& param) const;
-
- private:
-  std::unordered_set<const void*> excluded_;
-  NormReducer reducer_;
 };
 
 struct LarsOptions : public ::torch::optim::OptimizerCloneableOptions<LarsOptions> {
@@ -113,7 +148,7 @@ struct LarsParamState : public ::torch::optim::OptimizerCloneableParamState<Lars
 // across ranks by the norm reducer (one call per step carrying ||w||^2 and
 // ||g||^2 of every parameter); zero padding stays zero. save()/load() as
 // Lamb's (velocity, and the groups' options).
-class Lars : public ::torch::optim::Optimizer {
+class Lars : public LayerwiseOptimizer {
  public:
   explicit Lars(std::vector<::torch::optim::OptimizerParamGroup> param_groups, LarsOptions defaults = {},
                 const std::vector<::torch::Tensor>& exclude_from_weight_decay = {});
@@ -123,14 +158,6 @@ class Lars : public ::torch::optim::Optimizer {
   ::torch::Tensor step(LossClosure closure = nullptr) override;
   void save(::torch::serialize::OutputArchive& archive) const override;
   void load(::torch::serialize::InputArchive& archive) override;
-
-  void set_norm_reducer(NormReducer reducer) { reducer_ = std::move(reducer); }
-  void exclude_from_weight_decay(const ::torch::Tensor& param);
-  bool excluded_from_weight_decay(const ::torch::Tensor& param) const;
-
- private:
-  std::unordered_set<const void*> excluded_;
-  NormReducer reducer_;
 };
 
 // Paddle's lamb / lars meta-optimizers (fleet strategy.lamb, strategy.lars):

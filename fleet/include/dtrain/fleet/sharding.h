@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -53,7 +54,7 @@ namespace dtrain::fleet {
 // Threads: the gradient hooks run on the thread that runs backward (libtorch
 // runs CPU backward on the caller's thread); everything else on the training
 // thread. All collective methods are called in the same order on every rank.
-class ShardedParameters : public BlockObserver {
+class ShardedParameters : public BlockObserver, private BucketReduction {
  public:
   // params: the model's trainable parameters in registration order (names
   // beside them). comm null or of one rank: one shard holds everything.
@@ -124,23 +125,20 @@ class ShardedParameters : public BlockObserver {
     std::string name;
     int64_t numel = 0, per = 0, len = 0, shard_offset = 0;  // len: this rank's real elements
     bool view = false;                                      // shard is a view of p (stages 1-2)
-    size_t bucket = 0;
-    int64_t bucket_offset = 0;  // in the bucket's per-rank block
-    int refs = 0;               // stage 3: gathers in use
-    bool in_block = false, released = false, ready = false;
+    int64_t bucket_offset = 0;                              // in the bucket's per-rank block
+    int refs = 0;                                           // stage 3: gathers in use
+    bool in_block = false, released = false;
   };
   struct Bucket {
-    std::vector<size_t> members;
     int64_t block = 0;  // elements per rank
     ::torch::Tensor send, recv;
-    size_t pending = 0;
     std::shared_ptr<Work> work;
   };
   const std::vector<size_t>& block_params(const ::torch::nn::Module& block);
   void gather(const std::vector<size_t>& indices);
   void refresh(const std::vector<size_t>& indices);
   void release(size_t i);
-  void launch_ready_locked();
+  void launch(size_t bucket) override;
   ::torch::Tensor allgather(const std::vector<size_t>& indices, int64_t* block);
 
   std::shared_ptr<::torch::nn::Module> model_;
@@ -149,8 +147,8 @@ class ShardedParameters : public BlockObserver {
   size_t bucket_bytes_ = 0;
   std::vector<Param> params_;
   ::torch::Tensor shard_flat_;
+  std::optional<Bucketer> bucketer_;  // stages 2-3: the reduce-scatter buckets
   std::vector<Bucket> buckets_;
-  size_t next_launch_ = 0;
   std::unordered_map<const void*, size_t> index_;  // TensorImpl* -> parameter
   std::unordered_set<const ::torch::nn::Module*> modules_;
   std::unordered_map<const ::torch::nn::Module*, std::vector<size_t>> blocks_;

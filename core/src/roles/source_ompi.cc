@@ -1,0 +1,31 @@
+// Open MPI's mpirun variables (OMPI_COMM_WORLD_RANK, ...): rank 0 serves the store.
+#include <algorithm>
+
+#include "role_fields.h"
+
+namespace dtrain::roles {
+
+namespace {
+
+const env::RoleVars& kVars = env::kOmpi;
+
+bool applies(const EnvReader& e) { return e.has(kVars.rank); }
+
+RoleInfo resolve(const EnvReader& e) {
+  RawRole r;
+  FieldNames names = read_placement(e, kVars, r);
+  r.rank = e.get_int(kVars.rank);
+  r.world_size = e.get_int(kVars.world_size);
+  if (!r.nnodes && r.world_size && r.local_world_size && *r.local_world_size > 0)
+    r.nnodes = std::max(1, (*r.world_size + *r.local_world_size - 1) / *r.local_world_size);
+  if (!r.node_rank && r.rank && r.local_world_size && *r.local_world_size > 0)
+    r.node_rank = *r.rank / *r.local_world_size;
+  std::string id = e.get("OMPI_MCA_ess_base_jobid").value_or(e.get("PMIX_NAMESPACE").value_or("mpirun"));
+  return resolve_scheduler(e, r, names, "mpirun", id);
+}
+
+}  // namespace
+
+const EnvSource kOmpiSource = {applies, resolve};
+
+}  // namespace dtrain::roles
