@@ -55,17 +55,17 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   auto& m = *mesh_;
   m.rank = init.rank;
   m.size = init.world_size;
-  m.algorithm = parse_algorithm(init.options.get_string("algorithm"));
+  const GlooKeys k = gloo_keys().read(init.options);  // bounds checked there
+  m.algorithm = parse_algorithm(k.algorithm);
   // Two ranks: bcube is one exchange of the whole buffer, the same bytes as a
   // ring in fewer steps; measured faster up to 16 MiB. More ranks: up to 1 MiB.
-  int64_t small = init.options.get_int("small_message_bytes");
-  if (small < 0) throw sdk::Error(DT_ERR_INVALID_USAGE, "gloo.small_message_bytes must be >= 0");
+  const int64_t small = k.small_message_bytes;
   m.small_bytes = small > 0 ? static_cast<size_t>(small) : m.size == 2 ? size_t{16} << 20 : size_t{1} << 20;
   const int rank_ = m.rank, size_ = m.size;
   ::gloo::transport::tcp::attr attr;
   // iface not set: chosen here (the key table's "" stands for that choice).
-  std::string iface = init.options.has("iface") ? init.options.get_string("iface") : default_iface(init);
-  std::string host = init.options.get_string("hostname");
+  std::string iface = init.options.has("iface") ? k.iface : default_iface(init);
+  const std::string& host = k.hostname;
   if (!host.empty()) {
     attr.hostname = host;
   } else if (!iface.empty()) {
@@ -79,8 +79,7 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   }
   try {
     m.device = ::gloo::transport::tcp::CreateDevice(attr);
-    m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_,
-                                                              static_cast<int>(init.options.get_int("bcube_base")));
+    m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_, k.bcube_base);
     m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
     sdk::gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
     m.context->connectFullMesh(store, m.device);

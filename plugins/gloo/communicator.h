@@ -21,6 +21,18 @@ namespace dtrain::gloo_backend {
 
 enum class Algorithm { Auto, Ring, HalvingDoubling, Bcube };
 
+// The [gloo] keys as the job file sets them; the initializers are the
+// defaults. Each key is declared once, with its bound and doc, in gloo_keys()
+// (plugin.cc), which reads them all, bounds checked.
+struct GlooKeys {
+  std::string algorithm = "auto";
+  int64_t small_message_bytes = 0;
+  int bcube_base = 2;
+  std::string iface;
+  std::string hostname;
+};
+const sdk::ConfigTable<GlooKeys>& gloo_keys();
+
 // The Gloo side of one communicator: a full TCP mesh and what runs on it. Held
 // by shared_ptr by every queued op, so an op left blocked in Gloo after an
 // abort can finish on its own after the communicator is gone.

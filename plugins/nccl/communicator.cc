@@ -45,7 +45,7 @@ std::string describe(const char* op, const dt_buffer_v1_t& b, int32_t red = -1) 
 }
 
 int pick_device(const sdk::CommInit& init, int visible) {
-  int64_t d = init.options.get_int("device");
+  int64_t d = nccl_keys().read(init.options).device;  // bound checked there
   std::string from = "option nccl.device";
   if (d < 0) {
     if (const char* e = std::getenv("DTRAIN_DEVICE"); e && *e) {

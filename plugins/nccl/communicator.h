@@ -14,6 +14,14 @@
 
 namespace dtrain::nccl_backend {
 
+// The [nccl] keys as the job file sets them; the initializers are the
+// defaults. Each key is declared once, with its bound and doc, in nccl_keys()
+// (plugin.cc), which reads them all, bounds checked.
+struct NcclKeys {
+  int device = -1;
+};
+const sdk::ConfigTable<NcclKeys>& nccl_keys();
+
 // ncclAlltoAll's signature (NCCL 2.28.3+), looked up in the loaded libnccl at
 // run time so the plugin also loads against an older one.
 using AlltoAllFn = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);

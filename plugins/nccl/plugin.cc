@@ -7,11 +7,6 @@
 
 namespace {
 
-const dt_config_key_v1_t kKeys[] = {
-    {"device", "int", "-1",
-     "CUDA device of this rank; -1 = the launcher's DTRAIN_DEVICE, else local rank modulo the visible devices"},
-};
-
 constexpr uint64_t kCaps = DT_CAP_ALLREDUCE | DT_CAP_BROADCAST | DT_CAP_ALLGATHER | DT_CAP_REDUCE_SCATTER |
                            DT_CAP_REDUCE | DT_CAP_ALLTOALL | DT_CAP_BARRIER | DT_CAP_SENDRECV | DT_CAP_CUDA_BUFFERS |
                            DT_CAP_REDUCED_PRECISION;
@@ -57,5 +52,21 @@ const char* description_string() {
 
 }  // namespace
 
-DTRAIN_EXPORT_BACKEND_V1(dtrain::nccl_backend::NcclCommunicator, "nccl", version_string(), description_string(), kCaps,
-                         kKeys)
+namespace dtrain::nccl_backend {
+
+// The [nccl] keys: each once, its default in NcclKeys (communicator.h), its bound and doc here.
+const sdk::ConfigTable<NcclKeys>& nccl_keys() {
+  using K = NcclKeys;
+  static const sdk::ConfigTable<K> table(
+      "nccl", {
+                  {"device", &K::device, sdk::at_least(-1),
+                   "CUDA device of this rank; -1 = the launcher's DTRAIN_DEVICE, else local rank modulo the visible "
+                   "devices"},
+              });
+  return table;
+}
+
+}  // namespace dtrain::nccl_backend
+
+DTRAIN_EXPORT_BACKEND_V1_TABLE(dtrain::nccl_backend::NcclCommunicator, "nccl", version_string(), description_string(),
+                               kCaps, dtrain::nccl_backend::nccl_keys())

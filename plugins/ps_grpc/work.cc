@@ -9,7 +9,7 @@ Op::Op(std::string what, int parts, sdk::Clock::time_point deadline, int64_t tim
 
 dt_status_t Op::wait(int64_t timeout_ms) {
   if (spin_.count() > 0 && timeout_ms != 0) {
-    auto spin = spin_;  // at most 1 s (options.cc), so a longer timeout never shortens it
+    auto spin = spin_;  // at most 1 s (its bound, plugin.cc), so a longer timeout never shortens it
     if (timeout_ms > 0)
       spin = std::min<std::chrono::microseconds>(spin, std::chrono::milliseconds(std::min<int64_t>(timeout_ms, 1000)));
     const auto until = sdk::Clock::now() + spin;

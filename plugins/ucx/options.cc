@@ -1,7 +1,5 @@
 #include "options.h"
 
-#include <algorithm>
-
 namespace dtrain::ucx_backend {
 
 namespace {
@@ -25,25 +23,22 @@ ErrorHandling parse_error_handling(const std::string& s) {
 }  // namespace
 
 UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
-  const sdk::Options& o = init.options;
+  const UcxKeys k = ucx_keys().read(init.options);  // bounds checked there
   UcxOptions u;
   Settings& s = u.settings;
-  u.algorithm_name = o.get_string("algorithm");
-  s.algorithm = parse_algorithm(u.algorithm_name);
-  // Values below a key's lowest are raised to it; the defaults are kKeys' (plugin.cc).
-  auto at_least = [&](const char* key, int64_t lowest) { return std::max<int64_t>(lowest, o.get_int(key)); };
-  s.small_bytes = static_cast<size_t>(at_least("small_message_bytes", 0));
-  s.chunk_bytes = static_cast<size_t>(at_least("chunk_bytes", 4096));
-  s.depth = static_cast<int>(at_least("pipeline_depth", 1));
-  s.spin = std::chrono::microseconds(at_least("spin_us", 0));
-  s.shm = o.get_bool("shared_memory");
-  s.stream_bytes = static_cast<size_t>(at_least("stream_bytes", 0));
-  s.adaptive_stream = o.get_bool("adaptive_stream");
-  u.tls = o.get_string("tls");
-  u.net_devices = o.get_string("net_devices");
-  if (u.net_devices.empty()) u.net_devices = default_net_devices(init);
-  u.errors = parse_error_handling(o.get_string("error_handling"));
-  u.grace = std::chrono::microseconds(at_least("grace_us", 0));
+  u.algorithm_name = k.algorithm;
+  s.algorithm = parse_algorithm(k.algorithm);
+  s.small_bytes = static_cast<size_t>(k.small_message_bytes);
+  s.chunk_bytes = static_cast<size_t>(k.chunk_bytes);
+  s.depth = k.pipeline_depth;
+  s.spin = std::chrono::microseconds(k.spin_us);
+  s.shm = k.shared_memory;
+  s.stream_bytes = static_cast<size_t>(k.stream_bytes);
+  s.adaptive_stream = k.adaptive_stream;
+  u.tls = k.tls;
+  u.net_devices = k.net_devices.empty() ? default_net_devices(init) : k.net_devices;
+  u.errors = parse_error_handling(k.error_handling);
+  u.grace = std::chrono::microseconds(k.grace_us);
   return u;
 }
 

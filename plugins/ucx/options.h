@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "dtrain/sdk/backend.h"
@@ -12,9 +13,27 @@ namespace dtrain::ucx_backend {
 
 enum class Algorithm { Auto, RecursiveDoubling, Ring };
 
+// The [ucx] keys as the job file sets them; the initializers are the
+// defaults. Each key is declared once, with its bound and doc, in ucx_keys()
+// (plugin.cc), which reads them all (bounds checked) for UcxOptions::parse.
+struct UcxKeys {
+  std::string tls;
+  std::string net_devices;
+  std::string error_handling = "auto";
+  bool shared_memory = true;
+  std::string algorithm = "auto";
+  int64_t small_message_bytes = 8192;
+  int64_t chunk_bytes = 131072;
+  int pipeline_depth = 8;
+  int64_t stream_bytes = 8388608;
+  bool adaptive_stream = true;
+  int64_t spin_us = 2000;
+  int64_t grace_us = 1000;
+};
+const sdk::ConfigTable<UcxKeys>& ucx_keys();
+
 // What the algorithms need; every rank must run with the same values (see
-// fingerprint()). UcxOptions::parse fills every field from the [ucx] table;
-// the defaults are written once, in the key table (plugin.cc).
+// fingerprint()). UcxOptions::parse fills every field from UcxKeys.
 struct Settings {
   Algorithm algorithm = Algorithm::Auto;
   size_t small_bytes = 0;  // auto: recursive doubling up to here, ring above

@@ -10,7 +10,7 @@ using dtrain::sdk::bytes_of;
 
 ExampleCommunicator::ExampleCommunicator(const dtrain::sdk::CommInit& init)
     : rank_(init.rank), size_(init.world_size), timeout_ms_(init.timeout_ms), store_(init.store) {
-  if (init.options.get_bool("verbose"))
+  if (example_keys().read(init.options).verbose)
     dtrain::sdk::Log::info("example backend: rank " + std::to_string(rank_) + " of " + std::to_string(size_));
 }
 

@@ -8,6 +8,14 @@
 
 namespace example {
 
+// The [example] keys as the job file sets them; the initializers are the
+// defaults. Each key is declared once, with its bound (if any) and doc, in
+// example_keys() (plugin.cc), which reads them all.
+struct ExampleKeys {
+  bool verbose = false;
+};
+const dtrain::sdk::ConfigTable<ExampleKeys>& example_keys();
+
 // Every collective is a round of blobs through the core's rendezvous store:
 // slow, but correct for any world size, and it needs nothing but the SDK.
 class ExampleCommunicator : public dtrain::sdk::Communicator {

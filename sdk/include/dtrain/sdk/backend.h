@@ -12,17 +12,25 @@
 //     // already ran to success (OpQueue::run_or_submit does that).
 //     ...
 //   };
-//   static const dt_config_key_v1_t kKeys[] = {{"algorithm", "string", "\"ring\"", "..."}};
-//   DTRAIN_EXPORT_BACKEND_V1(MyComm, "mine", "1.0.0", "what it is", DT_CAP_ALLREDUCE | DT_CAP_CPU_BUFFERS, kKeys)
+//   // The keys, each declared once (config_table.h): a field with its default, one line with name, bound, doc.
+//   struct MyKeys { std::string algorithm = "ring"; int64_t depth = 4; };
+//   const dtrain::sdk::ConfigTable<MyKeys>& my_keys() {
+//     static const dtrain::sdk::ConfigTable<MyKeys> t("mine", {
+//         {"algorithm", &MyKeys::algorithm, "ring or tree"},
+//         {"depth", &MyKeys::depth, dtrain::sdk::in_range(1, 64), "chunks in flight"}});
+//     return t;
+//   }
+//   DTRAIN_EXPORT_BACKEND_V1_TABLE(MyComm, "mine", "1.0.0", "what it is", DT_CAP_ALLREDUCE | DT_CAP_CPU_BUFFERS,
+//                                  my_keys())
 //
-//   // in MyComm's constructor: the value set in the job file, else kKeys' default
-//   std::string algorithm = init.options.get_string("algorithm");
+//   // in MyComm's constructor: the values set in the job file, else the defaults, bounds checked
+//   MyKeys k = my_keys().read(init.options);
 //
 // The rest of the SDK, all header-only: op_queue.h (the in-order op queue
 // collectives run on, inline on the waiting thread), p2p.h (posted
 // point-to-point works and their completion), clock.h (the deadline rule),
 // reduce.h and half.h (reduction kernels, f16/bf16), support.h (the host's
-// logger and store, the plugin's options).
+// logger and store, the plugin's options), config_table.h (the plugin's keys).
 
 #include <condition_variable>
 #include <cstddef>
@@ -34,6 +42,7 @@
 #include <string>
 #include <thread>
 
+#include "dtrain/sdk/config_table.h"
 #include "dtrain/sdk/op_queue.h"
 #include "dtrain/sdk/p2p.h"
 #include "dtrain/sdk/ps_table_fields.h"
@@ -456,6 +465,14 @@ const dt_backend_v1_t* make_backend_v1(const dt_host_v1_t* host, const char* nam
   DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                            \
     return ::dtrain::sdk::detail::make_backend_v1<CommClass>(host, NAME, VERSION, DESCRIPTION, CAPS, KEYS,             \
                                                              static_cast<uint32_t>(sizeof(KEYS) / sizeof((KEYS)[0]))); \
+  }
+// The same with the keys of a ConfigTable (config_table.h): TABLE is an
+// expression giving a const ConfigTable<S>&, e.g. a function returning a static one.
+#define DTRAIN_EXPORT_BACKEND_V1_TABLE(CommClass, NAME, VERSION, DESCRIPTION, CAPS, TABLE)                    \
+  DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                   \
+    const auto& dtrain_keys = (TABLE);                                                                        \
+    return ::dtrain::sdk::detail::make_backend_v1<CommClass>(host, NAME, VERSION, DESCRIPTION, CAPS,          \
+                                                             dtrain_keys.abi_keys(), dtrain_keys.num_keys()); \
   }
 #define DTRAIN_EXPORT_BACKEND_V1_NOKEYS(CommClass, NAME, VERSION, DESCRIPTION, CAPS)                              \
   DTRAIN_PLUGIN_EXPORT const dt_backend_v1_t* dtrain_backend_v1(const dt_host_v1_t* host) {                       \

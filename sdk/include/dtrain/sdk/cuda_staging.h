@@ -5,8 +5,8 @@
 // same stream, and its work completes only after that copy has. One line in a
 // CPU plugin gives it CUDA buffers:
 //
-//   DTRAIN_EXPORT_BACKEND_V1(dtrain::sdk::CudaStaged<MyComm>, "mine", ...,
-//                            kCaps | DT_CAP_CUDA_BUFFERS, kKeys)
+//   DTRAIN_EXPORT_BACKEND_V1_TABLE(dtrain::sdk::CudaStaged<MyComm>, "mine", ...,
+//                                  kCaps | DT_CAP_CUDA_BUFFERS, my_keys())
 //
 // The CUDA runtime is loaded at run time (cuda_runtime.h): the plugin loads
 // and runs CPU ops on machines without CUDA, where an op on a CUDA buffer

@@ -86,10 +86,14 @@ class Store {
 // The plugin's own options: the flat "key = literal" TOML text the core
 // passes (the core has already checked names and types against the plugin's
 // key list, but the text may come from any host), and the plugin's key table
-// (kKeys, as passed to DTRAIN_EXPORT_BACKEND_V1), whose defaults are the one
-// place a default is written:
+// (as passed to DTRAIN_EXPORT_BACKEND_V1), whose defaults are the one place a
+// default is written:
 //
-//   int64_t chunk = init.options.get_int("chunk_bytes");  // set, else kKeys' default
+//   int64_t chunk = init.options.get_int("chunk_bytes");  // set, else the table's default
+//
+// The in-tree plugins declare their keys with a ConfigTable (config_table.h),
+// whose read() fills a struct through the getters with a fallback and checks
+// each key's bound.
 //
 // A key the table does not declare, or declares without a default, is an
 // error that names it; the getters with a fallback stay for keys no table
