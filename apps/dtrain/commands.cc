@@ -20,7 +20,7 @@
 
 namespace dtrain::launch {
 
-int list_plugins(const std::vector<std::string>& extra_dirs) {
+int list_plugins(const std::vector<std::string>& extra_dirs, bool keys) {
   PluginRegistry registry(extra_dirs);
   std::vector<std::string> errors;
   auto plugins = registry.list(&errors);
@@ -30,6 +30,18 @@ int list_plugins(const std::vector<std::string>& extra_dirs) {
                              fmt::format("{}.{}", p.abi_major, p.abi_minor), p.caps_string());
   for (const PluginInfo& p : plugins) std::cout << fmt::format("  {}: {} ({})\n", p.name, p.description, p.path);
   for (const std::string& e : errors) std::cout << "  not loadable: " << e << "\n";
+  if (keys) {
+    for (const PluginInfo& p : plugins) {
+      std::cout << fmt::format("\n[{}] keys (job file table [{}], or -o {}.KEY=VALUE):\n", p.name, p.name, p.name);
+      if (p.config_keys.empty()) std::cout << "  (none)\n";
+      size_t width = 4;
+      for (const ConfigKey& k : p.config_keys) width = std::max(width, k.path.size());
+      for (const ConfigKey& k : p.config_keys)
+        std::cout << fmt::format("  {:<{}} {:<6} {:<12} {}\n", k.path, width, to_string(k.type),
+                                 k.default_text.empty() ? "(none)" : k.default_text, k.description);
+    }
+    std::cout << "\n";
+  }
   std::string dirs;
   for (const std::string& d : registry.search_path()) dirs += (dirs.empty() ? "" : ":") + d;
   std::cout << "search path: " << dirs << "\n";

@@ -8,8 +8,11 @@
 
 namespace dtrain::launch {
 
-// `dtrain plugins`: the installed backends as a table. Returns the exit code.
-int list_plugins(const std::vector<std::string>& extra_dirs);
+// `dtrain plugins`: the installed backends as a table; with keys, then each
+// backend's keys ([NAME] table of a job file): name, type, default and doc,
+// as its own key table declares them (an int key's bound ends its doc).
+// Returns the exit code.
+int list_plugins(const std::vector<std::string>& extra_dirs, bool keys = false);
 
 struct CheckOptions {
   MachineOptions machines;  // laid out exactly as the job lays them out

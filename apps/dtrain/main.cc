@@ -2,7 +2,7 @@
 //
 //   dtrain [options] JOB.toml              runs the job file's [job] program
 //   dtrain [options] PROGRAM ARGS...       runs any program (as Paddle's launch; `--` before it also works)
-//   dtrain plugins                         lists the installed backends
+//   dtrain plugins [--keys]                lists the installed backends [and their keys]
 //   dtrain check [--ips a,b | --master h:p --nnodes N --rank R]   pre-flight checks
 #include <unistd.h>
 
@@ -168,6 +168,9 @@ int main(int argc, char** argv) {
       app.add_subcommand("plugins", "list the installed backend plugins (name, version, ABI, capabilities)");
   std::vector<std::string> plugin_dirs;
   plugins_cmd->add_option("--plugin-path", plugin_dirs, "extra folder to search");
+  bool plugin_keys = false;
+  plugins_cmd->add_flag("--keys", plugin_keys,
+                        "also list each backend's keys: name, type, default, doc (with an int key's bound)");
 
   auto* check_cmd = app.add_subcommand("check", "pre-flight checks: store reachable, interface, versions, ports");
   CheckOptions co;
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
 
   try {
     if (!lo.log_level.empty()) set_log_level(lo.log_level);
-    if (*plugins_cmd) return list_plugins(plugin_dirs);
+    if (*plugins_cmd) return list_plugins(plugin_dirs, plugin_keys);
     if (*check_cmd) {
       co.machines.ips = sdk::split(check_ips);
       return run_check(co);
