@@ -23,9 +23,7 @@ TEST(AssignBuckets, ATensorOverTheCapGetsABucketOfItsOwn) {
   EXPECT_EQ(assign_buckets({10, 500, 10, 10}, 100), (Buckets{{3, 2}, {1}, {0}}));
 }
 
-TEST(AssignBuckets, CapZeroIsOneTensorPerBucket) {
-  EXPECT_EQ(assign_buckets({4, 4, 4}, 0), (Buckets{{2}, {1}, {0}}));
-}
+TEST(AssignBuckets, CapZeroIsOneTensorPerBucket) { EXPECT_EQ(assign_buckets({4, 4, 4}, 0), (Buckets{{2}, {1}, {0}})); }
 
 TEST(AssignBuckets, EmptyTensorsJoinTheOpenBucketAndNoTensorsMeanNoBuckets) {
   EXPECT_EQ(assign_buckets({8, 0, 8}, 8), (Buckets{{2, 1}, {0}}));

@@ -193,7 +193,9 @@ std::string EnvNamer::name(const std::string& field) const {
   auto it = names_.find(field);
   return it != names_.end() ? it->second : field;
 }
-std::string EnvNamer::show(const std::string& field, const std::string& value) const { return name(field) + "=" + value; }
+std::string EnvNamer::show(const std::string& field, const std::string& value) const {
+  return name(field) + "=" + value;
+}
 std::string EnvNamer::show_list(const std::string& field, const std::vector<std::string>& v) const {
   return name(field) + "=" + join(v, ",");
 }
@@ -208,11 +210,11 @@ FieldNames read_placement(const EnvReader& e, const env::RoleVars& s, RawRole& r
     const char* dtrain;
     const char* own;
   };
-  for (const Field& f : {Field{"local_rank", r.local_rank, d.local_rank, s.local_rank},
-                         Field{"local_world_size", r.local_world_size, d.local_world_size, s.local_world_size},
-                         Field{"node_rank", r.node_rank, d.node_rank, s.node_rank},
-                         Field{"nnodes", r.nnodes, d.nnodes, s.nnodes},
-                         Field{"restart_count", r.restart_count, d.restart_count, s.restart_count}}) {
+  for (const Field& f :
+       {Field{"local_rank", r.local_rank, d.local_rank, s.local_rank},
+        Field{"local_world_size", r.local_world_size, d.local_world_size, s.local_world_size},
+        Field{"node_rank", r.node_rank, d.node_rank, s.node_rank}, Field{"nnodes", r.nnodes, d.nnodes, s.nnodes},
+        Field{"restart_count", r.restart_count, d.restart_count, s.restart_count}}) {
     f.value = e.get_int(f.dtrain);
     names[f.field] = f.dtrain;
     if (!f.own) continue;
@@ -223,10 +225,10 @@ FieldNames read_placement(const EnvReader& e, const env::RoleVars& s, RawRole& r
   names["store"] = env::kStore;
   r.job_id = e.get(env::kJobId).value_or("");
   r.job_token = e.get(env::kJobToken).value_or("");
-  for (auto [field, var] : {std::pair{"rank", s.rank}, std::pair{"world_size", s.world_size},
-                            std::pair{"server_index", s.server_index}, std::pair{"worker_endpoints", s.worker_endpoints},
-                            std::pair{"server_endpoints", s.server_endpoints},
-                            std::pair{"current_endpoint", s.current_endpoint}})
+  for (auto [field, var] :
+       {std::pair{"rank", s.rank}, std::pair{"world_size", s.world_size}, std::pair{"server_index", s.server_index},
+        std::pair{"worker_endpoints", s.worker_endpoints}, std::pair{"server_endpoints", s.server_endpoints},
+        std::pair{"current_endpoint", s.current_endpoint}})
     if (var) names[field] = var;
   return names;
 }
@@ -255,8 +257,8 @@ std::string self_hosted_endpoint(const EnvReader& e, int nnodes, const std::stri
 
 }  // namespace
 
-RoleInfo resolve_scheduler(const EnvReader& e, RawRole r, const FieldNames& names,
-                           const std::string& scheduler, const std::string& job_id, int port_offset) {
+RoleInfo resolve_scheduler(const EnvReader& e, RawRole r, const FieldNames& names, const std::string& scheduler,
+                           const std::string& job_id, int port_offset) {
   RoleInfo probe = build(r, Role::Worker, EnvNamer(names), scheduler + " env");
   r.store = self_hosted_endpoint(e, probe.nnodes, scheduler, job_id, port_offset);
   if (r.job_id.empty()) r.job_id = scheduler + "-" + job_id;
