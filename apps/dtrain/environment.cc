@@ -15,9 +15,9 @@ namespace dtrain::launch {
 namespace {
 
 // The variables each role source reads, declared once (dtrain/env_names.h).
-const env::RoleVars& D = env::kDtrain;
-const env::RoleVars& P = env::kPaddle;
-const env::RoleVars& T = env::kTorchrun;
+const env::RoleVars& kDtrainVars = env::kDtrain;
+const env::RoleVars& kPaddleVars = env::kPaddle;
+const env::RoleVars& kTorchrunVars = env::kTorchrun;
 
 // libdtrain_portrange.so, next to libdtrain_core (build/lib, or the install's lib folder).
 std::string port_range_preload() {
@@ -27,12 +27,14 @@ std::string port_range_preload() {
   return std::filesystem::exists(lib) ? lib.string() : "";
 }
 
-// Gloo's listeners (the gloo plugin's and c10d Gloo's in a Python program)
-// bind port 0: only the preload places them in the range. Where the launcher
-// knows the transport and it takes a range itself (--backend ucx: UCX's TCP
-// listeners through UCX_TCP_PORT_RANGE), nothing is preloaded. A program whose
-// backend its job file chooses may use gloo: it keeps the preload.
-bool needs_port_preload(const LaunchOptions& o) { return o.backend != "ucx" || !o.python.empty(); }
+// Gloo's listeners (the gloo plugin's, c10d Gloo's in a Python program, a PS
+// job's workers' side communicator, gloo by default) bind port 0: only the
+// preload places them in the range. Where the launcher knows the only
+// transport and it takes a range itself (a collective job on ucx: UCX's TCP
+// listeners through UCX_TCP_PORT_RANGE), nothing is preloaded.
+bool needs_port_preload(const JobPlan& p) {
+  return p.options.backend != "ucx" || !p.options.python.empty() || !p.server_eps.empty();
+}
 
 bool user_set(const char* name) {
   const char* v = std::getenv(name);
@@ -45,12 +47,12 @@ void add_torchrun_environment(std::map<std::string, std::string>& env, const Job
                               int local_workers, int attempt) {
   const std::string rank = std::to_string(s.index), world = std::to_string(p.worker_eps.size());
   const auto master = parse_host_port(p.worker_eps.front());
-  env.insert({{T.rank, rank},
-              {T.world_size, world},
-              {T.local_rank, std::to_string(s.local)},
-              {T.local_world_size, std::to_string(local_workers)},
-              {T.node_rank, std::to_string(p.machines.node)},
-              {T.nnodes, std::to_string(p.machines.nnodes)},
+  env.insert({{kTorchrunVars.rank, rank},
+              {kTorchrunVars.world_size, world},
+              {kTorchrunVars.local_rank, std::to_string(s.local)},
+              {kTorchrunVars.local_world_size, std::to_string(local_workers)},
+              {kTorchrunVars.node_rank, std::to_string(p.machines.node)},
+              {env::kTorchrunGroupWorldSize, std::to_string(p.machines.nnodes)},
               {"ROLE_RANK", rank},
               {"ROLE_WORLD_SIZE", world},
               {"ROLE_NAME", "default"},
@@ -59,7 +61,7 @@ void add_torchrun_environment(std::map<std::string, std::string>& env, const Job
               // endpoint serves Paddle's own rendezvous.
               {env::kMasterAddr, master.first},
               {env::kMasterPort, std::to_string(master.second)},
-              {T.restart_count, std::to_string(attempt)},
+              {kTorchrunVars.restart_count, std::to_string(attempt)},
               {"TORCHELASTIC_MAX_RESTARTS", std::to_string(p.options.max_restarts)},
               {env::kTorchrunRunId, p.job_id},
               {"TORCHELASTIC_ERROR_FILE", p.python_error_file(s)}});
@@ -79,44 +81,44 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
   int local_same =
       static_cast<int>(std::count_if(p.slots.begin(), p.slots.end(), [&](const Slot& x) { return x.role == s.role; }));
   std::map<std::string, std::string> env = {
-      {D.role, s.role_name()},
-      {D.world_size, std::to_string(p.worker_eps.size())},
-      {D.local_rank, std::to_string(s.local)},
-      {D.local_world_size, std::to_string(local_same)},
-      {D.node_rank, std::to_string(p.machines.node)},
-      {D.nnodes, std::to_string(p.machines.nnodes)},
+      {kDtrainVars.role, s.role_name()},
+      {kDtrainVars.world_size, std::to_string(p.worker_eps.size())},
+      {kDtrainVars.local_rank, std::to_string(s.local)},
+      {kDtrainVars.local_world_size, std::to_string(local_same)},
+      {kDtrainVars.node_rank, std::to_string(p.machines.node)},
+      {kDtrainVars.nnodes, std::to_string(p.machines.nnodes)},
       {env::kStore, p.store_endpoint},
       {env::kJobToken, p.token},
       {env::kJobId, p.job_id},
-      {D.restart_count, std::to_string(attempt)},
-      {D.worker_endpoints, workers},
-      {D.current_endpoint, s.endpoint},
+      {kDtrainVars.restart_count, std::to_string(attempt)},
+      {kDtrainVars.worker_endpoints, workers},
+      {kDtrainVars.current_endpoint, s.endpoint},
       {"DTRAIN_HOST_IP", p.machines.my_ip},
       {"DTRAIN_LOG_DIR", o.log_dir},
       {"DTRAIN_ERROR_FILE", p.error_file(s)},
-      {P.world_size, std::to_string(p.worker_eps.size())},
-      {P.worker_endpoints, workers},
-      {P.current_endpoint, s.endpoint},
+      {kPaddleVars.world_size, std::to_string(p.worker_eps.size())},
+      {kPaddleVars.worker_endpoints, workers},
+      {kPaddleVars.current_endpoint, s.endpoint},
       {env::kPaddleRankInNode, std::to_string(s.local)},
       {env::kPaddlePodIp, p.machines.my_ip},
-      {P.role, s.role == SlotRole::Worker ? "TRAINER" : "PSERVER"},
+      {kPaddleVars.role, s.role == SlotRole::Worker ? "TRAINER" : "PSERVER"},
   };
   if (!p.server_eps.empty()) {
-    env[D.server_endpoints] = sdk::join(p.server_eps);
-    env[P.server_endpoints] = sdk::join(p.server_eps);
+    env[kDtrainVars.server_endpoints] = sdk::join(p.server_eps);
+    env[kPaddleVars.server_endpoints] = sdk::join(p.server_eps);
   }
   if (s.role == SlotRole::Worker) {
-    env[D.rank] = std::to_string(s.index);
-    env[P.rank] = std::to_string(s.index);
+    env[kDtrainVars.rank] = std::to_string(s.index);
+    env[kPaddleVars.rank] = std::to_string(s.index);
   } else {
-    env[D.server_index] = std::to_string(s.index);
+    env[kDtrainVars.server_index] = std::to_string(s.index);
     env[env::kPaddlePort] = std::to_string(parse_host_port(s.endpoint).second);
   }
   if (!s.port_range.empty()) {
     env["DTRAIN_PORT_RANGE"] = s.port_range;
     if (!std::getenv("UCX_TCP_PORT_RANGE")) env["UCX_TCP_PORT_RANGE"] = s.port_range;
     static const std::string preload = port_range_preload();
-    if (!preload.empty() && needs_port_preload(o)) {
+    if (!preload.empty() && needs_port_preload(p)) {
       const char* user = std::getenv("LD_PRELOAD");
       env["LD_PRELOAD"] = user && *user ? preload + ":" + user : preload;
     }

@@ -15,6 +15,11 @@ namespace dtrain::fleet {
 
 namespace {
 
+using detail::clipped;
+
+// The key of a tensor's state in a libtorch optimizer.
+std::string state_key(const ::torch::Tensor& t) { return c10::guts::to_string(t.unsafeGetTensorImpl()); }
+
 std::string state_kind(const ::torch::optim::OptimizerParamState& s) {
   if (dynamic_cast<const ::torch::optim::SGDParamState*>(&s)) return "sgd";
   if (dynamic_cast<const ::torch::optim::AdamParamState*>(&s)) return "adam";

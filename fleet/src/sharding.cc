@@ -14,12 +14,8 @@ namespace dtrain::fleet {
 
 namespace {
 
+using detail::clipped;
 using detail::device_view;
-
-std::string state_key(const ::torch::Tensor& t) { return c10::guts::to_string(t.unsafeGetTensorImpl()); }
-
-// p's elements [from, from + len) in logical order, clipped to its size.
-int64_t clipped(int64_t numel, int64_t from, int64_t len) { return std::max<int64_t>(0, std::min(len, numel - from)); }
 
 void free_storage(const ::torch::Tensor& p) {
   auto* st = p.storage().unsafeGetStorageImpl();
@@ -267,7 +263,7 @@ void ShardedParameters::launch(size_t bucket) {
 
 void ShardedParameters::begin_step() {
   std::lock_guard<std::mutex> lk(mu_);
-  bucketer_->begin();
+  if (bucketer_) bucketer_->begin();
 }
 
 void ShardedParameters::on_grad_ready(size_t i) {

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include <torch/torch.h>
@@ -46,6 +48,12 @@ inline Buffer device_view(const ::torch::Tensor& t) {
     return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt, Device::cuda(t.device().index()),
                   current_stream(t.device()));
   return Buffer(t.data_ptr(), static_cast<size_t>(t.numel()), dt);
+}
+
+// A tensor's elements [from, from + len) in logical order, clipped to its
+// numel (a rank's slice under ZeRO sharding).
+inline int64_t clipped(int64_t numel, int64_t from, int64_t len) {
+  return std::max<int64_t>(0, std::min(len, numel - from));
 }
 
 // A float32 CPU tensor's memory as a host Buffer.

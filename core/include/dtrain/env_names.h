@@ -73,10 +73,12 @@ inline constexpr RoleVars kTorchrun = [] {
   v.local_rank = "LOCAL_RANK";
   v.local_world_size = "LOCAL_WORLD_SIZE";
   v.node_rank = "GROUP_RANK";
-  v.nnodes = "GROUP_WORLD_SIZE";
   v.restart_count = "TORCHELASTIC_RESTART_COUNT";
   return v;
 }();
+// Written for the program; the role maker takes the node count from
+// WORLD_SIZE / LOCAL_WORLD_SIZE instead, as it always has.
+inline constexpr char kTorchrunGroupWorldSize[] = "GROUP_WORLD_SIZE";
 inline constexpr char kMasterAddr[] = "MASTER_ADDR";
 inline constexpr char kMasterPort[] = "MASTER_PORT";
 inline constexpr char kTorchrunRunId[] = "TORCHELASTIC_RUN_ID";

@@ -4,7 +4,9 @@
 
 namespace dtrain::roles {
 
-namespace {
+// A named namespace: the core builds in unity batches under the sanitizers,
+// where every source's applies() and resolve() meet.
+namespace dtrain_env {
 
 const env::RoleVars& kVars = env::kDtrain;
 
@@ -30,8 +32,8 @@ RoleInfo resolve(const EnvReader& e) {
   return build(r, role, EnvNamer(names), kVars.source);
 }
 
-}  // namespace
+}  // namespace dtrain_env
 
-const EnvSource kDtrainSource = {applies, resolve};
+const EnvSource kDtrainSource = {dtrain_env::applies, dtrain_env::resolve};
 
 }  // namespace dtrain::roles

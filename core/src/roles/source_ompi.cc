@@ -5,7 +5,9 @@
 
 namespace dtrain::roles {
 
-namespace {
+// A named namespace: the core builds in unity batches under the sanitizers,
+// where every source's applies() and resolve() meet.
+namespace ompi_env {
 
 const env::RoleVars& kVars = env::kOmpi;
 
@@ -24,8 +26,8 @@ RoleInfo resolve(const EnvReader& e) {
   return resolve_scheduler(e, r, names, "mpirun", id);
 }
 
-}  // namespace
+}  // namespace ompi_env
 
-const EnvSource kOmpiSource = {applies, resolve};
+const EnvSource kOmpiSource = {ompi_env::applies, ompi_env::resolve};
 
 }  // namespace dtrain::roles

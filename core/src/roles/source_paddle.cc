@@ -10,7 +10,9 @@
 
 namespace dtrain::roles {
 
-namespace {
+// A named namespace: the core builds in unity batches under the sanitizers,
+// where every source's applies() and resolve() meet.
+namespace paddle_env {
 
 using sdk::join;
 
@@ -98,8 +100,8 @@ RoleInfo resolve(const EnvReader& e) {
   return info;
 }
 
-}  // namespace
+}  // namespace paddle_env
 
-const EnvSource kPaddleSource = {applies, resolve};
+const EnvSource kPaddleSource = {paddle_env::applies, paddle_env::resolve};
 
 }  // namespace dtrain::roles

@@ -9,7 +9,9 @@
 
 namespace dtrain::roles {
 
-namespace {
+// A named namespace: the core builds in unity batches under the sanitizers,
+// where every source's applies() and resolve() meet.
+namespace slurm_env {
 
 const env::RoleVars& kVars = env::kSlurm;
 
@@ -65,8 +67,8 @@ RoleInfo resolve(const EnvReader& e) {
   return resolve_scheduler(e, r, names, "slurm", id);
 }
 
-}  // namespace
+}  // namespace slurm_env
 
-const EnvSource kSlurmSource = {applies, resolve};
+const EnvSource kSlurmSource = {slurm_env::applies, slurm_env::resolve};
 
 }  // namespace dtrain::roles

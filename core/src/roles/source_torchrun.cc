@@ -6,7 +6,9 @@
 
 namespace dtrain::roles {
 
-namespace {
+// A named namespace: the core builds in unity batches under the sanitizers,
+// where every source's applies() and resolve() meet.
+namespace torchrun_env {
 
 const env::RoleVars& kVars = env::kTorchrun;
 
@@ -24,8 +26,8 @@ RoleInfo resolve(const EnvReader& e) {
   return resolve_scheduler(e, r, names, "torchrun", e.get(env::kTorchrunRunId).value_or("local"), offset);
 }
 
-}  // namespace
+}  // namespace torchrun_env
 
-const EnvSource kTorchrunSource = {applies, resolve};
+const EnvSource kTorchrunSource = {torchrun_env::applies, torchrun_env::resolve};
 
 }  // namespace dtrain::roles
