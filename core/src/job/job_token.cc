@@ -10,14 +10,10 @@
 
 namespace dtrain {
 
-namespace {
-std::string errno_text(int err) { return std::strerror(err); }
-}  // namespace
-
 std::string make_job_token() {
   uint8_t raw[16];
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(std::string("cannot open /dev/urandom for the job token: ") + errno_text(errno));
+  if (fd < 0) throw IoError(std::string("cannot open /dev/urandom for the job token: ") + std::strerror(errno));
   size_t off = 0;
   while (off < sizeof raw) {
     ssize_t n = ::read(fd, raw + off, sizeof raw - off);
@@ -25,7 +21,7 @@ std::string make_job_token() {
     if (n <= 0) {
       int err = n < 0 ? errno : EIO;
       ::close(fd);
-      throw IoError(std::string("cannot read /dev/urandom for the job token: ") + errno_text(err));
+      throw IoError(std::string("cannot read /dev/urandom for the job token: ") + std::strerror(err));
     }
     off += static_cast<size_t>(n);
   }

@@ -19,8 +19,6 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(5);
 constexpr size_t kMaxNameLength = 200;
 
-std::string errno_text(int err) { return std::strerror(err); }
-
 uint64_t fnv1a64(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) {
@@ -62,7 +60,7 @@ std::optional<Bytes> read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return std::nullopt;
-    throw IoError("file store: cannot open '" + path + "': " + errno_text(errno));
+    throw IoError("file store: cannot open '" + path + "': " + std::strerror(errno));
   }
   Bytes data;
   struct stat st {};
@@ -74,7 +72,7 @@ std::optional<Bytes> read_file(const std::string& path) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      throw IoError("file store: cannot read '" + path + "': " + errno_text(err));
+      throw IoError("file store: cannot read '" + path + "': " + std::strerror(err));
     }
     if (n == 0) break;
     data.insert(data.end(), buf, buf + n);
@@ -87,7 +85,7 @@ bool file_exists(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return true;
   if (errno == ENOENT) return false;
-  throw IoError("file store: cannot stat '" + path + "': " + errno_text(errno));
+  throw IoError("file store: cannot stat '" + path + "': " + std::strerror(errno));
 }
 
 void write_atomic(const std::string& dir, const std::string& path, const Bytes& value) {
@@ -97,12 +95,12 @@ void write_atomic(const std::string& dir, const std::string& path, const Bytes& 
   std::string tmp =
       dir + "/.tmp." + std::to_string(::getpid()) + "." + std::to_string(nonce) + "." + std::to_string(counter++);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError("file store: cannot create '" + tmp + "': " + errno_text(errno));
+  if (fd < 0) throw IoError("file store: cannot create '" + tmp + "': " + std::strerror(errno));
   auto fail = [&](const std::string& what) {
     int err = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
-    throw IoError("file store: cannot " + what + " '" + tmp + "': " + errno_text(err));
+    throw IoError("file store: cannot " + what + " '" + tmp + "': " + std::strerror(err));
   };
   size_t off = 0;
   while (off < value.size()) {
@@ -117,12 +115,12 @@ void write_atomic(const std::string& dir, const std::string& path, const Bytes& 
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    throw IoError("file store: cannot close '" + tmp + "': " + errno_text(err));
+    throw IoError("file store: cannot close '" + tmp + "': " + std::strerror(err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    throw IoError("file store: cannot rename '" + tmp + "' to '" + path + "': " + errno_text(err));
+    throw IoError("file store: cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(err));
   }
 }
 
@@ -133,12 +131,12 @@ class DirLock {
   explicit DirLock(const std::string& dir) {
     std::string path = dir + "/.lock";
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw IoError("file store: cannot open lock file '" + path + "': " + errno_text(errno));
+    if (fd_ < 0) throw IoError("file store: cannot open lock file '" + path + "': " + std::strerror(errno));
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd_);
-      throw IoError("file store: cannot lock '" + path + "': " + errno_text(err));
+      throw IoError("file store: cannot lock '" + path + "': " + std::strerror(err));
     }
   }
   ~DirLock() { ::close(fd_); }
@@ -159,7 +157,7 @@ FileStore::FileStore(std::string dir) : dir_(std::move(dir)) {
   if (ec) throw IoError("file store: cannot create the folder '" + dir_ + "': " + ec.message());
   if (!std::filesystem::is_directory(dir_, ec)) throw IoError("file store: '" + dir_ + "' exists but is not a folder");
   if (::access(dir_.c_str(), R_OK | W_OK | X_OK) != 0)
-    throw IoError("file store: cannot use the folder '" + dir_ + "': " + errno_text(errno));
+    throw IoError("file store: cannot use the folder '" + dir_ + "': " + std::strerror(errno));
 }
 
 std::string FileStore::path_of(const std::string& key) const { return dir_ + "/" + escape_key(key); }
@@ -229,7 +227,7 @@ bool FileStore::remove(const std::string& key) {
   DirLock lock(dir_);
   if (::unlink(path.c_str()) == 0) return true;
   if (errno == ENOENT) return false;
-  throw IoError("file store: cannot remove '" + path + "': " + errno_text(errno));
+  throw IoError("file store: cannot remove '" + path + "': " + std::strerror(errno));
 }
 
 }  // namespace dtrain
