@@ -6,7 +6,6 @@
 // bucket travels as f16 or bf16, as c10d's fp16 compression hook and the host
 // path do: divided by the world size, cast (a kernel on the current stream,
 // which the all-reduce follows), summed, and widened back in finish().
-#include <chrono>
 #include <mutex>
 
 #include "dtrain/communicator.h"
@@ -84,13 +83,7 @@ class DeviceBuckets : public GradientSync, private BucketReduction {
       if (!params_[i].grad().defined()) params_[i].mutable_grad() = ::torch::zeros_like(params_[i]);
       ready(i);
     }
-    auto t0 = std::chrono::steady_clock::now();
-    for (auto& b : buckets_)
-      if (b.work) {
-        b.work->wait();
-        b.work.reset();
-      }
-    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    wait_buckets(buckets_, stats_);
     ::torch::NoGradGuard ng;
     for (auto& b : buckets_)
       if (b.wire.defined()) {

@@ -12,6 +12,7 @@
 //    into this rank's shard (ShardedParameters, sharding.h).
 // All calls come from the thread that runs backward (its hooks included).
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -42,6 +43,19 @@ class GradientSync {
   virtual SyncStats stats() const = 0;
   virtual void reset_stats() = 0;
 };
+
+// Waits for every bucket's op in flight (a `work` member each) and adds the
+// time blocked to stats.wait_seconds; device_buckets and ZeRO's finish share it.
+template <typename Buckets>
+void wait_buckets(Buckets& buckets, SyncStats& stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : buckets)
+    if (b.work) {
+      b.work->wait();
+      b.work.reset();
+    }
+  stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::unique_ptr<GradientSync> host_buckets(const std::vector<::torch::Tensor>& params,
                                            std::shared_ptr<Communicator> comm, const StrategyOptions& options);

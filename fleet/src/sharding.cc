@@ -291,13 +291,7 @@ void ShardedParameters::finish_gradients() {
   for (size_t i = 0; i < params_.size(); ++i)
     if (!bucketer_->ready(i)) on_grad_ready(i);
   std::lock_guard<std::mutex> lk(mu_);
-  auto t0 = std::chrono::steady_clock::now();
-  for (auto& b : buckets_)
-    if (b.work) {
-      b.work->wait();
-      b.work.reset();
-    }
-  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  wait_buckets(buckets_, stats_);
   ::torch::NoGradGuard ng;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     auto& b = buckets_[k];
