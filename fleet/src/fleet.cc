@@ -10,20 +10,6 @@ namespace dtrain::fleet {
 
 namespace {
 
-void check_ps_mode(const StrategyOptions& s) {
-  const int k = s.ps_mode.geo_k_steps, q = s.ps_mode.send_queue_size;
-  if (k < 0) throw InvalidUsage("strategy.a_sync_configs.k_steps = " + std::to_string(k) + " must be at least 0");
-  if (k > 0 && !s.a_sync)
-    throw InvalidUsage("strategy.a_sync_configs.k_steps = " + std::to_string(k) +
-                       " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
-  if (q < 0 || q > 1024)
-    throw InvalidUsage("strategy.a_sync_configs.send_queue_size = " + std::to_string(q) + " must be in [0, 1024]");
-}
-
-}  // namespace
-
-namespace {
-
 std::unique_ptr<detail::FleetState>& slot() {
   static std::unique_ptr<detail::FleetState> s;
   return s;
@@ -75,8 +61,7 @@ void init(const InitOptions& o) {
     auto s = std::make_unique<detail::FleetState>();
     s->config = cfg;
     // A strategy given in code overrides the file's, PS mode included, and
-    // gets the checks the file's [strategy] gets.
-    if (o.strategy) check_ps_mode(*o.strategy);
+    // gets the checks the file's [strategy] gets (resolved_ps_mode).
     s->strategy = o.strategy ? *o.strategy : StrategyOptions::from_config(*cfg);
     s->strategy.ps_mode = s->strategy.resolved_ps_mode();
     s->ps = std::make_unique<ps::PsJob>(ps::join_ps(*cfg, role, s->strategy.ps_mode));

@@ -103,12 +103,10 @@ struct StrategyOptions {
   bool localsgd() const { return localsgd_k_steps > 1; }
   size_t bucket_bytes() const;
   // ps_mode with its mode as a_sync and a_sync_configs.k_steps select it
-  // (from_config sets it so; a strategy filled in code may not have).
-  ps::ModeOptions resolved_ps_mode() const {
-    ps::ModeOptions m = ps_mode;
-    m.mode = !a_sync ? ps::Mode::Sync : (ps_mode.geo_k_steps > 0 ? ps::Mode::Geo : ps::Mode::Async);
-    return m;
-  }
+  // (from_config sets it so; a strategy filled in code may not have), after
+  // the checks from_config makes of the file's keys: InvalidUsage for k_steps
+  // < 0, k_steps > 0 without a_sync, send_queue_size outside [0, 1024].
+  ps::ModeOptions resolved_ps_mode() const;
   // The gradient buckets' capacity (assign_buckets, bucketer.h): bucket_bytes(),
   // or 0 (one tensor per bucket) without fuse_all_reduce_ops.
   size_t gradient_bucket_bytes() const { return fuse_all_reduce_ops ? bucket_bytes() : 0; }

@@ -117,6 +117,19 @@ size_t StrategyOptions::bucket_bytes() const {
   return b < 1 ? 1 : static_cast<size_t>(b);
 }
 
+ps::ModeOptions StrategyOptions::resolved_ps_mode() const {
+  const int k = ps_mode.geo_k_steps, q = ps_mode.send_queue_size;
+  if (k < 0) throw InvalidUsage("strategy.a_sync_configs.k_steps = " + std::to_string(k) + " must be at least 0");
+  if (k > 0 && !a_sync)
+    throw InvalidUsage("strategy.a_sync_configs.k_steps = " + std::to_string(k) +
+                       " selects GEO mode, which needs a_sync = true (a_sync = false is sync)");
+  if (q < 0 || q > 1024)
+    throw InvalidUsage("strategy.a_sync_configs.send_queue_size = " + std::to_string(q) + " must be in [0, 1024]");
+  ps::ModeOptions m = ps_mode;
+  m.mode = !a_sync ? ps::Mode::Sync : (k > 0 ? ps::Mode::Geo : ps::Mode::Async);
+  return m;
+}
+
 StrategyOptions StrategyOptions::from_config(const Config& c) {
   StrategyOptions o = strategy_table().read(c);
   if (!(o.fuse_grad_size_in_MB > 0)) bad_value(c, "strategy.fuse_grad_size_in_MB", "must be > 0");
