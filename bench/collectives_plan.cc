@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,19 +17,20 @@ namespace dtrain::bench::coll {
 
 // ---------------------------------------------------------------- the plan
 
+namespace {
+constexpr std::pair<const char*, Op> kOps[] = {
+    {"allreduce", Op::Allreduce}, {"broadcast", Op::Broadcast}, {"allgather", Op::Allgather}};
+}  // namespace
+
 Op parse_op(const std::string& s) {
-  if (s == "allreduce") return Op::Allreduce;
-  if (s == "broadcast") return Op::Broadcast;
-  if (s == "allgather") return Op::Allgather;
+  for (const auto& [name, op] : kOps)
+    if (s == name) return op;
   throw InvalidUsage("--op " + s + " is not benchmarked; use allreduce, broadcast or allgather");
 }
 
 const char* op_name(Op op) {
-  switch (op) {
-    case Op::Allreduce: return "allreduce";
-    case Op::Broadcast: return "broadcast";
-    case Op::Allgather: return "allgather";
-  }
+  for (const auto& [name, o] : kOps)
+    if (o == op) return name;
   return "?";
 }
 

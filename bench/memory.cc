@@ -126,36 +126,10 @@ Row run_config(const Options& o, const std::string& config, int world, int port)
   std::vector<bench::Child> kids;
   std::vector<std::string> outs;
   for (int r = 0; r < world; ++r) {
-    std::string out = fmt::format("/tmp/dtrain-bench-memory.{}.{}.out", getpid(), r);
-    FILE* f = std::fopen(out.c_str(), "w");
-    if (!f) throw std::runtime_error("cannot create " + out);
-    std::vector<std::string> argv{bench::self_exe(),
-                                  "--worker",
-                                  config,
-                                  "--rank",
-                                  std::to_string(r),
-                                  "--world",
-                                  std::to_string(world),
-                                  "--port",
-                                  std::to_string(port),
-                                  "--model",
-                                  o.model,
-                                  "--backend",
-                                  o.backend,
-                                  "--image-size",
-                                  std::to_string(o.image_size),
-                                  "--batch",
-                                  std::to_string(o.batch),
-                                  "--steps",
-                                  std::to_string(o.steps),
-                                  "--warmup",
-                                  std::to_string(o.warmup),
-                                  "--threads",
-                                  std::to_string(o.threads)};
-    kids.push_back(
-        {bench::spawn(bench::self_exe(), argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(r)});
-    std::fclose(f);
-    outs.push_back(out);
+    std::vector<std::string> argv = bench::worker_argv(config, r, world, port, o.steps, o.warmup, o.threads);
+    argv.insert(argv.end(), {"--model", o.model, "--backend", o.backend, "--image-size", std::to_string(o.image_size),
+                             "--batch", std::to_string(o.batch)});
+    kids.push_back(bench::spawn_rank("memory", r, argv, outs));
   }
   const std::string failure = bench::wait_all(kids, std::chrono::seconds(900));
   Row row;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -221,6 +222,36 @@ Captured run_capture(const std::string& path, const std::vector<std::string>& ar
   }
   ::close(fds[0]);
   if (c.failure.empty() && failed(status)) c.failure = describe_status(status);
+  return c;
+}
+
+std::vector<std::string> worker_argv(const std::string& mode, int rank, int world, int port, int64_t steps,
+                                     int64_t warmup, int threads) {
+  return {self_exe(),
+          "--worker",
+          mode,
+          "--rank",
+          std::to_string(rank),
+          "--world",
+          std::to_string(world),
+          "--port",
+          std::to_string(port),
+          "--steps",
+          std::to_string(steps),
+          "--warmup",
+          std::to_string(warmup),
+          "--threads",
+          std::to_string(threads)};
+}
+
+Child spawn_rank(const std::string& bench, int rank, const std::vector<std::string>& argv,
+                 std::vector<std::string>& outs) {
+  std::string out = "/tmp/dtrain-bench-" + bench + "." + std::to_string(getpid()) + "." + std::to_string(rank) + ".out";
+  FILE* f = std::fopen(out.c_str(), "w");
+  if (!f) throw IoError("cannot create " + out + ": " + std::strerror(errno));
+  Child c{spawn(self_exe(), argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(rank)};
+  std::fclose(f);
+  outs.push_back(out);
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,15 @@ std::string find_in_path(const std::string& name);
 // stdout_fd >= 0 it becomes the child's stdout. Throws IoError on failure.
 pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
             int stdout_fd = -1);
+
+// A benchmark's worker processes (this program with --worker MODE): the
+// arguments of rank r that every such benchmark passes.
+std::vector<std::string> worker_argv(const std::string& mode, int rank, int world, int port, int64_t steps,
+                                     int64_t warmup, int threads);
+// Starts rank r of `bench`'s workers (DTRAIN_LOG_LEVEL=warn), its output in
+// /tmp/dtrain-bench-<bench>.<pid>.<r>.out, whose path is appended to outs.
+Child spawn_rank(const std::string& bench, int rank, const std::vector<std::string>& argv,
+                 std::vector<std::string>& outs);
 
 // Installs SIGINT/SIGTERM handlers that make wait_all/run_capture stop their
 // children and return; the parent then exits non-zero.

@@ -58,19 +58,21 @@ class DtrainImpl : public Impl {
     c.learning_rate = 0.001;
     return c;
   }
-  ps::SparseTable& sparse(size_t dim) {
-    auto it = sparse_.find(dim);
-    if (it == sparse_.end())
-      it = sparse_.emplace(dim, w_->sparse_table(config("sparse_d" + std::to_string(dim), ps::TableKind::Sparse, dim)))
-               .first;
+  template <typename Table, typename Make>
+  static Table& cached(std::map<size_t, Table>& tables, size_t key, Make make) {
+    auto it = tables.find(key);
+    if (it == tables.end()) it = tables.emplace(key, make()).first;
     return it->second;
   }
+  ps::SparseTable& sparse(size_t dim) {
+    return cached(sparse_, dim, [&] {
+      return w_->sparse_table(config("sparse_d" + std::to_string(dim), ps::TableKind::Sparse, dim));
+    });
+  }
   ps::DenseTable& dense(size_t count) {
-    auto it = dense_.find(count);
-    if (it == dense_.end())
-      it = dense_.emplace(count, w_->dense_table(config("dense_" + std::to_string(count), ps::TableKind::Dense, count)))
-               .first;
-    return it->second;
+    return cached(dense_, count, [&] {
+      return w_->dense_table(config("dense_" + std::to_string(count), ps::TableKind::Dense, count));
+    });
   }
   std::unique_ptr<ps::PsWorker> w_;
   std::map<size_t, ps::SparseTable> sparse_;

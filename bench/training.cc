@@ -268,33 +268,13 @@ Result run_config(const WorkerArgs& a, const std::string& impl, int world, int t
                   const std::vector<std::string>& extra = {}) {
   std::vector<bench::Child> kids;
   std::vector<std::string> outs;
-  std::string exe = bench::self_exe();
   for (int r = 0; r < world; ++r) {
-    std::string out = fmt::format("/tmp/dtrain-bench-training.{}.{}.out", getpid(), r);
-    FILE* f = std::fopen(out.c_str(), "w");
-    if (!f) throw std::runtime_error("cannot create " + out);
-    std::vector<std::string> argv{exe,
-                                  "--worker",
-                                  impl,
-                                  "--rank",
-                                  std::to_string(r),
-                                  "--world",
-                                  std::to_string(world),
-                                  "--threads",
-                                  std::to_string(threads),
-                                  "--port",
-                                  std::to_string(port),
-                                  "--steps",
-                                  std::to_string(a.steps),
-                                  "--warmup",
-                                  std::to_string(a.warmup),
-                                  a.job};
+    std::vector<std::string> argv = bench::worker_argv(impl, r, world, port, a.steps, a.warmup, threads);
+    argv.push_back(a.job);
     if (!a.device.empty()) argv.insert(argv.end(), {"--device", a.device});
     for (const auto& o : a.overrides) argv.insert(argv.end(), {"-o", o});
     for (const auto& o : extra) argv.insert(argv.end(), {"-o", o});
-    kids.push_back({bench::spawn(exe, argv, {"DTRAIN_LOG_LEVEL=warn"}, fileno(f)), "rank " + std::to_string(r)});
-    std::fclose(f);
-    outs.push_back(out);
+    kids.push_back(bench::spawn_rank("training", r, argv, outs));
   }
   std::string failure = bench::wait_all(kids, std::chrono::seconds(600));
   std::vector<std::string> texts;

@@ -83,21 +83,30 @@ std::string run_det(const std::shared_ptr<Backend>& b, const Recorder& rec, int 
 }  // namespace
 
 void run_determinism_cases(const std::shared_ptr<Backend>& b, Recorder& rec) {
-  const std::string two = "determinism/sync/two_runs_bit_identical/S2xW3";
-  if (rec.wanted(two)) {
-    DetRun r1, r2;
-    std::string e = run_det(b, rec, 2, 3, 3, "psconf-det-a", r1);
-    if (e.empty()) e = run_det(b, rec, 2, 3, 3, "psconf-det-b", r2);
-    if (e.empty()) e = compare_runs(r2, r1, "second run vs first");
-    rec.record(two, e);
-  }
-  const std::string avg = "determinism/sync/2_workers_equal_1_worker_pushing_the_average/S2";
-  if (rec.wanted(avg)) {
-    DetRun r2, r1;
-    std::string e = run_det(b, rec, 2, 2, 2, "psconf-det-w2", r2);
-    if (e.empty()) e = run_det(b, rec, 2, 1, 2, "psconf-det-w1", r1);
-    if (e.empty()) e = compare_runs(r2, r1, "2 workers vs 1 worker pushing their average");
-    rec.record(avg, e);
+  // Two runs (workers, workers averaged over, tag), the second compared with the first.
+  struct Run {
+    int workers, of_workers;
+    const char* tag;
+  };
+  struct Pair {
+    const char* name;
+    Run first, second;
+    const char* what;
+  };
+  for (const Pair& p : {Pair{"determinism/sync/two_runs_bit_identical/S2xW3",
+                             {3, 3, "psconf-det-a"},
+                             {3, 3, "psconf-det-b"},
+                             "second run vs first"},
+                        Pair{"determinism/sync/2_workers_equal_1_worker_pushing_the_average/S2",
+                             {1, 2, "psconf-det-w1"},
+                             {2, 2, "psconf-det-w2"},
+                             "2 workers vs 1 worker pushing their average"}}) {
+    if (!rec.wanted(p.name)) continue;
+    DetRun first, second;
+    std::string e = run_det(b, rec, 2, p.first.workers, p.first.of_workers, p.first.tag, first);
+    if (e.empty()) e = run_det(b, rec, 2, p.second.workers, p.second.of_workers, p.second.tag, second);
+    if (e.empty()) e = compare_runs(second, first, p.what);
+    rec.record(p.name, e);
   }
 }
 

@@ -12,26 +12,35 @@
 
 namespace dtrain::apps {
 
+const ConfigTable<ClsOptions>& cls_table() {
+  static const ConfigTable<ClsOptions> table = [] {
+    using O = ClsOptions;
+    ConfigTable<O> t;
+    t.add("data.dataset", &O::dataset, "fashion-mnist | list");
+    t.add("data.dir", &O::dir, "IDX files folder");
+    t.add("data.train_list", &O::train_list, "PaddleClas list file for training");
+    t.add("data.val_list", &O::val_list, "PaddleClas list file for evaluation");
+    t.add("data.root", &O::root, "folder the list files' paths are relative to");
+    t.add("data.image_size", &O::image_size, "list images are resized to this square size").at_least(1);
+    t.add("data.channels", &O::channels, "1 (grey) or 3 (RGB) for list images");
+    t.add("data.num_classes", &O::num_classes, "classes of a list dataset").at_least(1);
+    t.add("data.limit_train", &O::limit_train, "use only the first N training images (0: all)").at_least(0);
+    t.add("data.limit_eval", &O::limit_eval, "use only the first N evaluation images (0: all)").at_least(0);
+    t.add("augment.crop_padding", &O::crop_padding, "random crop after padding (0: off)");
+    t.add("augment.flip", &O::flip, "random horizontal flip");
+    t.add("augment.mean", &O::mean, "normalisation mean (all channels)");
+    t.add("augment.std", &O::std, "normalisation std (all channels)");
+    t.add("model.name", &O::model, "resnet20 | resnet32 | resnet56 | resnet18 | resnet50 | liteseg");
+    t.add("model.width", &O::width, "channel multiplier");
+    return t;
+  }();
+  return table;
+}
+
 void add_cls_keys(ConfigSchema& s) {
-  s.add("data.dataset", ConfigType::String, "\"fashion-mnist\"", "fashion-mnist | list");
-  s.add("data.dir", ConfigType::String, "\"/usr/share/datasets/fashion-mnist\"", "IDX files folder");
-  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleClas list file for training");
-  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleClas list file for evaluation");
-  s.add("data.root", ConfigType::String, "\"\"", "folder the list files' paths are relative to");
-  s.add("data.image_size", ConfigType::Int, "32", "list images are resized to this square size");
-  s.add("data.channels", ConfigType::Int, "3", "1 (grey) or 3 (RGB) for list images");
-  s.add("data.num_classes", ConfigType::Int, "10", "classes of a list dataset");
-  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training images (0: all)");
-  s.add("data.limit_eval", ConfigType::Int, "0", "use only the first N evaluation images (0: all)");
-  s.add("augment.crop_padding", ConfigType::Int, "2", "random crop after padding (0: off)");
-  s.add("augment.flip", ConfigType::Bool, "true", "random horizontal flip");
-  s.add("augment.mean", ConfigType::Float, "0.286", "normalisation mean (all channels)");
-  s.add("augment.std", ConfigType::Float, "0.353", "normalisation std (all channels)");
+  cls_table().declare(s);
   s.add_open_table("data.train.transforms");  // PaddleClas operators (common/transforms.h)
   s.add_open_table("data.eval.transforms");
-  s.add("model.name", ConfigType::String, "\"resnet20\"",
-        "resnet20 | resnet32 | resnet56 | resnet18 | resnet50 | liteseg");
-  s.add("model.width", ConfigType::Float, "1.0", "channel multiplier");
 }
 
 Config load_cls_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -50,40 +59,35 @@ class ClsTrainer : public Trainer {
  protected:
   void build() override {
     const Config& cfg = cfg_;
-    std::string ds = cfg.get_string("data.dataset");
-    size_t limit_train = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_train")));
-    size_t limit_eval = static_cast<size_t>(std::max<int64_t>(0, cfg.get_int("data.limit_eval")));
-    if (ds == "fashion-mnist" || ds == "mnist") {
-      std::string dir = cfg.get_string("data.dir");
-      train_set_ = load_idx_dataset(dir, true, limit_train);
-      eval_set_ = load_idx_dataset(dir, false, limit_eval);
-    } else if (ds == "list") {
+    const ClsOptions o = cls_table().read(cfg);
+    const auto limit_train = static_cast<size_t>(o.limit_train), limit_eval = static_cast<size_t>(o.limit_eval);
+    if (o.dataset == "fashion-mnist" || o.dataset == "mnist") {
+      train_set_ = load_idx_dataset(o.dir, true, limit_train);
+      eval_set_ = load_idx_dataset(o.dir, false, limit_eval);
+    } else if (o.dataset == "list") {
       if (std::string why = list_datasets_unavailable(); !why.empty()) config_error(cfg, "data.dataset", why);
-      int classes = static_cast<int>(positive(cfg, "data.num_classes"));
-      int size = static_cast<int>(positive(cfg, "data.image_size"));
-      int ch = static_cast<int>(cfg.get_int("data.channels"));
-      std::string root = cfg.get_string("data.root");
-      std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
-      if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
-      if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
-      if (cfg.has("data.train.transforms")) size = 0;  // each image its own size: the transforms crop
-      train_set_ = load_list_dataset(tl, root, classes, size, ch, limit_train);
-      eval_set_ = load_list_dataset(vl, root, classes, size, ch, limit_eval);
+      if (o.train_list.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
+      if (o.val_list.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
+      // With transforms each image keeps its own size until they crop it.
+      const int size = cfg.has("data.train.transforms") ? 0 : static_cast<int>(o.image_size);
+      const int classes = static_cast<int>(o.num_classes), ch = static_cast<int>(o.channels);
+      train_set_ = load_list_dataset(o.train_list, o.root, classes, size, ch, limit_train);
+      eval_set_ = load_list_dataset(o.val_list, o.root, classes, size, ch, limit_eval);
     } else {
-      config_error(cfg, "data.dataset", "unknown dataset '" + ds + "'; known: fashion-mnist, mnist, list");
+      config_error(cfg, "data.dataset", "unknown dataset '" + o.dataset + "'; known: fashion-mnist, mnist, list");
     }
-    augment_.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding"));
-    augment_.flip = cfg.get_bool("augment.flip");
-    augment_.mean = static_cast<float>(cfg.get_float("augment.mean"));
-    augment_.std = static_cast<float>(cfg.get_float("augment.std"));
+    augment_.crop_padding = static_cast<int>(o.crop_padding);
+    augment_.flip = o.flip;
+    augment_.mean = static_cast<float>(o.mean);
+    augment_.std = static_cast<float>(o.std);
     if (!(augment_.std > 0)) config_error(cfg, "augment.std", "must be > 0");
     read_transforms(cfg, Transforms::Flavour::Cls, train_set_->channels(), augment_);
     if (augment_.train_transforms)
       log_line("transforms: train " + augment_.train_transforms->describe() + "; eval " +
                augment_.eval_transforms->describe());
 
-    name_ = cfg.get_string("model.name");
-    width_ = cfg.get_float("model.width");
+    name_ = o.model;
+    width_ = o.width;
     try {
       any_ = make_model(name_, width_, train_set_->channels(), train_set_->num_classes());
     } catch (const InvalidUsage& e) {
@@ -110,9 +114,6 @@ class ClsTrainer : public Trainer {
   }
 
   void evaluate() override {
-    sync_buffers();
-    model_->eval();
-    torch::NoGradGuard ng;
     auto t0 = Clock::now();
     std::vector<size_t> idx = eval_indices();
     std::vector<double> sums(4, 0.0);  // loss, top1, top5, count

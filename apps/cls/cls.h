@@ -1,9 +1,11 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "dtrain/config.h"
+#include "dtrain/config_table.h"
 
 namespace dtrain::apps {
 
@@ -23,6 +25,22 @@ namespace dtrain::apps {
 //   [augment]    crop_padding, flip, mean, std (without transforms)
 //   [model]      name (resnet20/32/56/18/50), width (channel multiplier)
 void add_cls_keys(ConfigSchema& schema);
+
+// The classification app's own keys above ([data], [augment], [model]) with
+// their defaults; cls_table() declares and reads them.
+struct ClsOptions {
+  std::string dataset = "fashion-mnist";
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  std::string train_list, val_list, root;
+  int64_t image_size = 32, channels = 3, num_classes = 10;
+  int64_t limit_train = 0, limit_eval = 0;
+  int64_t crop_padding = 2;
+  bool flip = true;
+  double mean = 0.286, std = 0.353;
+  std::string model = "resnet20";
+  double width = 1.0;
+};
+const ConfigTable<ClsOptions>& cls_table();
 
 // Loads the job file with its overrides and validates it against the full
 // schema (job + strategy + trainer + cls keys). `checkpoint.resume = true` is

@@ -103,6 +103,15 @@ RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torc
   return read_run_state(ar);
 }
 
+void load_model_weights(std::string path, const std::string& checkpoint_dir, torch::nn::Module& model) {
+  if (path.empty()) path = (fs::path(checkpoint_dir) / "latest.pt").string();
+  if (!fs::exists(path)) throw IoError("checkpoint '" + path + "' does not exist (train first, or --checkpoint)");
+  torch::serialize::InputArchive ar, m;
+  ar.load_from(path, torch::Device(torch::kCPU));
+  ar.read("model", m);
+  model.load(m);
+}
+
 void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, torch::optim::Optimizer& opt,
                              const RunState& st, int rank, int world) {
   const std::string name = "sharded-" + std::to_string(st.global_step);

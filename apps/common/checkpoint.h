@@ -38,6 +38,10 @@ RunState load_checkpoint(const std::string& path, torch::nn::Module& model, torc
 // ones. Collective.
 void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, torch::optim::Optimizer& opt,
                              const RunState& state, int rank, int world);
+// The model of a whole checkpoint (a latest.pt) loaded onto the CPU, for
+// predict and export; "" means <checkpoint_dir>/latest.pt. IoError when the
+// file does not exist.
+void load_model_weights(std::string path, const std::string& checkpoint_dir, torch::nn::Module& model);
 // The folder <dir>/latest-sharded names, or "" when there is none.
 std::string latest_sharded_checkpoint(const std::string& dir);
 // Loads a sharded checkpoint saved at any world size: into dp's shards (a

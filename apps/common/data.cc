@@ -327,4 +327,15 @@ void BatchLoader::fill_segmentation(const Image& im, size_t idx, float* o, int64
 
 bool BatchLoader::next(Batch* out) { return prefetch_->next(out); }
 
+void read_list_file(const std::string& list_file, const std::function<bool(const std::string&, int)>& f) {
+  std::ifstream in(list_file);
+  if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    if (!f(line.substr(b, line.find_last_not_of(" \t\r") - b + 1), lineno)) break;
+  }
+}
+
 }  // namespace dtrain::apps

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,28 @@ class Dataset {
     (void)epoch;
     return get(index, label);
   }
+};
+
+// Reads a list file (PaddleClas, PaddleSeg): f(entry, line) for each entry
+// line, '\r' and the blanks around it removed; blank lines and lines starting
+// with '#' skipped. f returns false to stop. IoError when it cannot be opened.
+void read_list_file(const std::string& list_file, const std::function<bool(const std::string&, int)>& f);
+
+// Images named in a list file: the file (for messages), the classes, the
+// side its images are resized to (0: kept as they are) and their channels.
+class ListFileDataset : public Dataset {
+ public:
+  ListFileDataset(std::string list_file, int classes, int size, int channels)
+      : list_file_(std::move(list_file)), classes_(classes), size_(size), channels_(channels) {}
+  int channels() const override { return channels_; }
+  int num_classes() const override { return classes_; }
+
+ protected:
+  // " (<list file>:<line>)": where an entry's error points.
+  std::string where(int line) const { return " (" + list_file_ + ":" + std::to_string(line) + ")"; }
+
+  std::string list_file_;
+  int classes_, size_, channels_;
 };
 
 // Fashion-MNIST (or MNIST) from its IDX files, gzip-compressed or not:

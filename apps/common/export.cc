@@ -101,10 +101,7 @@ void Trainer::export_model(const std::string& output, const std::string& verify_
     auto ars = read_shard_archives(path);
     load_shards_whole(ars, *model_, scratch);
   } else {
-    torch::serialize::InputArchive ar, m;
-    ar.load_from(path, torch::Device(torch::kCPU));
-    ar.read("model", m);
-    model_->load(m);
+    load_model_weights(path, ckpt_dir_, *model_);
   }
   model_->eval();
   std::vector<size_t> idx;

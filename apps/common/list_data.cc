@@ -19,22 +19,17 @@ namespace dtrain::apps {
 
 namespace {
 
-class ListDataset : public Dataset {
+class ListDataset : public ListFileDataset {
  public:
   ListDataset(std::vector<std::string> paths, std::vector<int64_t> labels, std::vector<int> lines,
               std::string list_file, int classes, int size, int channels)
-      : paths_(std::move(paths)),
+      : ListFileDataset(std::move(list_file), classes, size, channels),
+        paths_(std::move(paths)),
         labels_(std::move(labels)),
-        lines_(std::move(lines)),
-        list_file_(std::move(list_file)),
-        classes_(classes),
-        size_(size),
-        channels_(channels) {}
+        lines_(std::move(lines)) {}
   size_t size() const override { return paths_.size(); }
-  int channels() const override { return channels_; }
-  int num_classes() const override { return classes_; }
   Image get(size_t i, int64_t* label) const override {
-    cv::Mat m = read_image(paths_[i], channels_, " (" + list_file_ + ":" + std::to_string(lines_[i]) + ")");
+    cv::Mat m = read_image(paths_[i], channels_, where(lines_[i]));
     if (size_ > 0 && (m.rows != size_ || m.cols != size_)) {
       cv::Mat r;
       cv::resize(m, r, cv::Size(size_, size_), 0, 0, cv::INTER_AREA);
@@ -48,8 +43,6 @@ class ListDataset : public Dataset {
   std::vector<std::string> paths_;
   std::vector<int64_t> labels_;
   std::vector<int> lines_;
-  std::string list_file_;
-  int classes_, size_, channels_;
 };
 
 }  // namespace
@@ -79,25 +72,16 @@ std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const s
                                            int size, int channels, size_t limit) {
   if (channels != 1 && channels != 3)
     throw InvalidUsage("list dataset: channels must be 1 or 3, got " + std::to_string(channels));
-  std::ifstream in(list_file);
-  if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
   std::vector<std::string> paths;
   std::vector<int64_t> labels;
   std::vector<int> lines;
-  std::string line;
-  int lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    size_t b = line.find_first_not_of(" \t");
-    if (b == std::string::npos || line[b] == '#') continue;
+  read_list_file(list_file, [&](const std::string& entry, int lineno) {
     std::string where = list_file + ":" + std::to_string(lineno);
-    size_t sep = line.find_last_of(" \t");
-    if (sep == std::string::npos || sep < b)
-      throw InvalidUsage(where + ": expected 'relative/path label', got '" + line + "'");
-    std::string rel = line.substr(b, sep - b);
+    size_t sep = entry.find_last_of(" \t");
+    if (sep == std::string::npos) throw InvalidUsage(where + ": expected 'relative/path label', got '" + entry + "'");
+    std::string rel = entry.substr(0, sep);
     rel.erase(rel.find_last_not_of(" \t") + 1);
-    std::string lab = line.substr(sep + 1);
+    std::string lab = entry.substr(sep + 1);
     int64_t label = 0;
     try {
       size_t used = 0;
@@ -114,8 +98,8 @@ std::shared_ptr<Dataset> load_list_dataset(const std::string& list_file, const s
     paths.push_back(p.string());
     labels.push_back(label);
     lines.push_back(lineno);
-    if (limit > 0 && paths.size() >= limit) break;
-  }
+    return limit == 0 || paths.size() < limit;
+  });
   if (paths.empty()) throw InvalidUsage("list file '" + list_file + "' has no entries");
   return std::make_shared<ListDataset>(std::move(paths), std::move(labels), std::move(lines), list_file, num_classes,
                                        size, channels);

@@ -1,6 +1,8 @@
 #include "common/models.h"
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "dtrain/error.h"
 #include "dtrain/fleet/blocks.h"
@@ -18,65 +20,46 @@ nn::Conv2d conv(int in, int out, int k, int stride) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, k).stride(stride).padding(k / 2).bias(false));
 }
 
-struct BasicBlockImpl : nn::Module {
-  BasicBlockImpl(int in, int out, int stride)
-      : conv1(conv(in, out, 3, stride)), bn1(out), conv2(conv(out, out, 3, 1)), bn2(out) {
-    register_module("conv1", conv1);
-    register_module("bn1", bn1);
-    register_module("conv2", conv2);
-    register_module("bn2", bn2);
-    if (stride != 1 || in != out) {
-      down = nn::Sequential(conv(in, out, 1, stride), BatchNorm2d(out));
-      register_module("downsample", down);
+// A residual block: conv_k -> bn_k for each layer (ReLU between them), plus
+// the input (through a 1x1 conv and bn where the shape changes), then ReLU.
+// Modules are named conv1, bn1, ..., downsample, as torchvision's blocks.
+struct ResidualImpl : nn::Module {
+  struct Layer {
+    int in, out, kernel, stride;
+  };
+  explicit ResidualImpl(const std::vector<Layer>& layers) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Layer& l = layers[i];
+      convs.push_back(register_module("conv" + std::to_string(i + 1), conv(l.in, l.out, l.kernel, l.stride)));
+      bns.push_back(register_module("bn" + std::to_string(i + 1), BatchNorm2d(l.out)));
     }
+    const int in = layers.front().in, out = layers.back().out;
+    int stride = 1;
+    for (const Layer& l : layers) stride *= l.stride;
+    if (stride != 1 || in != out)
+      down = register_module("downsample", nn::Sequential(conv(in, out, 1, stride), BatchNorm2d(out)));
   }
   torch::Tensor forward(torch::Tensor x) {
-    auto y = torch::relu(bn1(conv1(x)));
-    y = bn2(conv2(y));
+    auto y = x;
+    for (size_t i = 0; i < convs.size(); ++i) {
+      y = bns[i](convs[i](y));
+      if (i + 1 < convs.size()) y = torch::relu(y);
+    }
     return torch::relu(y + (down ? down->forward(x) : x));
   }
-  nn::Conv2d conv1;
-  BatchNorm2d bn1;
-  nn::Conv2d conv2;
-  BatchNorm2d bn2;
+  std::vector<nn::Conv2d> convs;
+  std::vector<BatchNorm2d> bns;
   nn::Sequential down{nullptr};
 };
-TORCH_MODULE(BasicBlock);
+TORCH_MODULE(Residual);
 
-struct BottleneckImpl : nn::Module {
-  BottleneckImpl(int in, int mid, int stride)
-      : conv1(conv(in, mid, 1, 1)),
-        bn1(mid),
-        conv2(conv(mid, mid, 3, stride)),
-        bn2(mid),
-        conv3(conv(mid, mid * 4, 1, 1)),
-        bn3(mid * 4) {
-    register_module("conv1", conv1);
-    register_module("bn1", bn1);
-    register_module("conv2", conv2);
-    register_module("bn2", bn2);
-    register_module("conv3", conv3);
-    register_module("bn3", bn3);
-    if (stride != 1 || in != mid * 4) {
-      down = nn::Sequential(conv(in, mid * 4, 1, stride), BatchNorm2d(mid * 4));
-      register_module("downsample", down);
-    }
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    auto y = torch::relu(bn1(conv1(x)));
-    y = torch::relu(bn2(conv2(y)));
-    y = bn3(conv3(y));
-    return torch::relu(y + (down ? down->forward(x) : x));
-  }
-  nn::Conv2d conv1;
-  BatchNorm2d bn1;
-  nn::Conv2d conv2;
-  BatchNorm2d bn2;
-  nn::Conv2d conv3;
-  BatchNorm2d bn3;
-  nn::Sequential down{nullptr};
-};
-TORCH_MODULE(Bottleneck);
+// ResNet's basic block (two 3x3 convolutions) and bottleneck (1x1, 3x3, 1x1 to 4 x mid).
+Residual BasicBlock(int in, int out, int stride) {
+  return Residual(std::vector<ResidualImpl::Layer>{{in, out, 3, stride}, {out, out, 3, 1}});
+}
+Residual Bottleneck(int in, int mid, int stride) {
+  return Residual(std::vector<ResidualImpl::Layer>{{in, mid, 1, 1}, {mid, mid, 3, stride}, {mid, mid * 4, 1, 1}});
+}
 
 // apps/seg.toml's liteseg: width 24, depth 2.
 constexpr int kLiteSegBase = 24, kLiteSegBlocks = 2;

@@ -103,36 +103,29 @@ struct SegEntry {
   int line = 0;
 };
 
-class SegListDataset : public Dataset {
+class SegListDataset : public ListFileDataset {
  public:
   SegListDataset(std::vector<SegEntry> entries, std::string list_file, int classes, int ignore, int size, int channels)
-      : entries_(std::move(entries)),
-        list_file_(std::move(list_file)),
-        classes_(classes),
-        ignore_(ignore),
-        size_(size),
-        channels_(channels) {}
+      : ListFileDataset(std::move(list_file), classes, size, channels), entries_(std::move(entries)), ignore_(ignore) {}
   size_t size() const override { return entries_.size(); }
-  int channels() const override { return channels_; }
-  int num_classes() const override { return classes_; }
 
   Image get(size_t i, int64_t* label) const override {
     *label = -1;
     const SegEntry& e = entries_[i];
-    const std::string where = " (" + list_file_ + ":" + std::to_string(e.line) + ")";
-    cv::Mat m = read_image(e.image, channels_, where);
+    const std::string at = where(e.line);
+    cv::Mat m = read_image(e.image, channels_, at);
     int lh = 0, lw = 0;
     std::vector<uint8_t> lab = read_label_image(e.label, &lh, &lw);
     if (lh != m.rows || lw != m.cols)
       throw IoError("label file '" + e.label + "' is " + std::to_string(lw) + "x" + std::to_string(lh) +
                     " but its image '" + e.image + "' is " + std::to_string(m.cols) + "x" + std::to_string(m.rows) +
-                    where);
+                    at);
     for (size_t p = 0; p < lab.size(); ++p)
       if (lab[p] >= classes_ && lab[p] != ignore_)
         throw IoError("label file '" + e.label + "': pixel value " + std::to_string(lab[p]) + " at (x " +
                       std::to_string(p % lw) + ", y " + std::to_string(p / lw) + ") is outside [0, " +
                       std::to_string(classes_) + ") and is not the ignore index " + std::to_string(ignore_) +
-                      " (data.num_classes = " + std::to_string(classes_) + ")" + where);
+                      " (data.num_classes = " + std::to_string(classes_) + ")" + at);
     cv::Mat lm(lh, lw, CV_8UC1, lab.data());
     if (size_ > 0 && (m.rows != size_ || m.cols != size_)) {
       cv::Mat r, lr;
@@ -146,8 +139,7 @@ class SegListDataset : public Dataset {
 
  private:
   std::vector<SegEntry> entries_;
-  std::string list_file_;
-  int classes_, ignore_, size_, channels_;
+  int ignore_;
 };
 
 }  // namespace
@@ -171,32 +163,22 @@ std::shared_ptr<Dataset> load_seg_list_dataset(const std::string& list_file, con
     throw InvalidUsage("segmentation list: channels must be 1 or 3, got " + std::to_string(channels));
   if (num_classes < 1 || num_classes > 255)
     throw InvalidUsage("segmentation list: num_classes must be in [1, 255], got " + std::to_string(num_classes));
-  std::ifstream in(list_file);
-  if (!in) throw IoError("cannot open list file '" + list_file + "': " + std::strerror(errno));
   std::vector<SegEntry> entries;
-  std::string line;
-  int lineno = 0;
   auto resolve = [&](const std::string& rel) {
     return (fs::path(rel).is_absolute() ? fs::path(rel) : fs::path(root) / rel).string();
   };
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    size_t b = line.find_first_not_of(" \t");
-    if (b == std::string::npos || line[b] == '#') continue;
+  read_list_file(list_file, [&](const std::string& body, int lineno) {
     std::string where = list_file + ":" + std::to_string(lineno);
-    size_t e = line.find_last_not_of(" \t");
-    std::string body = line.substr(b, e - b + 1);
     size_t sep = body.find_last_of(" \t");
-    if (sep == std::string::npos) throw InvalidUsage(where + ": expected 'image_path label_path', got '" + line + "'");
+    if (sep == std::string::npos) throw InvalidUsage(where + ": expected 'image_path label_path', got '" + body + "'");
     std::string img = body.substr(0, sep), lab = body.substr(sep + 1);
     img.erase(img.find_last_not_of(" \t") + 1);
     SegEntry entry{resolve(img), resolve(lab), lineno};
     if (!fs::exists(entry.image)) throw IoError(where + ": image '" + entry.image + "' does not exist");
     if (!fs::exists(entry.label)) throw IoError(where + ": label file '" + entry.label + "' does not exist");
     entries.push_back(std::move(entry));
-    if (limit > 0 && entries.size() >= limit) break;
-  }
+    return limit == 0 || entries.size() < limit;
+  });
   if (entries.empty()) throw InvalidUsage("list file '" + list_file + "' has no entries");
   return std::make_shared<SegListDataset>(std::move(entries), list_file, num_classes, ignore_index, size, channels);
 }

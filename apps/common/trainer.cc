@@ -194,10 +194,20 @@ void Trainer::loader_bench(int64_t batches) {
       b.images.defined() ? b.images.size(3) : 0, secs, double(images) / std::max(secs, 1e-9), opts_.num_workers));
 }
 
+void Trainer::run_evaluation() {
+  sync_buffers();
+  model_->eval();
+  {
+    torch::NoGradGuard ng;
+    evaluate();
+  }
+  model_->train();
+}
+
 void Trainer::run() {
   setup();
   if (opts_.eval_only) {
-    evaluate();
+    run_evaluation();
   } else {
     train();
   }
@@ -454,8 +464,7 @@ void Trainer::train() {
     if (st.batch_in_epoch == steps_per_epoch_ && !last && ckpt_epochs > 0 && (st.epoch + 1) % ckpt_epochs == 0)
       checkpoint();
     if (last || (eval_epochs > 0 && (st.epoch + 1) % eval_epochs == 0)) {
-      evaluate();
-      model_->train();
+      run_evaluation();
     }
     if (last) {
       checkpoint();
@@ -480,26 +489,31 @@ int run_guarded(const std::string& prefix, const std::function<int()>& body) {
   return 1;
 }
 
+JobCommand::JobCommand(CLI::App& cli, const std::string& job_doc, const std::string& override_doc) : cli_(cli) {
+  cli.add_option("job", job_, job_doc)->required();
+  cli.add_option("-o,--override", overrides_, override_doc)->allow_extra_args(false);
+}
+
+int JobCommand::run(int argc, char** argv, const std::string& command, LoadJob load,
+                    const std::function<int(const Config&)>& body) {
+  try {
+    cli_.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return cli_.exit(e);
+  }
+  return run_guarded(command + ": error: ", [&] { return body(load(job_, overrides_)); });
+}
+
 namespace {
 
-using LoadJob = Config (*)(const std::string&, const std::vector<std::string>&);
 using MakeTrainer = std::unique_ptr<Trainer> (*)(Config);
 
-// `command` JOB [-o key=value ...] plus cli's own options: parses argv, then
-// runs body on the job's trainer, an error printed after the command's name.
+// `command` JOB [-o key=value ...] plus cli's own options on the job's trainer.
 int run_command(CLI::App& cli, int argc, char** argv, const std::string& app, const std::string& command,
                 const std::string& example, LoadJob load, MakeTrainer make, const std::function<void(Trainer&)>& body) {
-  std::string job;
-  std::vector<std::string> over;
-  cli.add_option("job", job, "job file (TOML), e.g. apps/" + app + ".toml")->required();
-  cli.add_option("-o,--override", over, "override a key: -o " + example + " (repeatable)");
-  try {
-    cli.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return cli.exit(e);
-  }
-  return run_guarded(command + ": error: ", [&] {
-    body(*make(load(job, over)));
+  JobCommand jc(cli, "job file (TOML), e.g. apps/" + app + ".toml", "override a key: -o " + example + " (repeatable)");
+  return jc.run(argc, argv, command, load, [&](const Config& job) {
+    body(*make(job));
     return 0;
   });
 }
@@ -507,8 +521,10 @@ int run_command(CLI::App& cli, int argc, char** argv, const std::string& app, co
 }  // namespace
 
 int trainer_main(int argc, char** argv, const std::string& app, const std::string& description, LoadJob load,
-                 MakeTrainer make) {
+                 MakeTrainer make, const std::vector<AppCommand>& commands) {
   const std::string sub = argc > 1 ? argv[1] : "";
+  for (const auto& [name, command_main] : commands)
+    if (sub == name) return command_main(argc - 1, argv + 1);
   if (sub == "export_model") {
     CLI::App ex{"dtrain-" + app + " export_model: the trained model as TorchScript (Paddle's tools/export_model.py)"};
     std::string output, verify;

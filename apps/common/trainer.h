@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -17,6 +18,10 @@
 #include "dtrain/config.h"
 #include "dtrain/config_table.h"
 #include "dtrain/fleet/fleet.h"
+
+namespace CLI {
+class App;
+}
 
 namespace dtrain::apps {
 
@@ -128,6 +133,8 @@ class Trainer {
   // Forward and loss of one training batch (the model is in train mode).
   virtual StepOutput train_step(const Batch& batch) = 0;
   // Evaluates on eval_set (every worker its share) and logs the result.
+  // Called with the BatchNorm statistics averaged, the model in eval mode
+  // and no autograd; the model goes back to train mode after.
   virtual void evaluate() = 0;
   virtual std::string describe_model() const = 0;
   // export_model: the inference forward on a preprocessed batch, and the
@@ -166,6 +173,7 @@ class Trainer {
   void resume();
   void checkpoint();
   void train();
+  void run_evaluation();  // evaluate() as its comment promises
 
   std::shared_ptr<fleet::DataParallel> dp_;
   // The optimizer that steps (SGD with momentum or Adam, or LAMB/LARS by the strategy) is opt_->inner().
@@ -182,11 +190,35 @@ class Trainer {
 // c10::Error without its backtrace) and exit code 1.
 int run_guarded(const std::string& prefix, const std::function<int()>& body);
 
+// Reads a job file with `-o key=value` overrides applied (load_cls_config, ...).
+using LoadJob = Config (*)(const std::string&, const std::vector<std::string>&);
+
+// The job file and `-o key=value` (one pair each, repeatable) of an app's
+// command (train, predict, render, ...), added to cli before the command's
+// own options so that the job is its first positional argument.
+class JobCommand {
+ public:
+  JobCommand(CLI::App& cli, const std::string& job_doc, const std::string& override_doc);
+  // Parses argv, then runs body on the job as load reads it; an error is one
+  // line "<command>: error: ..." and exit code 1.
+  int run(int argc, char** argv, const std::string& command, LoadJob load,
+          const std::function<int(const Config&)>& body);
+
+ private:
+  CLI::App& cli_;
+  std::string job_;
+  std::vector<std::string> overrides_;
+};
+
+// A command of an app besides training (`dtrain-ocr render ...`): its name
+// and its main(), which gets the arguments after the name.
+using AppCommand = std::pair<const char*, int (*)(int, char**)>;
+
 // main() of an app: parses `PROGRAM JOB.toml [-o key=value]...`, calls
-// make(config) and runs the trainer. Errors are printed as one clear line
+// make(config) and runs the trainer; `PROGRAM export_model|loader_bench|<one
+// of commands> ...` runs that command. Errors are printed as one clear line
 // "<app>: error: ..." and give exit code 1.
-int trainer_main(int argc, char** argv, const std::string& app, const std::string& description,
-                 Config (*load)(const std::string&, const std::vector<std::string>&),
-                 std::unique_ptr<Trainer> (*make)(Config));
+int trainer_main(int argc, char** argv, const std::string& app, const std::string& description, LoadJob load,
+                 std::unique_ptr<Trainer> (*make)(Config), const std::vector<AppCommand>& commands = {});
 
 }  // namespace dtrain::apps

@@ -18,6 +18,7 @@
 #include "ctr/model.h"
 #include "dtrain/error.h"
 #include "dtrain/fleet/ps.h"
+#include "dtrain/strategy.h"
 
 namespace dtrain::apps {
 
@@ -25,29 +26,39 @@ namespace fs = std::filesystem;
 using namespace ctr;
 using Clock = std::chrono::steady_clock;
 
+const ConfigTable<CtrOptions>& ctr_table() {
+  static const ConfigTable<CtrOptions> table = [] {
+    using O = CtrOptions;
+    ConfigTable<O> t;
+    t.add("data.format", &O::format, "criteo | slot (PaddleRec)");
+    t.add("data.train_files", &O::train_files, "training files (default: <dir>/train.txt)");
+    t.add("data.test_files", &O::test_files, "test files (default: <dir>/test.txt)");
+    t.add("data.generate", &O::generate, "generate click logs into dir when the files are missing");
+    t.add("data.dir", &O::dir, "where generated logs go");
+    t.add("data.gen_train_lines", &O::gen_train_lines, "generated training lines").at_least(1);
+    t.add("data.gen_test_lines", &O::gen_test_lines, "generated test lines").at_least(1);
+    t.add("data.gen_seed", &O::gen_seed, "the teacher model's seed");
+    t.add("data.on_error", &O::on_error, "malformed lines: skip (and count) | fail");
+    t.add("data.limit_train", &O::limit_train, "use only the first N training lines (0: all)");
+    t.add("data.limit_test", &O::limit_test, "use only the first N test lines (0: all)");
+    t.add("model.embedding_dim", &O::embedding_dim, "deep embedding width").at_least(1);
+    t.add("model.hidden", &O::hidden, "MLP layer sizes");
+    t.add("model.interaction", &O::interaction,
+          "none (the MLP sees the concatenated embeddings) | dot (and every pair's dot product)");
+    t.add("train.geo_sparse_lr", &O::geo_sparse_lr,
+          "GEO: the SGD rate of the wide and deep tables' local copies (in place of their learning_rate)");
+    t.add("train.geo_dense_lr", &O::geo_dense_lr, "GEO: the SGD rate of the MLP's local copy");
+    t.add("debug.sleep_ms", &O::sleep_ms, "sleep after every training step (tests: a kill lands mid-run)");
+    t.add("train.loss_reduction", &O::loss_reduction,
+          "gradients pushed: sum (over the global batch) | mean | auto (sum in sync and async, mean in GEO)");
+    return t;
+  }();
+  return table;
+}
+
 void add_ctr_keys(ConfigSchema& s) {
   ps::add_ps_keys(s);
-  s.add("data.format", ConfigType::String, "\"criteo\"", "criteo | slot (PaddleRec)");
-  s.add("data.train_files", ConfigType::StringList, "[]", "training files (default: <dir>/train.txt)");
-  s.add("data.test_files", ConfigType::StringList, "[]", "test files (default: <dir>/test.txt)");
-  s.add("data.generate", ConfigType::Bool, "true", "generate click logs into dir when the files are missing");
-  s.add("data.dir", ConfigType::String, "\"output/ctr/data\"", "where generated logs go");
-  s.add("data.gen_train_lines", ConfigType::Int, "400000", "generated training lines");
-  s.add("data.gen_test_lines", ConfigType::Int, "50000", "generated test lines");
-  s.add("data.gen_seed", ConfigType::Int, "1", "the teacher model's seed");
-  s.add("data.on_error", ConfigType::String, "\"skip\"", "malformed lines: skip (and count) | fail");
-  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training lines (0: all)");
-  s.add("data.limit_test", ConfigType::Int, "0", "use only the first N test lines (0: all)");
-  s.add("model.embedding_dim", ConfigType::Int, "8", "deep embedding width");
-  s.add("model.hidden", ConfigType::IntList, "[64, 32]", "MLP layer sizes");
-  s.add("model.interaction", ConfigType::String, "\"none\"",
-        "none (the MLP sees the concatenated embeddings) | dot (and every pair's dot product)");
-  s.add("train.geo_sparse_lr", ConfigType::Float, "2.0",
-        "GEO: the SGD rate of the wide and deep tables' local copies (in place of their learning_rate)");
-  s.add("train.geo_dense_lr", ConfigType::Float, "0.1", "GEO: the SGD rate of the MLP's local copy");
-  s.add("debug.sleep_ms", ConfigType::Int, "0", "sleep after every training step (tests: a kill lands mid-run)");
-  s.add("train.loss_reduction", ConfigType::String, "\"auto\"",
-        "gradients pushed: sum (over the global batch) | mean | auto (sum in sync and async, mean in GEO)");
+  ctr_table().declare(s);
 }
 
 namespace {
@@ -56,23 +67,23 @@ Config load_ctr_config(const std::string& path, const std::vector<std::string>& 
   return load_job_config(path, overrides, add_ctr_keys, "output/ctr");
 }
 
-std::vector<std::string> files_of(const Config& c, const std::string& key, const std::string& fallback) {
-  auto v = c.has(key) ? c.get_string_list(key) : std::vector<std::string>{};
-  if (v.empty()) v.push_back(fallback);
-  return v;
+std::vector<std::string> files_or(std::vector<std::string> files, const std::string& fallback) {
+  if (files.empty()) files.push_back(fallback);
+  return files;
 }
 
 ReaderOptions reader_options(const Config& c, int rank, int world, int64_t batch, int64_t limit) {
+  const CtrOptions app = ctr_table().read(c);
   ReaderOptions o;
-  o.format = parse_format(c.get_string("data.format"));
-  const std::string on_error = c.get_string("data.on_error");
-  if (on_error != "skip" && on_error != "fail") config_error(c, "data.on_error", "must be \"skip\" or \"fail\"");
-  o.on_error = on_error == "skip" ? OnError::Skip : OnError::Fail;
+  o.format = parse_format(app.format);
+  if (app.on_error != "skip" && app.on_error != "fail")
+    config_error(c, "data.on_error", "must be \"skip\" or \"fail\"");
+  o.on_error = app.on_error == "skip" ? OnError::Skip : OnError::Fail;
   o.rank = rank;
   o.world = world;
   o.batch_size = batch;
   o.limit = limit;
-  o.prefetch = static_cast<int>(positive(c, "data.prefetch"));
+  o.prefetch = static_cast<int>(trainer_table().read(c).prefetch);
   return o;
 }
 
@@ -84,7 +95,8 @@ struct Net {
   int64_t dim = 8;
 
   explicit Net(const Config& c) {
-    dim = positive(c, "model.embedding_dim");
+    const CtrOptions app = ctr_table().read(c);
+    dim = app.embedding_dim;
     auto wide_cfg = fleet::sparse_table_config("wide");
     auto deep_cfg = fleet::sparse_table_config("deep");
     if (wide_cfg.dim != 1) config_error(c, "ps.tables.wide.dim", "the wide table has one value per feature (dim = 1)");
@@ -92,10 +104,9 @@ struct Net {
       config_error(c, "ps.tables.deep.dim", "must equal model.embedding_dim (" + std::to_string(dim) + ")");
     wide = fleet::SparseEmbedding(wide_cfg);
     deep = fleet::SparseEmbedding(deep_cfg);
-    const std::string interaction = c.get_string("model.interaction");
-    if (interaction != "none" && interaction != "dot")
+    if (app.interaction != "none" && app.interaction != "dot")
       config_error(c, "model.interaction", "must be \"none\" or \"dot\"");
-    model = WideDeep(dim, c.get_int_list("model.hidden"), interaction == "dot");
+    model = WideDeep(dim, app.hidden, app.interaction == "dot");
     opt = fleet::ps_optimizer({wide, deep}, model.ptr(), "dense");
   }
 
@@ -131,12 +142,13 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
   for (const auto& f : train) missing |= !fs::exists(f);
   for (const auto& f : test) missing |= !fs::exists(f);
   if (!missing || fleet::worker_index() != 0) return;
-  if (!c.get_bool("data.generate")) return;  // the reader names the missing file
+  const CtrOptions app = ctr_table().read(c);
+  if (!app.generate) return;  // the reader names the missing file
   GenOptions g;
-  g.dir = c.get_string("data.dir");
-  g.train_lines = positive(c, "data.gen_train_lines");
-  g.test_lines = positive(c, "data.gen_test_lines");
-  g.seed = static_cast<uint64_t>(c.get_int("data.gen_seed"));
+  g.dir = app.dir;
+  g.train_lines = app.gen_train_lines;
+  g.test_lines = app.gen_test_lines;
+  g.seed = static_cast<uint64_t>(app.gen_seed);
   auto t0 = Clock::now();
   auto r = generate(g);
   log_line(
@@ -152,11 +164,12 @@ void ensure_data(const Config& c, const std::vector<std::string>& train, const s
 // geo_sparse_lr and geo_dense_lr.
 Config with_geo_rates(const Config& c) {
   Config job = c;
-  if (!c.get_bool("strategy.a_sync") || c.get_int("strategy.a_sync_configs.k_steps") <= 0) return job;
-  const std::string sparse = fmt::format("{:.6e}", c.get_float("train.geo_sparse_lr"));
+  if (StrategyOptions::from_config(c).ps_mode.mode != ps::Mode::Geo) return job;
+  const CtrOptions app = ctr_table().read(c);
+  const std::string sparse = fmt::format("{:.6e}", app.geo_sparse_lr);
   job.set_literal("ps.tables.wide.learning_rate", sparse);
   job.set_literal("ps.tables.deep.learning_rate", sparse);
-  job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", c.get_float("train.geo_dense_lr")));
+  job.set_literal("ps.tables.dense.learning_rate", fmt::format("{:.6e}", app.geo_dense_lr));
   for (const char* t : {"wide", "deep", "dense"})
     job.set_literal(std::string("ps.tables.") + t + ".optimizer", "\"sgd\"");
   return job;
@@ -194,21 +207,26 @@ struct Plan {
   std::string dir;
   std::vector<std::string> train_files, test_files;
   int64_t batch = 0, epochs = 0, log_every = 0, ckpt_every = 0, sleep_ms = 0, kill_at = 0;
+  int64_t limit_train = 0, limit_test = 0;
   int64_t lines = 0, per_worker = 0, steps_per_epoch = 0, total_steps = 0;
 
   explicit Plan(const Config& c) : rank(fleet::worker_index()), world(fleet::worker_num()) {
-    dir = c.get_string("data.dir");
-    train_files = files_of(c, "data.train_files", dir + "/train.txt");
-    test_files = files_of(c, "data.test_files", dir + "/test.txt");
+    const CtrOptions app = ctr_table().read(c);
+    const TrainOptions train = trainer_table().read(c);
+    dir = app.dir;
+    train_files = files_or(app.train_files, dir + "/train.txt");
+    test_files = files_or(app.test_files, dir + "/test.txt");
     ensure_data(c, train_files, test_files);
     fleet::barrier_worker();
-    batch = positive(c, "train.batch_size");
-    epochs = positive(c, "train.epochs");
-    log_every = positive(c, "log.every_steps");
-    ckpt_every = c.get_int("checkpoint.every_steps");
-    sleep_ms = c.get_int("debug.sleep_ms");
-    kill_at = c.get_int("debug.kill_at_step");
-    lines = count_lines(train_files, c.get_int("data.limit_train"));
+    batch = train.batch_size;
+    epochs = train.epochs;
+    log_every = train.log_every_steps;
+    ckpt_every = train.checkpoint_every_steps;
+    sleep_ms = app.sleep_ms;
+    kill_at = train.kill_at_step;
+    limit_train = app.limit_train;
+    limit_test = app.limit_test;
+    lines = count_lines(train_files, limit_train);
     per_worker = lines / world;
     if (per_worker == 0)
       throw InvalidUsage("ctr: " + std::to_string(lines) + " training lines for " + std::to_string(world) + " workers");
@@ -223,7 +241,7 @@ struct Plan {
 // local copies with SGD, whose rate fits the mean. Returns the factor per
 // example (0: the batch mean) and sets *reduction to the rule chosen.
 double grad_scale_per_example(const Config& c, ps::Mode mode, int world, std::string* reduction) {
-  *reduction = c.get_string("train.loss_reduction");
+  *reduction = ctr_table().read(c).loss_reduction;
   if (*reduction != "auto" && *reduction != "sum" && *reduction != "mean")
     config_error(c, "train.loss_reduction", "must be \"sum\", \"mean\" or \"auto\"");
   if (*reduction == "auto") *reduction = mode == ps::Mode::Geo ? "mean" : "sum";
@@ -321,7 +339,7 @@ void evaluate_and_report(const Config& c, const Plan& p, Net& net, ps::Mode mode
   fleet::barrier_worker();
   if (mode != ps::Mode::Geo) net.opt->dense()->pull();
   EvalStats stats;
-  auto ro = reader_options(c, p.rank, p.world, 4096, c.get_int("data.limit_test"));
+  auto ro = reader_options(c, p.rank, p.world, 4096, p.limit_test);
   evaluate_into(net, p.test_files, ro, &stats);
   const double auc = fleet::metrics::auc(stats.pos, stats.neg);
   std::vector<double> ll{stats.loss_sum, stats.count};
@@ -346,8 +364,9 @@ void train_impl(const Config& job) {
   io.config = std::make_shared<Config>(c);
   fleet::init(io);
   if (fleet::is_server()) return serve();
-  set_worker_threads(static_cast<int>(positive(c, "train.threads")));
-  torch::manual_seed(static_cast<uint64_t>(c.get_int("train.seed")));
+  const TrainOptions train = trainer_table().read(c);
+  set_worker_threads(static_cast<int>(train.threads));
+  torch::manual_seed(static_cast<uint64_t>(train.seed));
   const Plan p(c);
   Net net(c);
   auto& worker = fleet::ps_worker();
@@ -360,17 +379,16 @@ void train_impl(const Config& job) {
     log_line(fmt::format("ctr: worker {} restored step {} from the checkpoint", p.rank, step));
   }
   std::unique_ptr<EventWriter> tb;
-  if (const std::string tbdir = c.get_string("log.tensorboard"); !tbdir.empty() && p.rank == 0)
-    tb = std::make_unique<EventWriter>(tbdir);
+  if (!train.tensorboard.empty() && p.rank == 0) tb = std::make_unique<EventWriter>(train.tensorboard);
   log_line(
       fmt::format("ctr: worker {}/{} mode {} ({}), {} lines, {} steps per epoch, batch {}, model wide&deep "
                   "emb {} hidden [{}], gradients {}",
                   p.rank, p.world, ps::to_string(mode), worker.mode().geo_k_steps, p.lines, p.steps_per_epoch, p.batch,
-                  net.dim, fmt::join(c.get_int_list("model.hidden"), ", "), reduction));
+                  net.dim, fmt::join(ctr_table().read(c).hidden, ", "), reduction));
 
   Progress progress;
   for (int64_t epoch = step / p.steps_per_epoch; epoch < p.epochs; ++epoch) {
-    auto ro = reader_options(c, p.rank, p.world, p.batch, c.get_int("data.limit_train"));
+    auto ro = reader_options(c, p.rank, p.world, p.batch, p.limit_train);
     ro.per_worker = p.per_worker;
     Reader reader(p.train_files, ro);
     // One batch read ahead, so its rows can be pulled while this one trains.

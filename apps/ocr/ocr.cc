@@ -27,53 +27,63 @@ namespace dtrain::apps {
 
 using ocr::CharDict;
 
-void add_ocr_keys(ConfigSchema& s) {
-  s.add("data.dataset", ConfigType::String, "\"render\"", "render | list");
-  s.add("data.character_dict_path", ConfigType::String, "\"\"", "one character per line (\"\": built-in en_dict)");
-  s.add("data.use_space_char", ConfigType::Bool, "false", "add ' ' to the dictionary");
-  s.add("data.max_text_length", ConfigType::Int, "25", "longest label in characters");
-  s.add("data.image_shape", ConfigType::IntList, "[1, 32, 128]", "model input [channels (1|3), 32, width]");
-  s.add("data.words", ConfigType::String, "\"/usr/share/dict/words\"", "word list, one per line (render)");
-  s.add("data.fonts", ConfigType::StringList, "[]", "font files the training and test words are rendered in");
-  s.add("data.heldout_fonts", ConfigType::StringList, "[]", "font files never trained on: a second test set");
-  s.add("data.min_length", ConfigType::Int, "1", "shortest word used, in characters");
-  s.add("data.max_length", ConfigType::Int, "12", "longest word used, in characters");
-  s.add("data.test_percent", ConfigType::Float, "10", "share of the words held out for testing (by word hash)");
-  s.add("data.train_samples", ConfigType::Int, "20000", "rendered samples per training epoch");
-  s.add("data.eval_samples", ConfigType::Int, "2000", "rendered test samples (distinct test words)");
-  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleOCR list for training: image_path<TAB>label");
-  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleOCR list for evaluation");
-  s.add("data.root", ConfigType::String, "\"\"", "folder the lists' image paths are relative to (data_dir)");
-  s.add("data.unknown_chars", ConfigType::String, "\"error\"",
-        "error | skip: a label with a character outside the dictionary (or too long)");
-  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N list entries (0: all)");
-  s.add("data.limit_eval", ConfigType::Int, "0", "");
-  s.add("augment.min_font_px", ConfigType::Int, "22", "font size range before the resize to 32 rows");
-  s.add("augment.max_font_px", ConfigType::Int, "40", "");
-  s.add("augment.slant", ConfigType::Float, "0.2", "largest shear");
-  s.add("augment.rotate", ConfigType::Float, "2", "largest rotation in degrees");
-  s.add("augment.spacing", ConfigType::Float, "0.06", "largest extra letter spacing, share of the font size");
-  s.add("augment.blur", ConfigType::Float, "0.4", "probability of a blur");
-  s.add("augment.noise", ConfigType::Float, "10", "largest pixel-noise std in grey levels");
-  s.add("augment.min_contrast", ConfigType::Int, "70", "least text/background difference in grey levels");
-  s.add("augment.texture", ConfigType::Float, "0.5", "probability of a background texture");
-  s.add("augment.margin", ConfigType::Float, "0.3", "largest crop margin, share of the font size");
-  s.add("augment.tight", ConfigType::Float, "0.3", "probability of a tight crop");
-  s.add("augment.stroke", ConfigType::Float, "0",
-        "largest stroke-width change, share of the font size (emboldening or thinning; training words only; 0: off)");
-  s.add("augment.stretch", ConfigType::Float, "0",
-        "largest horizontal scaling: x (1 + u) or / (1 + u) (training words only; 0: off)");
-  s.add("model.backbone", ConfigType::String, "\"vgg\"", "vgg | mobilenetv3");
-  s.add("model.width", ConfigType::Int, "32", "backbone base channels");
-  s.add("model.hidden", ConfigType::Int, "96", "LSTM size per direction");
-  s.add("model.layers", ConfigType::Int, "2", "LSTM layers");
-  s.add("eval.ignore_space", ConfigType::Bool, "true", "drop spaces before comparing (PaddleOCR's default)");
-  s.add("eval.filter", ConfigType::Bool, "false",
-        "compare lower-cased letters and digits only (PaddleOCR's is_filter)");
-  s.add("eval.pictures", ConfigType::Int, "0", "test images with their predictions written per evaluation (rank 0)");
-  s.add("eval.picture_dir", ConfigType::String, "\"\"", "where they go (\"\": <checkpoint.dir>/pictures)");
-  s.add("eval.mistakes", ConfigType::Int, "10", "wrong predictions listed at the final evaluation (rank 0)");
+const ConfigTable<OcrOptions>& ocr_table() {
+  static const ConfigTable<OcrOptions> table = [] {
+    using O = OcrOptions;
+    ConfigTable<O> t;
+    t.add("data.dataset", &O::dataset, "render | list");
+    t.add("data.character_dict_path", &O::character_dict_path, "one character per line (\"\": built-in en_dict)");
+    t.add("data.use_space_char", &O::use_space_char, "add ' ' to the dictionary");
+    t.add("data.max_text_length", &O::max_text_length, "longest label in characters").at_least(1);
+    t.add("data.image_shape", &O::image_shape, "model input [channels (1|3), 32, width]");
+    t.add("data.words", &O::words, "word list, one per line (render)");
+    t.add("data.fonts", &O::fonts, "font files the training and test words are rendered in");
+    t.add("data.heldout_fonts", &O::heldout_fonts, "font files never trained on: a second test set");
+    t.add("data.min_length", &O::min_length, "shortest word used, in characters").at_least(1);
+    t.add("data.max_length", &O::max_length, "longest word used, in characters").at_least(1);
+    t.add("data.test_percent", &O::test_percent, "share of the words held out for testing (by word hash)");
+    t.add("data.train_samples", &O::train_samples, "rendered samples per training epoch").at_least(1);
+    t.add("data.eval_samples", &O::eval_samples, "rendered test samples (distinct test words)").at_least(1);
+    t.add("data.train_list", &O::train_list, "PaddleOCR list for training: image_path<TAB>label");
+    t.add("data.val_list", &O::val_list, "PaddleOCR list for evaluation");
+    t.add("data.root", &O::root, "folder the lists' image paths are relative to (data_dir)");
+    t.add("data.unknown_chars", &O::unknown_chars,
+          "error | skip: a label with a character outside the dictionary (or too long)");
+    t.add("data.limit_train", &O::limit_train, "use only the first N list entries (0: all)").at_least(0);
+    t.add("data.limit_eval", &O::limit_eval, "").at_least(0);
+    t.add("augment.min_font_px", &O::min_font_px, "font size range before the resize to 32 rows").at_least(1);
+    t.add("augment.max_font_px", &O::max_font_px, "").at_least(1);
+    t.add("augment.slant", &O::slant, "largest shear");
+    t.add("augment.rotate", &O::rotate, "largest rotation in degrees");
+    t.add("augment.spacing", &O::spacing, "largest extra letter spacing, share of the font size");
+    t.add("augment.blur", &O::blur, "probability of a blur");
+    t.add("augment.noise", &O::noise, "largest pixel-noise std in grey levels");
+    t.add("augment.min_contrast", &O::min_contrast, "least text/background difference in grey levels").in_range(0, 255);
+    t.add("augment.texture", &O::texture, "probability of a background texture");
+    t.add("augment.margin", &O::margin, "largest crop margin, share of the font size");
+    t.add("augment.tight", &O::tight, "probability of a tight crop");
+    t.add("augment.stroke", &O::stroke,
+          "largest stroke-width change, share of the font size (emboldening or thinning; training words only; 0: "
+          "off)")
+        .in_range(0, 0.1);
+    t.add("augment.stretch", &O::stretch,
+          "largest horizontal scaling: x (1 + u) or / (1 + u) (training words only; 0: off)")
+        .in_range(0, 1);
+    t.add("model.backbone", &O::backbone, "vgg | mobilenetv3");
+    t.add("model.width", &O::width, "backbone base channels");
+    t.add("model.hidden", &O::hidden, "LSTM size per direction");
+    t.add("model.layers", &O::layers, "LSTM layers");
+    t.add("eval.ignore_space", &O::ignore_space, "drop spaces before comparing (PaddleOCR's default)");
+    t.add("eval.filter", &O::filter, "compare lower-cased letters and digits only (PaddleOCR's is_filter)");
+    t.add("eval.pictures", &O::pictures, "test images with their predictions written per evaluation (rank 0)");
+    t.add("eval.picture_dir", &O::picture_dir, "where they go (\"\": <checkpoint.dir>/pictures)");
+    t.add("eval.mistakes", &O::mistakes, "wrong predictions listed at the final evaluation (rank 0)");
+    return t;
+  }();
+  return table;
 }
+
+void add_ocr_keys(ConfigSchema& s) { ocr_table().declare(s); }
 
 Config load_ocr_config(const std::string& path, const std::vector<std::string>& overrides) {
   return load_job_config(path, overrides, add_ocr_keys, "output/ocr");
@@ -91,9 +101,9 @@ const std::vector<std::string>& builtin_en_dict() {
 }
 
 CharDict ocr_dictionary(const Config& cfg) {
-  std::string path = cfg.get_string("data.character_dict_path");
-  bool space = cfg.get_bool("data.use_space_char");
-  if (!path.empty()) return CharDict::load(path, space);
+  const OcrOptions o = ocr_table().read(cfg);
+  const bool space = o.use_space_char;
+  if (!o.character_dict_path.empty()) return CharDict::load(o.character_dict_path, space);
   auto chars = builtin_en_dict();
   if (space) chars.push_back(" ");
   return CharDict::from_chars(chars, "built-in en_dict");
@@ -108,7 +118,7 @@ struct Shape {
 };
 
 Shape image_shape(const Config& cfg) {
-  auto v = cfg.get_int_list("data.image_shape");
+  const std::vector<int64_t> v = ocr_table().read(cfg).image_shape;
   if (v.size() != 3) config_error(cfg, "data.image_shape", "must be [channels, 32, width]");
   Shape s{int(v[0]), int(v[1]), int(v[2])};
   if (s.channels != 1 && s.channels != 3) config_error(cfg, "data.image_shape", "channels must be 1 or 3");
@@ -119,24 +129,8 @@ Shape image_shape(const Config& cfg) {
 }
 
 ocr::RenderOptions render_options(const Config& cfg) {
-  ocr::RenderOptions o;
-  o.min_font_px = int(positive(cfg, "augment.min_font_px"));
-  o.max_font_px = int(positive(cfg, "augment.max_font_px"));
+  const ocr::RenderOptions o = ocr_table().read(cfg);
   if (o.max_font_px < o.min_font_px) config_error(cfg, "augment.max_font_px", "must be >= augment.min_font_px");
-  o.slant = cfg.get_float("augment.slant");
-  o.rotate = cfg.get_float("augment.rotate");
-  o.spacing = cfg.get_float("augment.spacing");
-  o.blur = cfg.get_float("augment.blur");
-  o.noise = cfg.get_float("augment.noise");
-  o.min_contrast = int(cfg.get_int("augment.min_contrast"));
-  if (o.min_contrast < 0 || o.min_contrast > 255) config_error(cfg, "augment.min_contrast", "must be in [0, 255]");
-  o.texture = cfg.get_float("augment.texture");
-  o.margin = cfg.get_float("augment.margin");
-  o.tight = cfg.get_float("augment.tight");
-  o.stroke = cfg.get_float("augment.stroke");
-  if (o.stroke < 0 || o.stroke > 0.1) config_error(cfg, "augment.stroke", "must be in [0, 0.1]");
-  o.stretch = cfg.get_float("augment.stretch");
-  if (o.stretch < 0 || o.stretch > 1) config_error(cfg, "augment.stretch", "must be in [0, 1]");
   return o;
 }
 
@@ -146,8 +140,8 @@ struct OcrData {
   std::string describe;
 };
 
-std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, const std::vector<std::string>& chars) {
-  std::vector<std::string> fonts = cfg.has(key) ? cfg.get_string_list(key) : std::vector<std::string>{};
+std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, const std::vector<std::string>& fonts,
+                                  const std::vector<std::string>& chars) {
   for (const auto& f : fonts) {
     if (!fs::exists(f))
       config_error(cfg, key, "font file '" + f + "' does not exist (scripts/setup.sh installs the fonts)");
@@ -165,21 +159,20 @@ std::vector<std::string> fonts_of(const Config& cfg, const std::string& key, con
 
 OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
   Shape shape = image_shape(cfg);
-  std::string ds = cfg.get_string("data.dataset");
+  const OcrOptions k = ocr_table().read(cfg);
   OcrData d;
-  if (ds == "render") {
-    size_t min_len = size_t(positive(cfg, "data.min_length")), max_len = size_t(positive(cfg, "data.max_length"));
-    if (max_len > size_t(positive(cfg, "data.max_text_length")))
-      config_error(cfg, "data.max_length", "must be <= data.max_text_length");
+  if (k.dataset == "render") {
+    size_t min_len = size_t(k.min_length), max_len = size_t(k.max_length);
+    if (max_len > size_t(k.max_text_length)) config_error(cfg, "data.max_length", "must be <= data.max_text_length");
     if (int(max_len) > shape.width / 4 / 2)
       config_error(cfg, "data.max_length",
                    fmt::format("words of {} characters do not fit {} CTC steps (image width / 4): at most {}", max_len,
                                shape.width / 4, shape.width / 8));
-    double pct = cfg.get_float("data.test_percent");
+    double pct = k.test_percent;
     if (!(pct > 0 && pct < 100)) config_error(cfg, "data.test_percent", "must be in (0, 100)");
     ocr::WordSplit split;
     try {
-      split = ocr::split_words(cfg.get_string("data.words"), dict, min_len, max_len, pct);
+      split = ocr::split_words(k.words, dict, min_len, max_len, pct);
     } catch (const Error& e) {
       config_error(cfg, "data.words", e.what());
     }
@@ -188,8 +181,8 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
       for (const auto& w : *list)
         for (auto& ch : ocr::utf8_chars(w)) used.insert(ch);
     std::vector<std::string> chars(used.begin(), used.end());
-    auto fonts = fonts_of(cfg, "data.fonts", chars);
-    auto held = fonts_of(cfg, "data.heldout_fonts", chars);
+    auto fonts = fonts_of(cfg, "data.fonts", k.fonts, chars);
+    auto held = fonts_of(cfg, "data.heldout_fonts", k.heldout_fonts, chars);
     if (fonts.empty()) config_error(cfg, "data.fonts", "data.dataset = \"render\" needs at least one font file");
     for (const auto& f : held)
       if (std::find(fonts.begin(), fonts.end(), f) != fonts.end())
@@ -198,7 +191,7 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     std::vector<std::string> test = split.test;
     std::mt19937_64 gen(seed * 7919 + 17);
     std::shuffle(test.begin(), test.end(), gen);
-    size_t n_eval = std::min(test.size(), size_t(positive(cfg, "data.eval_samples")));
+    size_t n_eval = std::min(test.size(), size_t(k.eval_samples));
     test.resize(n_eval);
     ocr::RenderedSetOptions o;
     o.render = render_options(cfg);
@@ -207,7 +200,7 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     o.width = shape.width;
     o.words = split.train;
     o.fonts = fonts;
-    o.size = size_t(positive(cfg, "data.train_samples"));
+    o.size = size_t(k.train_samples);
     o.seed = seed * 2;
     d.train = std::make_shared<ocr::RenderedDataset>(o, dict);
     // Stroke and stretch distort the training words only: the evaluation
@@ -227,17 +220,15 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
                              split.train.size(), split.test.size(), split.dropped, fonts.size(), held.size());
     return d;
   }
-  if (ds == "list") {
-    std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
+  if (k.dataset == "list") {
+    const std::string &tl = k.train_list, &vl = k.val_list;
     if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
     if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
-    std::string policy = cfg.get_string("data.unknown_chars");
+    const std::string& policy = k.unknown_chars;
     if (policy != "error" && policy != "skip") config_error(cfg, "data.unknown_chars", "must be \"error\" or \"skip\"");
-    size_t max_len = size_t(positive(cfg, "data.max_text_length"));
-    std::string root = cfg.get_string("data.root");
-    auto limit = [&](const char* key) { return size_t(std::max<int64_t>(0, cfg.get_int(key))); };
-    auto tr = ocr::read_rec_list(tl, root, dict, max_len, policy == "skip", limit("data.limit_train"));
-    auto va = ocr::read_rec_list(vl, root, dict, max_len, policy == "skip", limit("data.limit_eval"));
+    const auto max_len = size_t(k.max_text_length);
+    auto tr = ocr::read_rec_list(tl, k.root, dict, max_len, policy == "skip", size_t(k.limit_train));
+    auto va = ocr::read_rec_list(vl, k.root, dict, max_len, policy == "skip", size_t(k.limit_eval));
     d.describe = fmt::format("lists: {} ({} skipped: {} unknown characters, {} too long), {} ({} skipped)", tl,
                              tr.skipped_unknown + tr.skipped_long, tr.skipped_unknown, tr.skipped_long, vl,
                              va.skipped_unknown + va.skipped_long);
@@ -246,13 +237,13 @@ OcrData make_data(const Config& cfg, const CharDict& dict, uint64_t seed) {
     d.test = ocr::make_list_dataset(std::move(va), vl, classes, shape.channels, shape.height, shape.width);
     return d;
   }
-  config_error(cfg, "data.dataset", "unknown dataset '" + ds + "'; known: render, list");
+  config_error(cfg, "data.dataset", "unknown dataset '" + k.dataset + "'; known: render, list");
 }
 
 ocr::Crnn model_from(const Config& cfg, int channels, int classes, std::string* described) {
-  std::string name = cfg.get_string("model.backbone");
-  int width = int(cfg.get_int("model.width")), hidden = int(cfg.get_int("model.hidden"));
-  int layers = int(cfg.get_int("model.layers"));
+  const OcrOptions k = ocr_table().read(cfg);
+  const std::string& name = k.backbone;
+  int width = int(k.width), hidden = int(k.hidden), layers = int(k.layers);
   try {
     auto m = ocr::make_crnn(name, channels, width, hidden, layers, classes);
     *described = fmt::format("model crnn {} width {} bilstm {}x{}", name, width, layers, hidden);
@@ -315,8 +306,9 @@ class OcrTrainer : public Trainer {
     heldout_ = d.heldout;
     log_line("data: " + d.describe + fmt::format(", dictionary {} characters", dict_->size()));
     augment_ = normalisation();
-    metric_.ignore_space = cfg_.get_bool("eval.ignore_space");
-    metric_.filter = cfg_.get_bool("eval.filter");
+    opts_ = ocr_table().read(cfg_);
+    metric_.ignore_space = opts_.ignore_space;
+    metric_.filter = opts_.filter;
     net_ = model_from(cfg_, train_set_->channels(), int(dict_->num_classes()), &described_);
     model_ = net_.ptr();
   }
@@ -354,11 +346,9 @@ class OcrTrainer : public Trainer {
   }
 
   void evaluate() override {
-    sync_buffers();
-    model_->eval();
-    torch::NoGradGuard ng;
-    bool final_eval = state_.epoch + 1 >= positive(cfg_, "train.epochs") ||
-                      (cfg_.get_int("train.max_steps") > 0 && state_.global_step >= cfg_.get_int("train.max_steps"));
+    const TrainOptions train = trainer_table().read(cfg_);
+    bool final_eval =
+        state_.epoch + 1 >= train.epochs || (train.max_steps > 0 && state_.global_step >= train.max_steps);
     evaluate_set(eval_set_, "test", final_eval);
     if (heldout_) evaluate_set(heldout_, "heldout_fonts", final_eval);
   }
@@ -370,9 +360,9 @@ class OcrTrainer : public Trainer {
     for (size_t i = size_t(rank_); i < set->size(); i += size_t(world_)) idx.push_back(i);
     ocr::TextMetric m = metric_;
     double loss_sum = 0;
-    int pictures = rank_ == 0 ? int(cfg_.get_int("eval.pictures")) : 0;
-    int mistakes = rank_ == 0 && final_eval ? int(cfg_.get_int("eval.mistakes")) : 0;
-    std::string pic_dir = cfg_.get_string("eval.picture_dir");
+    int pictures = rank_ == 0 ? int(opts_.pictures) : 0;
+    int mistakes = rank_ == 0 && final_eval ? int(opts_.mistakes) : 0;
+    std::string pic_dir = opts_.picture_dir;
     if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> shown, wrong;
     if (!idx.empty()) {
@@ -426,6 +416,7 @@ class OcrTrainer : public Trainer {
     return fmt::format("{} ('{}' -> '{}')", path, label, pred);
   }
 
+  OcrOptions opts_;
   std::unique_ptr<CharDict> dict_;
   std::shared_ptr<Dataset> heldout_;
   ocr::TextMetric metric_;
@@ -435,44 +426,29 @@ class OcrTrainer : public Trainer {
 
 std::unique_ptr<Trainer> make_ocr(Config cfg) { return std::make_unique<OcrTrainer>(std::move(cfg)); }
 
-int guarded(const char* what, const std::function<int()>& body) {
-  return run_guarded(fmt::format("dtrain-ocr {}: error: ", what), body);
-}
-
 int predict_main(int argc, char** argv) {
   CLI::App cli{"dtrain-ocr predict: the recognised text of each image (path<TAB>text<TAB>score)"};
-  std::string job, ckpt, list;
-  std::vector<std::string> images, overrides;
+  JobCommand jc(cli, "the job file the model was trained with", "override a key of the job file");
+  std::string ckpt, list;
+  std::vector<std::string> images;
   int64_t batch = 64;
-  cli.add_option("job", job, "the job file the model was trained with")->required();
   cli.add_option("images", images, "images of one line of text each");
   cli.add_option("--list", list, "also a PaddleOCR list (image_path<TAB>label): reports acc and norm_edit_dis");
   cli.add_option("--checkpoint", ckpt, "checkpoint (default: <checkpoint.dir>/latest.pt)");
   cli.add_option("--batch", batch, "images per forward pass")->check(CLI::PositiveNumber);
-  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
-  CLI11_PARSE(cli, argc, argv);
-  return guarded("predict", [&] {
+  return jc.run(argc, argv, "dtrain-ocr predict", load_ocr_config, [&](const Config& cfg) {
     if (images.empty() && list.empty()) throw InvalidUsage("give images, or --list FILE");
-    Config cfg = load_ocr_config(job, overrides);
+    const OcrOptions k = ocr_table().read(cfg);
     CharDict dict = ocr_dictionary(cfg);
     Shape shape = image_shape(cfg);
     std::string described;
     auto net = model_from(cfg, shape.channels, int(dict.num_classes()), &described);
-    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir")) / "latest.pt").string();
-    if (!fs::exists(ckpt)) throw IoError("checkpoint '" + ckpt + "' does not exist (train first, or --checkpoint)");
-    {
-      torch::serialize::InputArchive ar, m;
-      ar.load_from(ckpt);
-      ar.read("model", m);
-      net->load(m);
-    }
+    load_model_weights(ckpt, cfg.get_string("checkpoint.dir"), *net);
     net->eval();
     torch::NoGradGuard ng;
     std::vector<std::string> paths = images, labels(images.size());
     if (!list.empty()) {
-      auto lf =
-          ocr::read_rec_list(list, cfg.get_string("data.root"), dict, size_t(positive(cfg, "data.max_text_length")),
-                             cfg.get_string("data.unknown_chars") == "skip");
+      auto lf = ocr::read_rec_list(list, k.root, dict, size_t(k.max_text_length), k.unknown_chars == "skip");
       for (auto& e : lf.entries) {
         paths.push_back(e.path);
         labels.push_back(e.label);
@@ -480,8 +456,8 @@ int predict_main(int argc, char** argv) {
     }
     AugmentOptions a = normalisation();
     ocr::TextMetric metric;
-    metric.ignore_space = cfg.get_bool("eval.ignore_space");
-    metric.filter = cfg.get_bool("eval.filter");
+    metric.ignore_space = k.ignore_space;
+    metric.filter = k.filter;
     for (size_t start = 0; start < paths.size(); start += size_t(batch)) {
       size_t end = std::min(paths.size(), start + size_t(batch));
       auto x = torch::empty({int64_t(end - start), shape.channels, shape.height, shape.width});
@@ -511,23 +487,19 @@ int render_main(int argc, char** argv) {
   CLI::App cli{
       "dtrain-ocr render: rendered words as a PaddleOCR recognition data set (images/, list.txt) and the model's "
       "inputs of them stacked in one picture (sheet.png)"};
-  std::string job, out_dir, split = "test";
+  JobCommand jc(cli, "the job file (its [data] and [augment] keys)", "override a key of the job file");
+  std::string out_dir, split = "test";
   int64_t count = 16, epoch = 0;
-  std::vector<std::string> overrides;
-  cli.add_option("job", job, "the job file (its [data] and [augment] keys)")->required();
   cli.add_option("--output", out_dir, "output folder")->required();
   cli.add_option("--split", split, "train (epoch --epoch's samples) | test | heldout")
       ->check(CLI::IsMember({"train", "test", "heldout"}));
   cli.add_option("--count", count, "images to write")->check(CLI::PositiveNumber);
   cli.add_option("--epoch", epoch, "training epoch (--split train)");
-  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
-  CLI11_PARSE(cli, argc, argv);
-  return guarded("render", [&] {
-    Config cfg = load_ocr_config(job, overrides);
-    if (cfg.get_string("data.dataset") != "render")
+  return jc.run(argc, argv, "dtrain-ocr render", load_ocr_config, [&](const Config& cfg) {
+    if (ocr_table().read(cfg).dataset != "render")
       config_error(cfg, "data.dataset", "dtrain-ocr render needs data.dataset = \"render\"");
     CharDict dict = ocr_dictionary(cfg);
-    uint64_t seed = uint64_t(cfg.get_int("train.seed"));
+    uint64_t seed = uint64_t(trainer_table().read(cfg).seed);
     OcrData d = make_data(cfg, dict, seed);
     auto ds = std::dynamic_pointer_cast<ocr::RenderedDataset>(split == "train"  ? d.train
                                                               : split == "test" ? d.test
@@ -563,12 +535,10 @@ int render_main(int argc, char** argv) {
 }  // namespace
 
 int ocr_main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "predict") == 0) return predict_main(argc - 1, argv + 1);
-  if (argc > 1 && std::strcmp(argv[1], "render") == 0) return render_main(argc - 1, argv + 1);
   return trainer_main(argc, argv, "ocr",
                       "dtrain-ocr: data-parallel text recognition (CRNN + CTC on rendered dictionary words or "
                       "PaddleOCR lists); also `dtrain-ocr predict` and `dtrain-ocr render`",
-                      load_ocr_config, make_ocr);
+                      load_ocr_config, make_ocr, {{"predict", predict_main}, {"render", render_main}});
 }
 
 }  // namespace dtrain::apps

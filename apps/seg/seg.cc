@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -26,51 +27,64 @@ namespace fs = std::filesystem;
 
 namespace dtrain::apps {
 
+const ConfigTable<SegOptions>& seg_table() {
+  static const ConfigTable<SegOptions> table = [] {
+    using O = SegOptions;
+    ConfigTable<O> t;
+    t.add("data.dataset", &O::dataset, "scenes | list");
+    t.add("data.dir", &O::dir, "Fashion-MNIST IDX folder (scenes)");
+    t.add("data.train_scenes", &O::train_scenes, "scenes per training epoch").at_least(1);
+    t.add("data.eval_scenes", &O::eval_scenes, "test scenes").at_least(1);
+    t.add("data.scene_size", &O::scene_size, "canvas size in pixels").at_least(1);
+    t.add("data.min_items", &O::min_items, "items per scene, at least");
+    t.add("data.max_items", &O::max_items, "items per scene, at most");
+    t.add("data.train_min_items", &O::train_min_items, "items per training scene, at least (-1: min_items)")
+        .at_least(-1);
+    t.add("data.train_max_items", &O::train_max_items, "items per training scene, at most (-1: max_items)")
+        .at_least(-1);
+    t.add("data.min_item_scale", &O::min_item_scale, "item size relative to its 28 px");
+    t.add("data.max_item_scale", &O::max_item_scale, "");
+    t.add("data.max_overlap", &O::max_overlap, "largest share of an item's box covered by earlier ones");
+    t.add("data.item_threshold", &O::item_threshold, "an item covers the pixels where its grey value exceeds this");
+    t.add("data.train_list", &O::train_list, "PaddleSeg list file for training");
+    t.add("data.val_list", &O::val_list, "PaddleSeg list file for evaluation");
+    t.add("data.root", &O::root, "folder the list files' paths are relative to");
+    t.add("data.image_size", &O::image_size, "list images are resized to this square size").at_least(1);
+    t.add("data.channels", &O::channels, "1 (grey) or 3 (RGB) for list images");
+    t.add("data.num_classes", &O::num_classes, "classes of a list dataset (background included)").at_least(1);
+    t.add("data.ignore_index", &O::ignore_index, "label value of pixels without a class").in_range(0, 255);
+    t.add("data.limit_train", &O::limit_train, "use only the first N training samples (0: all)").at_least(0);
+    t.add("data.limit_eval", &O::limit_eval, "use only the first N evaluation samples (0: all)").at_least(0);
+    t.add("augment.min_scale", &O::min_scale, "random scale, image and labels alike");
+    t.add("augment.max_scale", &O::max_scale, "");
+    t.add("augment.crop_padding", &O::crop_padding, "random crop offset jitter in pixels");
+    t.add("augment.flip", &O::flip, "random horizontal flip");
+    t.add("augment.mean", &O::mean, "normalisation mean (all channels)");
+    t.add("augment.std", &O::std, "normalisation std (all channels)");
+    t.add("model.name", &O::model, "unet | liteseg");
+    t.add("model.width", &O::width, "base channels");
+    t.add("model.depth", &O::depth, "unet: down-sampling stages; liteseg: residual blocks per deep stage");
+    t.add("loss.dice_weight", &O::dice_weight, "weight of a Dice term added to cross-entropy");
+    t.add("eval.pictures", &O::pictures, "image | truth | prediction strips per evaluation (rank 0)");
+    t.add("eval.picture_dir", &O::picture_dir, "where the strips go (\"\": <checkpoint.dir>/pictures)");
+    t.add("eval.flip", &O::eval_flip,
+          "also segment each image mirrored and average the two (PaddleSeg's --aug_eval --flip_horizontal)");
+    t.add("eval.scales", &O::scales,
+          "segment each image resized by each factor and average (PaddleSeg's --aug_eval --scales)");
+    t.add("eval.is_slide", &O::is_slide,
+          "evaluate (and predict) by sliding windows at full resolution, as PaddleSeg's test_config; else whole "
+          "images");
+    t.add("eval.crop_size", &O::crop_size, "is_slide: the window [width, height]");
+    t.add("eval.stride", &O::stride, "is_slide: the step [width, height] between windows");
+    return t;
+  }();
+  return table;
+}
+
 void add_seg_keys(ConfigSchema& s) {
-  s.add("data.dataset", ConfigType::String, "\"scenes\"", "scenes | list");
-  s.add("data.dir", ConfigType::String, "\"/usr/share/datasets/fashion-mnist\"", "Fashion-MNIST IDX folder (scenes)");
-  s.add("data.train_scenes", ConfigType::Int, "4000", "scenes per training epoch");
-  s.add("data.eval_scenes", ConfigType::Int, "500", "test scenes");
-  s.add("data.scene_size", ConfigType::Int, "64", "canvas size in pixels");
-  s.add("data.min_items", ConfigType::Int, "2", "items per scene, at least");
-  s.add("data.max_items", ConfigType::Int, "3", "items per scene, at most");
-  s.add("data.train_min_items", ConfigType::Int, "-1", "items per training scene, at least (-1: min_items)");
-  s.add("data.train_max_items", ConfigType::Int, "-1", "items per training scene, at most (-1: max_items)");
-  s.add("data.min_item_scale", ConfigType::Float, "0.9", "item size relative to its 28 px");
-  s.add("data.max_item_scale", ConfigType::Float, "1.3", "");
-  s.add("data.max_overlap", ConfigType::Float, "0.3", "largest share of an item's box covered by earlier ones");
-  s.add("data.item_threshold", ConfigType::Int, "12", "an item covers the pixels where its grey value exceeds this");
-  s.add("data.train_list", ConfigType::String, "\"\"", "PaddleSeg list file for training");
-  s.add("data.val_list", ConfigType::String, "\"\"", "PaddleSeg list file for evaluation");
-  s.add("data.root", ConfigType::String, "\"\"", "folder the list files' paths are relative to");
-  s.add("data.image_size", ConfigType::Int, "64", "list images are resized to this square size");
-  s.add("data.channels", ConfigType::Int, "3", "1 (grey) or 3 (RGB) for list images");
-  s.add("data.num_classes", ConfigType::Int, "11", "classes of a list dataset (background included)");
-  s.add("data.ignore_index", ConfigType::Int, "255", "label value of pixels without a class");
-  s.add("data.limit_train", ConfigType::Int, "0", "use only the first N training samples (0: all)");
-  s.add("data.limit_eval", ConfigType::Int, "0", "use only the first N evaluation samples (0: all)");
-  s.add("augment.min_scale", ConfigType::Float, "0.8", "random scale, image and labels alike");
-  s.add("augment.max_scale", ConfigType::Float, "1.25", "");
-  s.add("augment.crop_padding", ConfigType::Int, "4", "random crop offset jitter in pixels");
-  s.add("augment.flip", ConfigType::Bool, "true", "random horizontal flip");
-  s.add("augment.mean", ConfigType::Float, "0.4", "normalisation mean (all channels)");
-  s.add("augment.std", ConfigType::Float, "0.25", "normalisation std (all channels)");
-  s.add("model.name", ConfigType::String, "\"unet\"", "unet | liteseg");
-  s.add("model.width", ConfigType::Int, "16", "base channels");
-  s.add("model.depth", ConfigType::Int, "3", "unet: down-sampling stages; liteseg: residual blocks per deep stage");
-  s.add("loss.dice_weight", ConfigType::Float, "0", "weight of a Dice term added to cross-entropy");
-  s.add("eval.pictures", ConfigType::Int, "4", "image | truth | prediction strips per evaluation (rank 0)");
-  s.add("eval.flip", ConfigType::Bool, "false",
-        "also segment each image mirrored and average the two (PaddleSeg's --aug_eval --flip_horizontal)");
-  s.add("eval.scales", ConfigType::FloatList, "[1.0]",
-        "segment each image resized by each factor and average (PaddleSeg's --aug_eval --scales)");
-  s.add("eval.is_slide", ConfigType::Bool, "false",
-        "evaluate (and predict) by sliding windows at full resolution, as PaddleSeg's test_config; else whole images");
-  s.add("eval.crop_size", ConfigType::IntList, "[]", "is_slide: the window [width, height]");
-  s.add("eval.stride", ConfigType::IntList, "[]", "is_slide: the step [width, height] between windows");
+  seg_table().declare(s);
   s.add_open_table("data.train.transforms");  // PaddleSeg operators (common/transforms.h)
   s.add_open_table("data.eval.transforms");
-  s.add("eval.picture_dir", ConfigType::String, "\"\"", "where the strips go (\"\": <checkpoint.dir>/pictures)");
 }
 
 Config load_seg_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -81,72 +95,59 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-size_t limit_of(const Config& cfg, const std::string& key) {
-  return static_cast<size_t>(std::max<int64_t>(0, cfg.get_int(key)));
-}
-
 SceneOptions scene_options(const Config& cfg, bool train) {
+  const SegOptions s = seg_table().read(cfg);
   SceneOptions o;
-  o.count = static_cast<size_t>(positive(cfg, train ? "data.train_scenes" : "data.eval_scenes"));
-  o.size = static_cast<int>(positive(cfg, "data.scene_size"));
-  o.min_items = static_cast<int>(cfg.get_int("data.min_items"));
-  o.max_items = static_cast<int>(cfg.get_int("data.max_items"));
-  if (train)
-    for (auto [key, items] :
-         {std::pair{"data.train_min_items", &o.min_items}, {"data.train_max_items", &o.max_items}}) {
-      int64_t n = cfg.get_int(key);
-      if (n < -1) config_error(cfg, key, "must be >= 0, or -1 for as many as the evaluation scenes");
-      if (n >= 0) *items = static_cast<int>(n);
-    }
-  o.min_scale = cfg.get_float("data.min_item_scale");
-  o.max_scale = cfg.get_float("data.max_item_scale");
-  o.max_overlap = cfg.get_float("data.max_overlap");
-  o.threshold = static_cast<int>(cfg.get_int("data.item_threshold"));
+  o.count = static_cast<size_t>(train ? s.train_scenes : s.eval_scenes);
+  o.size = static_cast<int>(s.scene_size);
+  o.min_items = static_cast<int>(train && s.train_min_items >= 0 ? s.train_min_items : s.min_items);
+  o.max_items = static_cast<int>(train && s.train_max_items >= 0 ? s.train_max_items : s.max_items);
+  o.min_scale = s.min_item_scale;
+  o.max_scale = s.max_item_scale;
+  o.max_overlap = s.max_overlap;
+  o.threshold = static_cast<int>(s.item_threshold);
   // Test scenes come from other seeds than training scenes (and other items).
-  o.seed = static_cast<uint64_t>(cfg.get_int("train.seed")) * 2 + (train ? 0 : 1);
+  o.seed = static_cast<uint64_t>(trainer_table().read(cfg).seed) * 2 + (train ? 0 : 1);
   return o;
 }
 
 // The data sets a job file names: (train, eval).
 std::pair<std::shared_ptr<Dataset>, std::shared_ptr<Dataset>> make_datasets(const Config& cfg) {
-  std::string ds = cfg.get_string("data.dataset");
-  if (ds == "scenes") {
-    std::string dir = cfg.get_string("data.dir");
+  const SegOptions o = seg_table().read(cfg);
+  if (o.dataset == "scenes") {
     auto wrap = [&](bool train) {
       try {
-        return make_scene_dataset(load_idx_dataset(dir, train), scene_options(cfg, train));
+        return make_scene_dataset(load_idx_dataset(o.dir, train), scene_options(cfg, train));
       } catch (const InvalidUsage& e) {
         config_error(cfg, "data.dataset", e.what());
       }
     };
     return {wrap(true), wrap(false)};
   }
-  if (ds == "list") {
-    int classes = static_cast<int>(positive(cfg, "data.num_classes"));
-    int size = static_cast<int>(positive(cfg, "data.image_size"));
-    int ch = static_cast<int>(cfg.get_int("data.channels"));
-    int ignore = static_cast<int>(cfg.get_int("data.ignore_index"));
-    std::string root = cfg.get_string("data.root");
-    std::string tl = cfg.get_string("data.train_list"), vl = cfg.get_string("data.val_list");
-    if (tl.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
-    if (vl.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
-    if (cfg.has("data.train.transforms")) size = 0;  // each image its own size: the transforms scale and crop
-    return {load_seg_list_dataset(tl, root, classes, ignore, size, ch, limit_of(cfg, "data.limit_train")),
-            load_seg_list_dataset(vl, root, classes, ignore, size, ch, limit_of(cfg, "data.limit_eval"))};
+  if (o.dataset == "list") {
+    if (o.train_list.empty()) config_error(cfg, "data.train_list", "data.dataset = \"list\" needs data.train_list");
+    if (o.val_list.empty()) config_error(cfg, "data.val_list", "data.dataset = \"list\" needs data.val_list");
+    // With transforms each image keeps its own size until they scale and crop it.
+    const int size = cfg.has("data.train.transforms") ? 0 : static_cast<int>(o.image_size);
+    const int classes = static_cast<int>(o.num_classes), ch = static_cast<int>(o.channels);
+    const int ignore = static_cast<int>(o.ignore_index);
+    return {load_seg_list_dataset(o.train_list, o.root, classes, ignore, size, ch, size_t(o.limit_train)),
+            load_seg_list_dataset(o.val_list, o.root, classes, ignore, size, ch, size_t(o.limit_eval))};
   }
-  config_error(cfg, "data.dataset", "unknown dataset '" + ds + "'; known: scenes, list");
+  config_error(cfg, "data.dataset", "unknown dataset '" + o.dataset + "'; known: scenes, list");
 }
 
 // Channels and classes of the job's data without loading it (predict).
 std::pair<int, int> data_shape(const Config& cfg) {
-  if (cfg.get_string("data.dataset") == "list")
-    return {static_cast<int>(cfg.get_int("data.channels")), static_cast<int>(positive(cfg, "data.num_classes"))};
+  const SegOptions o = seg_table().read(cfg);
+  if (o.dataset == "list") return {static_cast<int>(o.channels), static_cast<int>(o.num_classes)};
   return {3, 11};
 }
 
 std::shared_ptr<SegNetImpl> model_from(const Config& cfg, int channels, int classes, std::string* described) {
-  std::string name = cfg.get_string("model.name");
-  int width = static_cast<int>(cfg.get_int("model.width")), depth = static_cast<int>(cfg.get_int("model.depth"));
+  const SegOptions o = seg_table().read(cfg);
+  const std::string& name = o.model;
+  int width = static_cast<int>(o.width), depth = static_cast<int>(o.depth);
   try {
     auto m = make_seg_model(name, width, depth, channels, classes);
     *described = fmt::format("model {} width {} depth {}", name, width, depth);
@@ -157,18 +158,18 @@ std::shared_ptr<SegNetImpl> model_from(const Config& cfg, int channels, int clas
 }
 
 AugmentOptions augment_options(const Config& cfg) {
+  const SegOptions o = seg_table().read(cfg);
   AugmentOptions a;
-  a.min_scale = static_cast<float>(cfg.get_float("augment.min_scale"));
-  a.max_scale = static_cast<float>(cfg.get_float("augment.max_scale"));
-  a.crop_padding = static_cast<int>(cfg.get_int("augment.crop_padding"));
-  a.flip = cfg.get_bool("augment.flip");
-  a.mean = static_cast<float>(cfg.get_float("augment.mean"));
-  a.std = static_cast<float>(cfg.get_float("augment.std"));
-  a.ignore_index = static_cast<int>(cfg.get_int("data.ignore_index"));
+  a.min_scale = static_cast<float>(o.min_scale);
+  a.max_scale = static_cast<float>(o.max_scale);
+  a.crop_padding = static_cast<int>(o.crop_padding);
+  a.flip = o.flip;
+  a.mean = static_cast<float>(o.mean);
+  a.std = static_cast<float>(o.std);
+  a.ignore_index = static_cast<int>(o.ignore_index);
   if (!(a.std > 0)) config_error(cfg, "augment.std", "must be > 0");
   if (!(a.min_scale > 0) || a.max_scale < a.min_scale)
     config_error(cfg, "augment.max_scale", "need 0 < augment.min_scale <= augment.max_scale");
-  if (a.ignore_index < 0 || a.ignore_index > 255) config_error(cfg, "data.ignore_index", "must be in [0, 255]");
   return a;
 }
 
@@ -179,14 +180,16 @@ struct SlideOptions {
 };
 
 SlideOptions slide_options(const Config& cfg) {
+  const SegOptions s = seg_table().read(cfg);
   SlideOptions o;
-  o.on = cfg.get_bool("eval.is_slide");
+  o.on = s.is_slide;
   if (!o.on) return o;
-  for (const char* key : {"eval.crop_size", "eval.stride"}) {
-    auto v = cfg.get_int_list(key);
-    if (v.size() != 2 || v[0] < 1 || v[1] < 1) config_error(cfg, key, "eval.is_slide needs [width, height], both >= 1");
-    (key[5] == 'c' ? o.crop_w : o.stride_w) = v[0];
-    (key[5] == 'c' ? o.crop_h : o.stride_h) = v[1];
+  for (auto [key, v, w, h] : {std::tuple{"eval.crop_size", &s.crop_size, &o.crop_w, &o.crop_h},
+                              std::tuple{"eval.stride", &s.stride, &o.stride_w, &o.stride_h}}) {
+    if (v->size() != 2 || (*v)[0] < 1 || (*v)[1] < 1)
+      config_error(cfg, key, "eval.is_slide needs [width, height], both >= 1");
+    *w = (*v)[0];
+    *h = (*v)[1];
   }
   return o;
 }
@@ -264,9 +267,12 @@ class SegTrainer : public Trainer {
       log_line("transforms: train " + augment_.train_transforms->describe() + "; eval " +
                augment_.eval_transforms->describe());
     slide_ = slide_options(cfg_);
-    dice_ = cfg_.get_float("loss.dice_weight");
-    flip_eval_ = cfg_.get_bool("eval.flip");
-    eval_scales_ = cfg_.get_float_list("eval.scales");
+    const SegOptions o = seg_table().read(cfg_);
+    dice_ = o.dice_weight;
+    flip_eval_ = o.eval_flip;
+    eval_scales_ = o.scales;
+    pictures_ = o.pictures;
+    picture_dir_ = o.picture_dir;
     if (eval_scales_.empty()) config_error(cfg_, "eval.scales", "needs at least one factor, e.g. [1.0]");
     for (double f : eval_scales_)
       if (!(f > 0.0 && f <= 4.0)) config_error(cfg_, "eval.scales", fmt::format("factor {} is not in (0, 4]", f));
@@ -315,16 +321,13 @@ class SegTrainer : public Trainer {
   }
 
   void evaluate() override {
-    sync_buffers();
-    model_->eval();
-    torch::NoGradGuard ng;
     auto t0 = Clock::now();
     std::vector<size_t> idx = eval_indices();
     const int64_t C = classes_;
     std::vector<double> conf(size_t(C * C), 0.0), sums(2, 0.0);                        // loss, images
     std::vector<double> region_conf(size_t(C * C), 0.0), regions(size_t(2 * C), 0.0);  // right, then total
-    int pictures = rank_ == 0 ? static_cast<int>(cfg_.get_int("eval.pictures")) : 0;
-    std::string pic_dir = cfg_.get_string("eval.picture_dir");
+    int pictures = rank_ == 0 ? static_cast<int>(pictures_) : 0;
+    std::string pic_dir = picture_dir_;
     if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> written;
     if (!idx.empty()) {
@@ -440,6 +443,8 @@ class SegTrainer : public Trainer {
   std::string described_;
   int classes_ = 0;
   double dice_ = 0;
+  int64_t pictures_ = 0;
+  std::string picture_dir_;
   bool flip_eval_ = false;
   std::vector<double> eval_scales_{1.0};
   SlideOptions slide_;
@@ -447,33 +452,19 @@ class SegTrainer : public Trainer {
 
 std::unique_ptr<Trainer> make_seg(Config cfg) { return std::make_unique<SegTrainer>(std::move(cfg)); }
 
-int guarded(const char* what, const std::function<int()>& body) {
-  return run_guarded(fmt::format("dtrain-seg {}: error: ", what), body);
-}
-
 int predict_main(int argc, char** argv) {
   CLI::App cli{"dtrain-seg predict: the predicted mask of each image, as a palette PNG (pixel value = class id)"};
-  std::string job, out_dir, ckpt;
-  std::vector<std::string> images, overrides;
-  cli.add_option("job", job, "the job file the model was trained with")->required();
+  JobCommand jc(cli, "the job file the model was trained with", "override a key of the job file");
+  std::string out_dir, ckpt;
+  std::vector<std::string> images;
   cli.add_option("images", images, "images to segment")->required();
   cli.add_option("--output", out_dir, "folder for the masks (<stem>.png)")->required();
   cli.add_option("--checkpoint", ckpt, "checkpoint (default: <checkpoint.dir>/latest.pt)");
-  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
-  CLI11_PARSE(cli, argc, argv);
-  return guarded("predict", [&] {
-    Config cfg = load_seg_config(job, overrides);
+  return jc.run(argc, argv, "dtrain-seg predict", load_seg_config, [&](const Config& cfg) {
     auto [channels, classes] = data_shape(cfg);
     std::string described;
     auto net = model_from(cfg, channels, classes, &described);
-    if (ckpt.empty()) ckpt = (fs::path(cfg.get_string("checkpoint.dir")) / "latest.pt").string();
-    if (!fs::exists(ckpt)) throw IoError("checkpoint '" + ckpt + "' does not exist (train first, or --checkpoint)");
-    {
-      torch::serialize::InputArchive ar, m;
-      ar.load_from(ckpt);
-      ar.read("model", m);
-      net->load(m);
-    }
+    load_model_weights(ckpt, cfg.get_string("checkpoint.dir"), *net);
     net->eval();
     torch::NoGradGuard ng;
     AugmentOptions a = augment_options(cfg);
@@ -507,17 +498,13 @@ int predict_main(int argc, char** argv) {
 
 int export_main(int argc, char** argv) {
   CLI::App cli{"dtrain-seg export: composed scenes as a PaddleSeg data set (images/, labels/, list.txt)"};
-  std::string job, out_dir, split = "eval";
+  JobCommand jc(cli, "the job file (its [data] scene keys)", "override a key of the job file");
+  std::string out_dir, split = "eval";
   int64_t count = 16;
-  std::vector<std::string> overrides;
-  cli.add_option("job", job, "the job file (its [data] scene keys)")->required();
   cli.add_option("--output", out_dir, "output folder")->required();
   cli.add_option("--split", split, "train | eval")->check(CLI::IsMember({"train", "eval"}));
   cli.add_option("--count", count, "scenes to write")->check(CLI::PositiveNumber);
-  cli.add_option("-o,--override", overrides, "override a key of the job file")->allow_extra_args(false);
-  CLI11_PARSE(cli, argc, argv);
-  return guarded("export", [&] {
-    Config cfg = load_seg_config(job, overrides);
+  return jc.run(argc, argv, "dtrain-seg export", load_seg_config, [&](const Config& cfg) {
     auto [train, eval] = make_datasets(cfg);
     auto ds = split == "train" ? train : eval;
     fs::create_directories(fs::path(out_dir) / "images");
@@ -542,12 +529,10 @@ int export_main(int argc, char** argv) {
 }  // namespace
 
 int seg_main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "predict") == 0) return predict_main(argc - 1, argv + 1);
-  if (argc > 1 && std::strcmp(argv[1], "export") == 0) return export_main(argc - 1, argv + 1);
   return trainer_main(argc, argv, "seg",
                       "dtrain-seg: data-parallel semantic segmentation (U-Net / PP-LiteSeg-style on Fashion-MNIST "
                       "scenes or PaddleSeg lists); also `dtrain-seg predict` and `dtrain-seg export`",
-                      load_seg_config, make_seg);
+                      load_seg_config, make_seg, {{"predict", predict_main}, {"export", export_main}});
 }
 
 }  // namespace dtrain::apps

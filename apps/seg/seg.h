@@ -1,9 +1,11 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "dtrain/config.h"
+#include "dtrain/config_table.h"
 
 namespace dtrain::apps {
 
@@ -30,6 +32,34 @@ namespace dtrain::apps {
 //              stride (PaddleSeg's test_config: sliding windows at full resolution,
 //              overlapping logits averaged; also used by predict)
 void add_seg_keys(ConfigSchema& schema);
+
+// The segmentation app's own keys above with their defaults; seg_table()
+// declares and reads them.
+struct SegOptions {
+  std::string dataset = "scenes";
+  std::string dir = "/usr/share/datasets/fashion-mnist";
+  int64_t train_scenes = 4000, eval_scenes = 500, scene_size = 64;
+  int64_t min_items = 2, max_items = 3, train_min_items = -1, train_max_items = -1;
+  double min_item_scale = 0.9, max_item_scale = 1.3, max_overlap = 0.3;
+  int64_t item_threshold = 12;
+  std::string train_list, val_list, root;
+  int64_t image_size = 64, channels = 3, num_classes = 11, ignore_index = 255;
+  int64_t limit_train = 0, limit_eval = 0;
+  double min_scale = 0.8, max_scale = 1.25;
+  int64_t crop_padding = 4;
+  bool flip = true;
+  double mean = 0.4, std = 0.25;
+  std::string model = "unet";
+  int64_t width = 16, depth = 3;
+  double dice_weight = 0;
+  int64_t pictures = 4;
+  std::string picture_dir;
+  bool eval_flip = false;
+  std::vector<double> scales{1.0};
+  bool is_slide = false;
+  std::vector<int64_t> crop_size, stride;
+};
+const ConfigTable<SegOptions>& seg_table();
 
 // Loads the job file with its overrides and validates it against the full schema.
 Config load_seg_config(const std::string& path, const std::vector<std::string>& overrides);

@@ -12,31 +12,38 @@ namespace dtrain::fleet {
 
 void ModelSet::add(std::shared_ptr<DataParallel> model) {
   model->begin_step(next_step);
+  for (auto& kv : model->module()->named_parameters()) names_[kv.value().unsafeGetTensorImpl()] = kv.key();
+  if (ShardedParameters* sp = model->sharding()) {
+    if (!sharding_) sharding_ = sp;
+    for (auto& p : model->module()->parameters()) {
+      const int64_t i = sp->index_of(p);
+      if (i >= 0) shards_[p.unsafeGetTensorImpl()] = sp->shard(static_cast<size_t>(i));
+    }
+  }
   models.push_back(std::move(model));
 }
 
-namespace {
-
-ShardedParameters* first_sharding(const ModelSet& set) {
-  for (auto& m : set.models)
-    if (m->sharding()) return m->sharding();
-  return nullptr;
+::torch::Tensor ModelSet::shard_of(const ::torch::Tensor& p) const {
+  auto it = shards_.find(p.unsafeGetTensorImpl());
+  return it == shards_.end() ? ::torch::Tensor() : it->second;
 }
 
-}  // namespace
+std::string ModelSet::name_of(const ::torch::Tensor& p) const {
+  auto it = names_.find(p.unsafeGetTensorImpl());
+  return it == names_.end() ? std::string() : it->second;
+}
+
+void ModelSet::sum_over_ranks(std::vector<double>& values) const {
+  if (sharding_) return sharding_->allreduce_sum(values);
+  if (!models.empty()) models[0]->allreduce_sum(values);
+}
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> inner, StrategyOptions strategy,
                                            std::shared_ptr<ModelSet> models)
     : inner_(std::move(inner)), strategy_(strategy), models_(std::move(models)), scaler_(strategy) {
   if (!inner_) throw InvalidUsage("distributed_optimizer: the optimizer is null");
   if (!models_) models_ = std::make_shared<ModelSet>();
-  std::unordered_map<const void*, std::string> names;
-  for (auto& m : models_->models)
-    for (auto& kv : m->module()->named_parameters()) names[kv.value().unsafeGetTensorImpl()] = kv.key();
-  inner_ = apply_optimizer_strategy(inner_, strategy, [&](const ::torch::Tensor& t) {
-    auto it = names.find(t.unsafeGetTensorImpl());
-    return it == names.end() ? std::string() : it->second;
-  });
+  inner_ = apply_optimizer_strategy(inner_, strategy, [this](const ::torch::Tensor& t) { return models_->name_of(t); });
   use_shards();
 }
 
@@ -44,26 +51,13 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
 // parameters (idempotent: a model made distributed later is picked up at the
 // next step).
 void DistributedOptimizer::use_shards() {
-  ShardedParameters* any = nullptr;
-  for (auto& m : models_->models) {
-    ShardedParameters* sp = m->sharding();
-    if (!sp) continue;
-    any = sp;
-    for (auto& g : inner_->param_groups())
-      for (auto& p : g.params()) {
-        const int64_t i = sp->index_of(p);
-        if (i >= 0) p = sp->shard(static_cast<size_t>(i));
-      }
-  }
-  if (!any) return;
-  NormReducer reduce = [any](std::vector<double>& v) { any->allreduce_sum(v); };
+  if (!models_->sharded()) return;
+  for (auto& g : inner_->param_groups())
+    for (auto& p : g.params())
+      if (::torch::Tensor s = models_->shard_of(p); s.defined()) p = s;
+  NormReducer reduce = [models = models_](std::vector<double>& v) { models->sum_over_ranks(v); };
   if (auto* lamb = dynamic_cast<Lamb*>(inner_.get())) lamb->set_norm_reducer(reduce);
   if (auto* lars = dynamic_cast<Lars*>(inner_.get())) lars->set_norm_reducer(reduce);
-}
-
-void DistributedOptimizer::sum_over_ranks(std::vector<double>& values) {
-  if (ShardedParameters* sp = first_sharding(*models_)) return sp->allreduce_sum(values);
-  if (!models_->models.empty()) models_->models[0]->allreduce_sum(values);
 }
 
 bool DistributedOptimizer::found_inf_anywhere(const std::vector<::torch::Tensor>& params) {
@@ -74,7 +68,7 @@ bool DistributedOptimizer::found_inf_anywhere(const std::vector<::torch::Tensor>
       break;
     }
   std::vector<double> flag{local ? 1.0 : 0.0};
-  sum_over_ranks(flag);
+  models_->sum_over_ranks(flag);
   return flag[0] > 0;
 }
 
@@ -108,8 +102,7 @@ bool DistributedOptimizer::step() {
     if (!skipped_) {
       if (clip_ > 0) {
         NormReducer reduce;
-        if (ShardedParameters* sp = first_sharding(*models_))
-          reduce = [sp](std::vector<double>& v) { sp->allreduce_sum(v); };
+        if (models_->sharded()) reduce = [models = models_](std::vector<double>& v) { models->sum_over_ranks(v); };
         last_norm_ = clip_grad_global_norm(params, clip_, reduce);
       }
       inner_->step();

@@ -23,15 +23,6 @@ namespace {
 constexpr uint8_t kP2pSlotPrefix = 0x5d;
 constexpr uint32_t kCollectiveTag = 0;
 
-Algorithm parse_algorithm(const std::string& s) {
-  if (s == "auto") return Algorithm::Auto;
-  if (s == "ring") return Algorithm::Ring;
-  if (s == "halving_doubling" || s == "halving-doubling") return Algorithm::HalvingDoubling;
-  if (s == "bcube") return Algorithm::Bcube;
-  sdk::fail(DT_ERR_INVALID_USAGE,
-            "gloo.algorithm = \"" + s + "\" is not known; use \"auto\", \"ring\", \"halving_doubling\" or \"bcube\"");
-}
-
 // Gloo's reduction callback for one (dtype, op): the SDK's kernels; f16/bf16
 // travel as 16-bit and are reduced through float.
 ::gloo::AllreduceOptions::Func reduce_fn(int32_t dtype, int32_t op) { return sdk::reduce_fn(dtype, op); }
@@ -40,6 +31,13 @@ template <typename F>
 void with_type(int32_t dtype, F&& f) {
   if (!sdk::gloo_glue::with_gloo_type(dtype, std::forward<F>(f)))
     sdk::fail(DT_ERR_NOT_SUPPORTED, std::string("gloo backend: dtype ") + sdk::dtype_name(dtype) + " is not supported");
+}
+
+// True when a send/recv op needs no peer: nothing to move, or a world of one
+// (then send is copied to recv; they may overlap).
+bool done_locally(const Mesh& m, const sdk::Communicator::Buf& send, const sdk::Communicator::Buf& recv, size_t bytes) {
+  if (bytes != 0 && m.size == 1 && send.ptr != recv.ptr) std::memmove(recv.ptr, send.ptr, bytes);
+  return bytes == 0 || m.size == 1;
 }
 
 std::string default_iface(const sdk::CommInit& init) {
@@ -56,7 +54,12 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
   m.rank = init.rank;
   m.size = init.world_size;
   const GlooKeys k = gloo_keys().read(init.options);  // bounds checked there
-  m.algorithm = parse_algorithm(k.algorithm);
+  m.algorithm = sdk::parse_name<Algorithm>("gloo.algorithm", k.algorithm,
+                                           {{"auto", Algorithm::Auto},
+                                            {"ring", Algorithm::Ring},
+                                            {"halving_doubling", Algorithm::HalvingDoubling},
+                                            {"halving-doubling", Algorithm::HalvingDoubling},
+                                            {"bcube", Algorithm::Bcube}});
   // Two ranks: bcube is one exchange of the whole buffer, the same bytes as a
   // ring in fewer steps; measured faster up to 16 MiB. More ranks: up to 1 MiB.
   const int64_t small = k.small_message_bytes;
@@ -203,8 +206,7 @@ void Mesh::allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, in
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
-  sdk::require_cpu(send, "gloo");
-  sdk::require_cpu(recv, "gloo");
+  sdk::require_cpu(send, recv, "gloo");
   return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     if (send.ptr != recv.ptr && send.count) std::memcpy(recv.ptr, send.ptr, sdk::bytes_of(send));
     m.allreduce_inplace(recv.ptr, recv.count, recv.dtype, op, deadline);
@@ -226,15 +228,10 @@ std::shared_ptr<sdk::Work> GlooCommunicator::broadcast(const Buf& buf, const Opt
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Buf& recv, const Opts& o) {
-  sdk::require_cpu(send, "gloo");
-  sdk::require_cpu(recv, "gloo");
+  sdk::require_cpu(send, recv, "gloo");
   return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
-    if (bytes == 0) return;
-    if (m.size == 1) {
-      if (send.ptr != recv.ptr) std::memmove(recv.ptr, send.ptr, bytes);
-      return;
-    }
+    if (done_locally(m, send, recv, bytes)) return;
     ::gloo::AllgatherOptions opts(m.context);
     auto* out = static_cast<uint8_t*>(recv.ptr);
     if (send.ptr != out + m.rank * bytes) opts.setInput(static_cast<uint8_t*>(send.ptr), bytes);
@@ -247,8 +244,7 @@ std::shared_ptr<sdk::Work> GlooCommunicator::allgather(const Buf& send, const Bu
 
 std::shared_ptr<sdk::Work> GlooCommunicator::reduce_scatter(const Buf& send, const Buf& recv, int32_t op,
                                                             const Opts& o) {
-  sdk::require_cpu(send, "gloo");
-  sdk::require_cpu(recv, "gloo");
+  sdk::require_cpu(send, recv, "gloo");
   // Gloo has no unbound-buffer reduce-scatter: all-reduce a copy, keep our block.
   return enqueue(o, [send, recv, op](Mesh& m, Clock::time_point deadline) {
     size_t block = sdk::bytes_of(recv);
@@ -293,15 +289,10 @@ std::shared_ptr<sdk::Work> GlooCommunicator::reduce(const Buf& send, const Buf& 
 }
 
 std::shared_ptr<sdk::Work> GlooCommunicator::alltoall(const Buf& send, const Buf& recv, const Opts& o) {
-  sdk::require_cpu(send, "gloo");
-  sdk::require_cpu(recv, "gloo");
+  sdk::require_cpu(send, recv, "gloo");
   return enqueue(o, [send, recv](Mesh& m, Clock::time_point deadline) {
     size_t bytes = sdk::bytes_of(send);
-    if (bytes == 0) return;
-    if (m.size == 1) {
-      if (send.ptr != recv.ptr) std::memcpy(recv.ptr, send.ptr, bytes);
-      return;
-    }
+    if (done_locally(m, send, recv, bytes)) return;
     std::vector<char> copy;
     void* in = send.ptr;
     if (send.ptr == recv.ptr) {

@@ -94,16 +94,7 @@ class NcclCommunicator : public sdk::Communicator {
   explicit NcclCommunicator(const sdk::CommInit& init);
   ~NcclCommunicator() override;
 
-  std::shared_ptr<sdk::Work> allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> broadcast(const Buf& buf, const Opts& o) override;
-  std::shared_ptr<sdk::Work> allgather(const Buf& send, const Buf& recv, const Opts& o) override;
-  std::shared_ptr<sdk::Work> reduce_scatter(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> alltoall(const Buf& send, const Buf& recv, const Opts& o) override;
-  std::shared_ptr<sdk::Work> barrier(const Opts& o) override;
-  std::shared_ptr<sdk::Work> send(const Buf& buf, int32_t peer, const Opts& o) override;
-  std::shared_ptr<sdk::Work> recv(const Buf& buf, int32_t peer, const Opts& o) override;
-  void abort(const std::string& reason) override;
+  DTRAIN_SDK_COMMUNICATOR_OPS;
 
  private:
   template <typename F>

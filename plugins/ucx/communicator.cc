@@ -52,8 +52,7 @@ std::shared_ptr<sdk::Work> UcxCommunicator::enqueue(const Opts& o, F&& body) {
 }
 
 std::shared_ptr<sdk::Work> UcxCommunicator::allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) {
-  sdk::require_cpu(send, "ucx");
-  sdk::require_cpu(recv, "ucx");
+  sdk::require_cpu(send, recv, "ucx");
   sdk::reduce_fn(recv.dtype, op);  // refuses unknown codes at submission
   return enqueue(o, [send, recv, op](Algorithms& a, uint64_t seq, Clock::time_point d) {
     a.allreduce(send.ptr, recv.ptr, recv.count, recv.dtype, op, seq, d);
@@ -70,8 +69,7 @@ std::shared_ptr<sdk::Work> UcxCommunicator::broadcast(const Buf& buf, const Opts
 }
 
 std::shared_ptr<sdk::Work> UcxCommunicator::allgather(const Buf& send, const Buf& recv, const Opts& o) {
-  sdk::require_cpu(send, "ucx");
-  sdk::require_cpu(recv, "ucx");
+  sdk::require_cpu(send, recv, "ucx");
   return enqueue(o, [send, recv](Algorithms& a, uint64_t seq, Clock::time_point d) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes) a.allgather(send.ptr, recv.ptr, bytes, seq, d);
@@ -80,8 +78,7 @@ std::shared_ptr<sdk::Work> UcxCommunicator::allgather(const Buf& send, const Buf
 
 std::shared_ptr<sdk::Work> UcxCommunicator::reduce_scatter(const Buf& send, const Buf& recv, int32_t op,
                                                            const Opts& o) {
-  sdk::require_cpu(send, "ucx");
-  sdk::require_cpu(recv, "ucx");
+  sdk::require_cpu(send, recv, "ucx");
   sdk::reduce_fn(recv.dtype, op);
   return enqueue(o, [send, recv, op](Algorithms& a, uint64_t seq, Clock::time_point d) {
     if (recv.count) a.reduce_scatter(send.ptr, recv.ptr, recv.count, recv.dtype, op, seq, d);
@@ -98,8 +95,7 @@ std::shared_ptr<sdk::Work> UcxCommunicator::reduce(const Buf& send, const Buf& r
 }
 
 std::shared_ptr<sdk::Work> UcxCommunicator::alltoall(const Buf& send, const Buf& recv, const Opts& o) {
-  sdk::require_cpu(send, "ucx");
-  sdk::require_cpu(recv, "ucx");
+  sdk::require_cpu(send, recv, "ucx");
   return enqueue(o, [send, recv](Algorithms& a, uint64_t seq, Clock::time_point d) {
     size_t bytes = sdk::bytes_of(send);
     if (bytes) a.alltoall(send.ptr, recv.ptr, bytes, seq, d);

@@ -23,16 +23,7 @@ class UcxCommunicator : public sdk::Communicator {
   explicit UcxCommunicator(const sdk::CommInit& init);
   ~UcxCommunicator() override;
 
-  std::shared_ptr<sdk::Work> allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> broadcast(const Buf& buf, const Opts& o) override;
-  std::shared_ptr<sdk::Work> allgather(const Buf& send, const Buf& recv, const Opts& o) override;
-  std::shared_ptr<sdk::Work> reduce_scatter(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override;
-  std::shared_ptr<sdk::Work> alltoall(const Buf& send, const Buf& recv, const Opts& o) override;
-  std::shared_ptr<sdk::Work> barrier(const Opts& o) override;
-  std::shared_ptr<sdk::Work> send(const Buf& buf, int32_t peer, const Opts& o) override;
-  std::shared_ptr<sdk::Work> recv(const Buf& buf, int32_t peer, const Opts& o) override;
-  void abort(const std::string& reason) override;
+  DTRAIN_SDK_COMMUNICATOR_OPS;
 
  private:
   template <typename F>

@@ -2,32 +2,14 @@
 
 namespace dtrain::ucx_backend {
 
-namespace {
-
-Algorithm parse_algorithm(const std::string& s) {
-  if (s == "auto") return Algorithm::Auto;
-  if (s == "recursive_doubling") return Algorithm::RecursiveDoubling;
-  if (s == "ring") return Algorithm::Ring;
-  sdk::fail(DT_ERR_INVALID_USAGE,
-            "ucx.algorithm = \"" + s + "\" is not known; use \"auto\", \"recursive_doubling\" or \"ring\"");
-}
-
-ErrorHandling parse_error_handling(const std::string& s) {
-  if (s == "auto") return ErrorHandling::Auto;
-  if (s == "peer") return ErrorHandling::Peer;
-  if (s == "none") return ErrorHandling::None;
-  sdk::fail(DT_ERR_INVALID_USAGE,
-            "ucx.error_handling = \"" + s + "\" is not known; use \"auto\", \"peer\" or \"none\"");
-}
-
-}  // namespace
-
 UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
   const UcxKeys k = ucx_keys().read(init.options);  // bounds checked there
   UcxOptions u;
   Settings& s = u.settings;
   u.algorithm_name = k.algorithm;
-  s.algorithm = parse_algorithm(k.algorithm);
+  s.algorithm = sdk::parse_name<Algorithm>(
+      "ucx.algorithm", k.algorithm,
+      {{"auto", Algorithm::Auto}, {"recursive_doubling", Algorithm::RecursiveDoubling}, {"ring", Algorithm::Ring}});
   s.small_bytes = static_cast<size_t>(k.small_message_bytes);
   s.chunk_bytes = static_cast<size_t>(k.chunk_bytes);
   s.depth = k.pipeline_depth;
@@ -37,7 +19,9 @@ UcxOptions UcxOptions::parse(const sdk::CommInit& init) {
   s.adaptive_stream = k.adaptive_stream;
   u.tls = k.tls;
   u.net_devices = k.net_devices.empty() ? default_net_devices(init) : k.net_devices;
-  u.errors = parse_error_handling(k.error_handling);
+  u.errors = sdk::parse_name<ErrorHandling>(
+      "ucx.error_handling", k.error_handling,
+      {{"auto", ErrorHandling::Auto}, {"peer", ErrorHandling::Peer}, {"none", ErrorHandling::None}});
   u.grace = std::chrono::microseconds(k.grace_us);
   return u;
 }

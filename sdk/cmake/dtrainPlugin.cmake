@@ -6,6 +6,18 @@
 # tree and, through find_package(dtrain), in any other project.
 set(_DTRAIN_PLUGIN_CMAKE_DIR ${CMAKE_CURRENT_LIST_DIR})
 
+# dtrain_plugin_requires(<name> <package> <debian packages>)
+#
+# In a plugin's folder: find_package(<package> CONFIG); where it is missing,
+# says which Debian packages provide it and skips the rest of the folder.
+macro(dtrain_plugin_requires name package debian)
+  find_package(${package} CONFIG QUIET)
+  if(NOT ${package}_FOUND)
+    message(STATUS "dtrain: skipping the ${name} plugin: ${package} not found (Debian: ${debian})")
+    return()
+  endif()
+endmacro()
+
 function(dtrain_add_plugin name)
   cmake_parse_arguments(P "" "" "SOURCES;LIBRARIES" ${ARGN})
   if(NOT P_SOURCES)

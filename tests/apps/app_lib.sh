@@ -1,5 +1,5 @@
 # Shared by the training-app tests (cls_test.sh, seg_test.sh, ocr_test.sh), sourced after
-# `mode=... work=...` (and optionally `need="FILE..."`, the files the app's data
+# `mode=... work=... app=... job=...` (app: the app's program) (and optionally `need="FILE..."`, the files the app's data
 # lives in) are set: skips (77) without the data (default: the Fashion-MNIST
 # package), starts in a fresh WORKDIR with no scheduler variables, and gives
 # the checks the apps' short 2-worker runs make.
@@ -34,4 +34,28 @@ expect_loss_falls() {
 expect_same_params() {
   [[ -s params.0.bin && -s params.1.bin ]] || fail "parameter dumps missing"
   cmp params.0.bin params.1.bin || fail "the workers' parameters differ after the run"
+}
+
+# expect NAME PATTERN ARGS... : "$app" "$job" ARGS... must fail and print PATTERN.
+expect() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$app" "$job" "$@" > "$name.out" 2>&1; then cat "$name.out" >&2; fail "$name: exited 0"; fi
+  grep -qF -- "$pattern" "$name.out" || { cat "$name.out" >&2; fail "$name: no '$pattern' in the output"; }
+  echo "ok $name: $(grep -m1 error "$name.out")"
+}
+
+# ci_job EPOCHS MIN_LINES FACTOR [ARGS...]: the app's short 2-worker job
+# ("${small[@]}", EPOCHS epochs, checkpoints in ckpt, parameter dumps,
+# TensorBoard in tb) passes, its loss falls (expect_loss_falls MIN_LINES
+# FACTOR) and its workers end with the same parameters.
+ci_job() {
+  local epochs=$1 min=$2 factor=$3
+  shift 3
+  "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs="$epochs" \
+      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb "$@" > console.log 2>&1 \
+    || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
+  expect_loss_falls log/workerlog.0 "$min" "$factor"
+  expect_same_params
+  grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
 }

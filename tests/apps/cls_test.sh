@@ -10,7 +10,7 @@
 #                       an unknown operator is refused at its line
 # Exit 77 (skipped) when the Fashion-MNIST package is not installed.
 set -euo pipefail
-mode=$1 dtrain=$2 cls=$3 job=$4 work=$5
+mode=$1 dtrain=$2 cls=$3 job=$4 work=$5 app=$3
 [[ $mode != pipeline ]] || need=$6  # its own images, not Fashion-MNIST
 source "$(dirname "$0")/app_lib.sh"
 
@@ -22,12 +22,7 @@ small=(-o model.width=0.5 -o data.limit_train=512 -o data.limit_eval=200 -o trai
 
 case $mode in
 ci)
-  "$dtrain" --nproc_per_node 2 --log_dir log "$job" "${small[@]}" -o train.epochs=5 \
-      -o checkpoint.dir=ckpt -o "debug.dump_params=params.{rank}.bin" -o log.tensorboard=tb > console.log 2>&1 \
-    || { cat console.log log/workerlog.* >&2; fail "the job failed"; }
-  expect_loss_falls log/workerlog.0 6 0.9
-  expect_same_params
-  grep -h "fnv1a64" log/workerlog.0 log/workerlog.1
+  ci_job 5 6 0.9
   [[ -s ckpt/latest.pt ]] || fail "no final checkpoint"
   grep -q "eval epoch 5: top1" log/workerlog.0 || fail "no final evaluation"
   grep -qa "train/loss" tb/events.out.tfevents.* && grep -qa "eval/top1" tb/events.out.tfevents.* \
@@ -60,13 +55,6 @@ resume)
   echo PASS
   ;;
 errors)
-  expect() {  # expect NAME PATTERN ARGS... : dtrain-cls must fail and print PATTERN
-    local name=$1 pattern=$2
-    shift 2
-    if "$cls" "$job" "$@" > "$name.out" 2>&1; then cat "$name.out" >&2; fail "$name: exited 0"; fi
-    grep -qF -- "$pattern" "$name.out" || { cat "$name.out" >&2; fail "$name: no '$pattern' in the output"; }
-    echo "ok $name: $(grep -m1 error "$name.out")"
-  }
   expect missing_data "missing data file '/nonexistent/fmnist/train-images-idx3-ubyte.gz'" -o data.dir=/nonexistent/fmnist
   expect unknown_model "unknown model 'resnet19'; known models: resnet20, resnet32, resnet56, resnet18, resnet50, liteseg" \
       -o model.name=resnet19

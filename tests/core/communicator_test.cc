@@ -51,6 +51,20 @@ std::vector<std::vector<float>>* lasting_buffers(int ranks, size_t count) {
   return &sets->emplace_back(ranks, std::vector<float>(count, 1.0f));
 }
 
+// Two ranks, rank 1 away for `absent` and then gone: rank 0 runs body with
+// `count` ones in a buffer that outlives the communicator (work.h).
+template <typename F>
+void with_absent_peer(const std::string& backend, size_t count, milliseconds absent, F body) {
+  auto* buffers = lasting_buffers(1, count);
+  run_ranks(backend, 2, seconds(30), [&](int r, Communicator& comm) {
+    if (r == 1) {
+      std::this_thread::sleep_for(absent);
+      return;
+    }
+    body(comm, (*buffers)[0]);
+  });
+}
+
 }  // namespace
 
 TEST_P(CommunicatorTest, WithheldRankTimesOutNamingItAndPoisons) {
@@ -100,13 +114,7 @@ TEST_P(CommunicatorTest, TimeoutIsWrittenToTheErrorFileAsAPeerLoss) {
   std::string path = ::testing::TempDir() + "dtrain-error-file-" + GetParam() + "-" + std::to_string(getpid());
   std::remove(path.c_str());
   ASSERT_EQ(setenv("DTRAIN_ERROR_FILE", path.c_str(), 1), 0);
-  auto* buffers = lasting_buffers(1, 16);  // a failed op's buffer outlives the communicator (work.h)
-  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
-    if (r == 1) {
-      std::this_thread::sleep_for(milliseconds(1500));
-      return;
-    }
-    std::vector<float>& v = (*buffers)[0];
+  with_absent_peer(GetParam(), 16, milliseconds(1500), [&](Communicator& comm, std::vector<float>& v) {
     try {
       comm.allreduce(Buffer::of(v.data(), v.size()), ReduceOp::Sum, CallOptions{milliseconds(400)})->wait();
       ADD_FAILURE() << "allreduce completed without rank 1";
@@ -184,13 +192,7 @@ TEST_P(CommunicatorTest, ApplicationAbortFailsInFlightWork) {
   // The aborted op's buffer outlives the communicator (work.h): the backend's
   // worker read it when the op started, and the abort, not that worker,
   // completes the Work (TSan saw a local vector freed here race with that read).
-  auto* buffers = lasting_buffers(1, 16);
-  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
-    if (r == 1) {
-      std::this_thread::sleep_for(milliseconds(800));
-      return;
-    }
-    std::vector<float>& v = (*buffers)[0];
+  with_absent_peer(GetParam(), 16, milliseconds(800), [&](Communicator& comm, std::vector<float>& v) {
     auto w = comm.allreduce(Buffer::of(v.data(), v.size()));
     std::thread aborter([&] {
       std::this_thread::sleep_for(milliseconds(100));
@@ -251,13 +253,7 @@ TEST_P(CommunicatorTest, BlockingOpsCompleteAndTimeOutNamingTheWithheldRank) {
 }
 
 TEST_P(CommunicatorTest, ApplicationAbortEndsABlockingOp) {
-  auto* buffers = lasting_buffers(1, 2);  // a failed op's buffer outlives the communicator (work.h)
-  run_ranks(GetParam(), 2, seconds(30), [&](int r, Communicator& comm) {
-    if (r == 1) {
-      std::this_thread::sleep_for(milliseconds(800));
-      return;
-    }
-    std::vector<float>& v = (*buffers)[0];
+  with_absent_peer(GetParam(), 2, milliseconds(800), [&](Communicator& comm, std::vector<float>& v) {
     std::thread aborter([&] {
       std::this_thread::sleep_for(milliseconds(100));
       comm.abort("test says stop");

@@ -6,6 +6,7 @@
 #include "dtrain/config.h"
 #include "dtrain/error.h"
 #include "dtrain/ps.h"
+#include "job_text.h"
 
 using namespace dtrain;
 using namespace dtrain::ps;
@@ -13,13 +14,7 @@ using ::testing::HasSubstr;
 
 namespace {
 
-Config job(const std::string& text) {
-  Config c = Config::from_string(text, "job.toml");
-  ConfigSchema s;
-  add_ps_keys(s);
-  c.validate(s);
-  return c;
-}
+Config job(const std::string& text) { return dtrain::test::job_text(text, add_ps_keys); }
 
 struct Failure {
   std::string what, key;

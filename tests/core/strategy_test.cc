@@ -11,6 +11,7 @@
 #include "dtrain/plugin_registry.h"
 #include "dtrain/store.h"
 #include "dtrain/strategy.h"
+#include "job_text.h"
 #include "rank_threads.h"
 
 using namespace dtrain;
@@ -23,12 +24,17 @@ void run_ranks(int world, F fn) {
   dtrain::test::run_rank_threads("gloo", world, std::chrono::seconds(30), fn);
 }
 
-Config strategy_config(const std::string& text) {
-  Config c = Config::from_string(text, "job.toml");
-  ConfigSchema s;
-  add_strategy_keys(s);
-  c.validate(s);
-  return c;
+Config strategy_config(const std::string& text) { return dtrain::test::job_text(text, add_strategy_keys); }
+
+// The ConfigError reading the strategy of `text` raises (a failure if none).
+ConfigError strategy_error(const std::string& text) {
+  try {
+    StrategyOptions::from_config(strategy_config(text));
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted:\n" << text;
+  return ConfigError("", 0, 0, "", "");
 }
 
 }  // namespace
@@ -82,30 +88,16 @@ TEST(StrategyOptions, ParameterServerModesFromPaddleNames) {
 }
 
 TEST(StrategyOptions, ParameterServerKeysBadCombinationsNameTheKey) {
-  try {
-    StrategyOptions::from_config(strategy_config("[strategy.a_sync_configs]\nk_steps = 5\n"));
-    FAIL() << "k_steps without a_sync accepted";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "strategy.a_sync_configs.k_steps");
-    EXPECT_EQ(e.line(), 2);
-    EXPECT_THAT(e.what(), HasSubstr("needs a_sync = true"));
-  }
-  try {
-    StrategyOptions::from_config(
-        strategy_config("[strategy]\na_sync = true\n[strategy.a_sync_configs]\nk_steps = -1\n"));
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "strategy.a_sync_configs.k_steps");
-    EXPECT_THAT(e.what(), HasSubstr("must be >= 0"));
-  }
-  try {
-    StrategyOptions::from_config(
-        strategy_config("[strategy]\na_sync = true\n[strategy.gradient_merge]\nk_steps = 2\n"));
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "strategy.gradient_merge.k_steps");
-    EXPECT_THAT(e.what(), HasSubstr("cannot be combined with a_sync = true"));
-  }
+  ConfigError no_async = strategy_error("[strategy.a_sync_configs]\nk_steps = 5\n");
+  EXPECT_EQ(no_async.key(), "strategy.a_sync_configs.k_steps");
+  EXPECT_EQ(no_async.line(), 2);
+  EXPECT_THAT(no_async.what(), HasSubstr("needs a_sync = true"));
+  ConfigError negative = strategy_error("[strategy]\na_sync = true\n[strategy.a_sync_configs]\nk_steps = -1\n");
+  EXPECT_EQ(negative.key(), "strategy.a_sync_configs.k_steps");
+  EXPECT_THAT(negative.what(), HasSubstr("must be >= 0"));
+  ConfigError merge = strategy_error("[strategy]\na_sync = true\n[strategy.gradient_merge]\nk_steps = 2\n");
+  EXPECT_EQ(merge.key(), "strategy.gradient_merge.k_steps");
+  EXPECT_THAT(merge.what(), HasSubstr("cannot be combined with a_sync = true"));
 }
 
 // A collective job with a_sync = true fails where it would change training:
@@ -123,13 +115,9 @@ TEST(StrategyOptions, CollectiveGradientSyncRefusesASync) {
 }
 
 TEST(StrategyOptions, BadValuesNameTheKey) {
-  try {
-    StrategyOptions::from_config(strategy_config("[strategy.gradient_merge]\nk_steps = 0\n"));
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key(), "strategy.gradient_merge.k_steps");
-    EXPECT_EQ(e.line(), 2);
-  }
+  ConfigError zero = strategy_error("[strategy.gradient_merge]\nk_steps = 0\n");
+  EXPECT_EQ(zero.key(), "strategy.gradient_merge.k_steps");
+  EXPECT_EQ(zero.line(), 2);
   try {
     strategy_config("[strategy]\nfuse_grad_size_MB = 3\n");
     FAIL();

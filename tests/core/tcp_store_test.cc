@@ -357,13 +357,20 @@ TEST(TcpStore, OversizedMessageClosesOnlyThatConnection) {
   dtrain::set_log_level("warn");
 }
 
-TEST(TcpStore, Ipv6Loopback) {
-  std::unique_ptr<dtrain::TcpStoreServer> server;
+// A server on an IPv6 address; none (and why) where this machine has no IPv6.
+std::unique_ptr<dtrain::TcpStoreServer> ipv6_server(const std::string& host, std::string* why) {
   try {
-    server = std::make_unique<dtrain::TcpStoreServer>("::1", 0, "t");
+    return std::make_unique<dtrain::TcpStoreServer>(host, 0, "t");
   } catch (const dtrain::IoError& e) {
-    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+    *why = e.what();
+    return nullptr;
   }
+}
+
+TEST(TcpStore, Ipv6Loopback) {
+  std::string why;
+  auto server = ipv6_server("::1", &why);
+  if (!server) GTEST_SKIP() << "no IPv6 loopback here: " << why;
   EXPECT_EQ(server->host(), "::1");
   dtrain::TcpStore client("::1", server->port(), "t", 5s);
   client.set("k", B("v6"));
@@ -371,12 +378,9 @@ TEST(TcpStore, Ipv6Loopback) {
 }
 
 TEST(TcpStore, WildcardIpv6ServesIpv4Clients) {
-  std::unique_ptr<dtrain::TcpStoreServer> server;
-  try {
-    server = std::make_unique<dtrain::TcpStoreServer>("::", 0, "t");
-  } catch (const dtrain::IoError& e) {
-    GTEST_SKIP() << "no IPv6 here: " << e.what();
-  }
+  std::string why;
+  auto server = ipv6_server("::", &why);
+  if (!server) GTEST_SKIP() << "no IPv6 here: " << why;
   dtrain::TcpStore v4("127.0.0.1", server->port(), "t", 5s);
   v4.set("k", B("both"));
   dtrain::TcpStore v6("::1", server->port(), "t", 5s);

@@ -28,6 +28,7 @@
 #include "dtrain/fleet/optimizer.h"
 #include "dtrain/fleet/optimizers.h"
 #include "dtrain/fleet/sharding.h"
+#include "job_text.h"
 #include "rank_threads.h"
 
 namespace fs = std::filesystem;
@@ -303,11 +304,7 @@ INSTANTIATE_TEST_SUITE_P(Sharding, ShardingBackendTest, ::testing::Values("gloo"
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 dtrain::StrategyOptions from_toml(const std::string& text) {
-  auto c = dtrain::Config::from_string(text, "job.toml");
-  dtrain::ConfigSchema schema;
-  dtrain::add_strategy_keys(schema);
-  c.validate(schema);
-  return dtrain::StrategyOptions::from_config(c);
+  return dtrain::StrategyOptions::from_config(dtrain::test::job_text(text, dtrain::add_strategy_keys));
 }
 
 std::string refusal(const std::string& text) {

@@ -71,6 +71,51 @@ two_machines() {
   make_secret secret
   port=$((20000 + RANDOM % 20000))
 }
+# dtrain_in NS ARGS...: dtrain on machine NS of two_machines (--ips A,B, its
+# port and secret, the test's job id), stopped after 120 s.
+dtrain_in() {
+  local ns=$1
+  shift
+  ip netns exec "$ns" timeout 120 "$BIN/dtrain" --ips $A,$B --start_port $port --token_file secret --job_id "$TAG" "$@"
+}
+# kill_and_wait VICTIM DPID WHAT: SIGKILL VICTIM (WHAT names it), then dtrain
+# (pid DPID) must exit non-zero within TIMEOUT + 5 s. Sets rc and elapsed_ms.
+kill_and_wait() {
+  local t0
+  t0=$(date +%s%N)
+  kill -9 "$1"
+  wait $2
+  rc=$?
+  elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
+  [ $rc -ne 0 ] || fail "dtrain exited 0 after $3 was killed"
+  [ $elapsed_ms -lt $(((TIMEOUT + 5) * 1000)) ] || fail "dtrain took $elapsed_ms ms to stop"
+}
+# start_both N ARGS...: the test's own `run NS LOGDIR ARGS...` on machines A
+# and B at once (logA<N>, out/errA<N>.txt; the same for B), pids in pa and pb.
+start_both() {
+  local n=$1
+  shift
+  run $NA logA$n "$@" >outA$n.txt 2>errA$n.txt &
+  pa=$!
+  run $NB logB$n "$@" >outB$n.txt 2>errB$n.txt &
+  pb=$!
+}
+# both_pass WHAT: both machines' dtrain of start_both exit 0.
+both_pass() {
+  wait $pa || fail "machine A's ${1:-dtrain} failed"
+  wait $pb || fail "machine B's ${1:-dtrain} failed"
+}
+# three_machines NAME NET: two_machines, and a third machine NC (address C on
+# 10.<sub>.NET+1.0/24) linked to NA (address A2 there) and routed through it
+# to NET: it reaches A's ports but is not in the job.
+three_machines() {
+  two_machines $1 $2
+  NC=${1}c$$
+  new_ns $NC
+  A2=10.$sub.$(($2 + 1)).1 C=10.$sub.$(($2 + 1)).2
+  link_ns $NA $A2 $NC $C ${1}x$$
+  ip -n $NC route add 10.$sub.$2.0/24 via $A2 || fail "route from C"
+}
 # named_nodes NET: two machines in namespaces NA and NB with addresses A and B
 # on 10.<random>.NET.0/24, named ${HOST}1 and ${HOST}2 in each one's own
 # /etc/netns/NS/hosts (ip netns exec mounts it over /etc/hosts), where this

@@ -16,12 +16,8 @@ ip netns exec $NB "$BIN/dtrain" check --ips $A,$B --start_port $port --timeout 2
 grep -Eq "store $A:$port reachable +FAIL" out.check.txt || fail "check did not report the unreachable store"
 
 # 1. 2 machines x 2 processes, conformance.
-run $NA logA -- dtrain-conformance --backend $BACKEND --large-count 100003 >outA.txt 2>errA.txt &
-pa=$!
-run $NB logB -- dtrain-conformance --backend $BACKEND --large-count 100003 >outB.txt 2>errB.txt &
-pb=$!
-wait $pa || fail "machine A's dtrain failed"
-wait $pb || fail "machine B's dtrain failed"
+start_both "" -- dtrain-conformance --backend $BACKEND --large-count 100003
+both_pass
 grep -q "4 ranks" outA.txt && grep -q "0 failed" outA.txt || fail "rank 0 did not pass with 4 ranks"
 for f in logA/workerlog.0 logA/workerlog.1 logB/workerlog.2 logB/workerlog.3; do
   grep -Eq "passed, 0 failed" $f || fail "$f did not pass"

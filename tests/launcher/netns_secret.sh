@@ -4,16 +4,7 @@
 # not start, unless --insecure_open_job says so (and then it says so loudly).
 # The store listens only on the address A has in --ips.
 source "$(dirname "$0")/lib.sh"
-NA=dsa$$ NB=dsb$$ NC=dsc$$
-new_ns $NA
-new_ns $NB
-new_ns $NC
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.7.1 B=10.$sub.7.2 A2=10.$sub.8.1 C=10.$sub.8.2
-link_ns $NA $A $NB $B v$$
-link_ns $NA $A2 $NC $C w$$
-ip -n $NC route add 10.$sub.7.0/24 via $A2 || fail "route from C"
-port=$((20000 + RANDOM % 20000))
+three_machines ds 7
 run() {  # run NS LOGDIR ARGS...
   local ns=$1 dir=$2
   shift 2
@@ -36,10 +27,7 @@ grep -q "chmod 600" err.mode.txt || fail "the refusal of a readable secret file 
 chmod 600 secret
 
 # 2. The job with the secret, and an uninvited machine C.
-run $NA logA --token_file secret -- $(probe 4000) >outA.txt 2>errA.txt &
-pa=$!
-run $NB logB --token_file secret -- $(probe 4000) >outB.txt 2>errB.txt &
-pb=$!
+start_both "" --token_file secret -- $(probe 4000)
 wait_for logA/workerlog.0 "first all-reduce done"
 grep -q "store token *from the file secret" outA.txt || fail "the table does not say where the token came from"
 grep -qF "$(cat secret)" outA.txt outB.txt errA.txt errB.txt logA/* logB/* && fail "the secret was printed"
@@ -68,12 +56,8 @@ grep "refused client" errA.txt
 
 # 3. Explicitly open: runs, and says so.
 port=$((port + 1))
-run $NA logA3 --insecure_open_job -- $(probe 20) >outA3.txt 2>errA3.txt &
-pa=$!
-run $NB logB3 --insecure_open_job -- $(probe 20) >outB3.txt 2>errB3.txt &
-pb=$!
-wait $pa || fail "machine A's open job failed"
-wait $pb || fail "machine B's open job failed"
+start_both 3 --insecure_open_job -- $(probe 20)
+both_pass "open job"
 for m in A3 B3; do
   grep -q "WARNING: OPEN JOB" err$m.txt || fail "machine ${m%3} did not warn that the job is open"
   grep -q "store token *OPEN (no secret)" out$m.txt || fail "machine ${m%3}'s table does not say the job is open"

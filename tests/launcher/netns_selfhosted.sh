@@ -4,16 +4,7 @@
 # on MASTER_ADDR, a third machine that reaches the port without the secret is
 # refused, and the job finishes. DTRAIN_INSECURE_OPEN_JOB=1 runs it open, loudly.
 source "$(dirname "$0")/lib.sh"
-NA=dha$$ NB=dhb$$ NC=dhc$$
-new_ns $NA
-new_ns $NB
-new_ns $NC
-sub=$((RANDOM % 200 + 20))
-A=10.$sub.9.1 B=10.$sub.9.2 A2=10.$sub.10.1 C=10.$sub.10.2
-link_ns $NA $A $NB $B h$$
-link_ns $NA $A2 $NC $C k$$
-ip -n $NC route add 10.$sub.9.0/24 via $A2 || fail "route from C"
-port=$((20000 + RANDOM % 20000))
+three_machines dh 9
 unset DTRAIN_JOB_TOKEN DTRAIN_TOKEN_FILE DTRAIN_INSECURE_OPEN_JOB DTRAIN_RANK DTRAIN_STORE || true
 # DTRAIN_HOST_IP: the machine's address for Gloo (the namespaces share one
 # /etc/hosts, where the host name is loopback).

@@ -4,31 +4,20 @@
 # the server and the endpoint it served on.
 source "$(dirname "$0")/ps_lib.sh"
 two_machines ds 9
-run() {  # run NS LOGDIR ARGS...
-  local ns=$1 dir=$2
-  shift 2
-  ip netns exec "$ns" timeout 120 "$BIN/dtrain" --ips $A,$B --start_port $port --servers $B:$((port + 10)) \
-    --workers $A:$((port + 11)),$B:$((port + 12)) --log_dir "$dir" --token_file secret --job_id "$TAG" "$@" "$JOB"
+# run NS LOGDIR ARGS...
+run() {
+  dtrain_in "$1" --servers $B:$((port + 10)) --workers $A:$((port + 11)),$B:$((port + 12)) --log_dir "$2" "${@:3}" "$JOB"
 }
 
-run $NA logA >outA.txt 2>errA.txt &
-pa=$!
-run $NB logB >outB.txt 2>errB.txt &
-pb=$!
-wait $pa || fail "machine A's dtrain failed"
-wait $pb || fail "machine B's dtrain failed"
+start_both ""
+both_pass
 for f in outA.txt outB.txt; do grep -q "all workers done; stopping 1 server" $f || fail "$f: no stop line"; done
 expect_loss_fell logA/workerlog.0
 expect_loss_fell logB/workerlog.1
 grep -q "served; exiting" logB/serverlog.0 || fail "the server did not return from serve()"
 
 port=$((port + 20))
-run $NA logA2 --log_level info -o ps.timeout_s=10 -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 \
-  >outA2.txt 2>errA2.txt &
-pa=$!
-run $NB logB2 --log_level info -o ps.timeout_s=10 -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10 \
-  >outB2.txt 2>errB2.txt &
-pb=$!
+start_both 2 --log_level info -o ps.timeout_s=10 -o ps_linear.steps=100000 -o ps_linear.sleep_ms=10
 wait_for logA2/workerlog.0 "step 20/"
 victim=$(pid_in logB2/serverlog.0)
 ep=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' logB2/serverlog.0 | head -1)

@@ -213,64 +213,48 @@ class PsGrpc : public ::testing::Test {
     ASSERT_EQ(pr.status, DT_OK) << pr.error;
   }
 
-  Result declare(dt_comm_h w, const dt_ps_table_desc_v1_t& d, uint32_t* id) {
-    auto o = opts();
+  // One ABI call f(&opts, &handle) with its deadline, then waited for.
+  template <typename F>
+  Result call(dt_comm_h w, int64_t timeout_ms, F f) {
+    auto o = opts(timeout_ms);
     dt_work_h h = nullptr;
-    dt_status_t st = be->ps_table(w, &d, id, &o, &h);
+    dt_status_t st = f(&o, &h);
     return finish(w, st, h);
+  }
+  Result declare(dt_comm_h w, const dt_ps_table_desc_v1_t& d, uint32_t* id) {
+    return call(w, 0, [&](auto* o, dt_work_h* h) { return be->ps_table(w, &d, id, o, h); });
   }
   Result push_dense(dt_comm_h w, uint32_t id, std::vector<float>& g, int64_t timeout_ms = 0) {
-    auto o = opts(timeout_ms);
     auto b = buf(g);
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_push_dense(w, id, &b, &o, &h);
-    return finish(w, st, h);
+    return call(w, timeout_ms, [&](auto* o, dt_work_h* h) { return be->ps_push_dense(w, id, &b, o, h); });
   }
   Result pull_dense(dt_comm_h w, uint32_t id, std::vector<float>& v, int64_t timeout_ms = 0) {
-    auto o = opts(timeout_ms);
     auto b = buf(v);
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_pull_dense(w, id, &b, &o, &h);
-    return finish(w, st, h);
+    return call(w, timeout_ms, [&](auto* o, dt_work_h* h) { return be->ps_pull_dense(w, id, &b, o, h); });
   }
   Result push_sparse(dt_comm_h w, uint32_t id, const std::vector<uint64_t>& keys, std::vector<float>& g) {
-    auto o = opts();
     auto b = buf(g);
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_push_sparse(w, id, keys.data(), keys.size(), &b, nullptr, &o, &h);
-    return finish(w, st, h);
+    return call(w, 0, [&](auto* o, dt_work_h* h) {
+      return be->ps_push_sparse(w, id, keys.data(), keys.size(), &b, nullptr, o, h);
+    });
   }
   Result pull_sparse(dt_comm_h w, uint32_t id, const std::vector<uint64_t>& keys, std::vector<float>& v,
                      int64_t timeout_ms = 0) {
-    auto o = opts(timeout_ms);
     auto b = buf(v);
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_pull_sparse(w, id, keys.data(), keys.size(), &b, &o, &h);
-    return finish(w, st, h);
+    return call(w, timeout_ms,
+                [&](auto* o, dt_work_h* h) { return be->ps_pull_sparse(w, id, keys.data(), keys.size(), &b, o, h); });
   }
   Result save(dt_comm_h w, uint32_t id, const std::string& dir, int mode, int format) {
-    auto o = opts();
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_save(w, id, dir.c_str(), mode, format, &o, &h);
-    return finish(w, st, h);
+    return call(w, 0, [&](auto* o, dt_work_h* h) { return be->ps_save(w, id, dir.c_str(), mode, format, o, h); });
   }
   Result load(dt_comm_h w, uint32_t id, const std::string& dir) {
-    auto o = opts();
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_load(w, id, dir.c_str(), &o, &h);
-    return finish(w, st, h);
+    return call(w, 0, [&](auto* o, dt_work_h* h) { return be->ps_load(w, id, dir.c_str(), o, h); });
   }
   Result barrier(dt_comm_h w, int64_t timeout_ms = 0) {
-    auto o = opts(timeout_ms);
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_barrier(w, &o, &h);
-    return finish(w, st, h);
+    return call(w, timeout_ms, [&](auto* o, dt_work_h* h) { return be->ps_barrier(w, o, h); });
   }
   Result finish_worker(dt_comm_h w) {
-    auto o = opts();
-    dt_work_h h = nullptr;
-    dt_status_t st = be->ps_finish(w, &o, &h);
-    return finish(w, st, h);
+    return call(w, 0, [&](auto* o, dt_work_h* h) { return be->ps_finish(w, o, h); });
   }
 };
 

@@ -119,16 +119,23 @@ TEST_P(Rules, SparseRowsFollowTheFormulasWithRepeatedKeysSummed) {
   }
 }
 
-TEST_P(Rules, DenseValuesFollowTheFormulas) {
-  const TableDesc d = dense_desc(GetParam(), DT_PS_MODE_ASYNC, 13);
-  Cluster c(d, 3, 1);
-  std::mt19937_64 rng(2);
+// `steps` pushes of random gradients (seeded) from worker 0 to a dense table;
+// returns the row the formulas give.
+RefRow push_dense_steps(Cluster& c, const TableDesc& d, uint64_t seed, int steps) {
+  std::mt19937_64 rng(seed);
   RefRow ref = ref_new_row(d, 0, d.dim, true);
-  for (int step = 0; step < 7; ++step) {
+  for (int step = 0; step < steps; ++step) {
     const auto g = random_grads(rng, d.dim);
     c.push_dense(0, g);
     ref_step(d, ref, g, true);
   }
+  return ref;
+}
+
+TEST_P(Rules, DenseValuesFollowTheFormulas) {
+  const TableDesc d = dense_desc(GetParam(), DT_PS_MODE_ASYNC, 13);
+  Cluster c(d, 3, 1);
+  const RefRow ref = push_dense_steps(c, d, 2, 7);
   EXPECT_EQ(c.pull_dense(0), ref.w);
 }
 
@@ -137,13 +144,7 @@ TEST_P(Rules, DenseValuesFollowTheFormulas) {
 TEST_P(Rules, ALargeDenseRangeFollowsTheFormulas) {
   const TableDesc d = dense_desc(GetParam(), DT_PS_MODE_ASYNC, (uint64_t{1} << 20) + 3);
   Cluster c(d, 1, 1);
-  std::mt19937_64 rng(3);
-  RefRow ref = ref_new_row(d, 0, d.dim, true);
-  for (int step = 0; step < 3; ++step) {
-    const auto g = random_grads(rng, d.dim);
-    c.push_dense(0, g);
-    ref_step(d, ref, g, true);
-  }
+  const RefRow ref = push_dense_steps(c, d, 3, 3);
   const std::vector<float> got = c.pull_dense(0);
   ASSERT_EQ(got.size(), ref.w.size());
   size_t differ = 0;

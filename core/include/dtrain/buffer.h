@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace dtrain {
 
@@ -43,36 +44,29 @@ struct Buffer {
   size_t bytes() const { return count * dtype_size(dtype); }
 };
 
+// The DType of a C++ element type (float, double, int8_t, uint8_t, int32_t, int64_t).
 template <typename T>
-struct DTypeOf;
-template <>
-struct DTypeOf<float> {
-  static constexpr DType value = DType::F32;
-};
-template <>
-struct DTypeOf<double> {
-  static constexpr DType value = DType::F64;
-};
-template <>
-struct DTypeOf<int8_t> {
-  static constexpr DType value = DType::I8;
-};
-template <>
-struct DTypeOf<uint8_t> {
-  static constexpr DType value = DType::U8;
-};
-template <>
-struct DTypeOf<int32_t> {
-  static constexpr DType value = DType::I32;
-};
-template <>
-struct DTypeOf<int64_t> {
-  static constexpr DType value = DType::I64;
-};
+constexpr DType dtype_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, float>)
+    return DType::F32;
+  else if constexpr (std::is_same_v<U, double>)
+    return DType::F64;
+  else if constexpr (std::is_same_v<U, int8_t>)
+    return DType::I8;
+  else if constexpr (std::is_same_v<U, uint8_t>)
+    return DType::U8;
+  else if constexpr (std::is_same_v<U, int32_t>)
+    return DType::I32;
+  else if constexpr (std::is_same_v<U, int64_t>)
+    return DType::I64;
+  else
+    static_assert(sizeof(U) == 0, "Buffer::of: no DType for this element type");
+}
 
 template <typename T>
 Buffer Buffer::of(T* p, size_t n) {
-  return Buffer(p, n, DTypeOf<T>::value);
+  return Buffer(p, n, dtype_of<T>());
 }
 
 }  // namespace dtrain

@@ -57,6 +57,13 @@ class ConfigTable {
     return bind(path, ConfigType::IntList, text + "]", std::move(doc),
                 [path, field](const Config& c, S& s) { s.*field = c.get_int_list(path); });
   }
+  ConfigTable& add(const std::string& path, std::vector<double> S::*field, std::string doc) {
+    const S defaults{};
+    std::string text = "[";
+    for (double v : defaults.*field) text += (text.size() > 1 ? ", " : "") + float_literal(v);
+    return bind(path, ConfigType::FloatList, text + "]", std::move(doc),
+                [path, field](const Config& c, S& s) { s.*field = c.get_float_list(path); });
+  }
   ConfigTable& add(const std::string& path, std::vector<std::string> S::*field, std::string doc) {
     const S defaults{};
     std::string text = "[";

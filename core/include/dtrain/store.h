@@ -46,20 +46,24 @@ class Store {
   }
 };
 
+// Declares, inside a Store subclass, the overrides of every operation above.
+#define DTRAIN_STORE_OPS                                                                           \
+  using Store::set;                                                                                \
+  void set(const std::string& key, const Bytes& value) override;                                   \
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;                   \
+  std::optional<Bytes> try_get(const std::string& key) override;                                   \
+  int64_t add(const std::string& key, int64_t delta) override;                                     \
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override; \
+  bool check(const std::vector<std::string>& keys) override;                                       \
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;     \
+  bool remove(const std::string& key) override
+
 // In-process store (threads of one process, tests). Thread-safe.
 class MemoryStore : public Store {
  public:
-  using Store::set;
   MemoryStore();
   ~MemoryStore() override;
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  std::optional<Bytes> try_get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  bool check(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  bool remove(const std::string& key) override;
+  DTRAIN_STORE_OPS;
 
  private:
   struct Impl;
@@ -69,16 +73,8 @@ class MemoryStore : public Store {
 // Prepends "prefix/" to every key of an underlying store.
 class PrefixStore : public Store {
  public:
-  using Store::set;
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  std::optional<Bytes> try_get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  bool check(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  bool remove(const std::string& key) override;
+  DTRAIN_STORE_OPS;
   const std::shared_ptr<Store>& base() const { return base_; }
 
  private:
@@ -92,16 +88,8 @@ class PrefixStore : public Store {
 // compare_set are serialized with an flock on a lock file in the folder.
 class FileStore : public Store {
  public:
-  using Store::set;
   explicit FileStore(std::string dir);
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  std::optional<Bytes> try_get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  bool check(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  bool remove(const std::string& key) override;
+  DTRAIN_STORE_OPS;
 
  private:
   std::string path_of(const std::string& key) const;
@@ -136,18 +124,10 @@ class TcpStoreServer {
 // by a mutex, so every method is thread-safe.
 class TcpStore : public Store {
  public:
-  using Store::set;
   TcpStore(const std::string& host, uint16_t port, const std::string& token,
            std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
   ~TcpStore() override;
-  void set(const std::string& key, const Bytes& value) override;
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override;
-  std::optional<Bytes> try_get(const std::string& key) override;
-  int64_t add(const std::string& key, int64_t delta) override;
-  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
-  bool check(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
-  bool remove(const std::string& key) override;
+  DTRAIN_STORE_OPS;
 
  private:
   struct Impl;

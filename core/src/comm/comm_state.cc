@@ -267,28 +267,44 @@ std::string CommState::who() const {
   return "worker " + std::to_string(rank) + " of " + std::to_string(size);
 }
 
+namespace {
+
+struct PeerBeat {
+  uint64_t seq = 0;  // the last collective it reported
+  int64_t at_ms = 0;
+};
+
+// `who`'s last heartbeat at `key`; none (and why, appended to missing) when the
+// store cannot say or it never reported.
+std::optional<PeerBeat> last_beat(Store& store, const std::string& key, const std::string& who,
+                                  std::vector<std::string>& missing) {
+  std::optional<Bytes> v;
+  try {
+    v = store.try_get(key);
+  } catch (const std::exception& e) {
+    missing.push_back(who + " (store unreachable: " + e.what() + ")");
+    return std::nullopt;
+  }
+  if (!v) {
+    missing.push_back(who + " (never reported progress)");
+    return std::nullopt;
+  }
+  PeerBeat b;
+  std::istringstream is(std::string(v->begin(), v->end()));
+  is >> b.seq >> b.at_ms;
+  return b;
+}
+
+}  // namespace
+
 std::string CommState::server_status() {
   std::vector<std::string> missing;
   int64_t now_ms = unix_ms();
   for (int i = 0; i < num_servers; ++i) {
-    std::optional<Bytes> v;
-    try {
-      v = store->try_get(heartbeat_key(Role::Server, i));
-    } catch (const std::exception& e) {
-      missing.push_back("server " + std::to_string(i) + " (store unreachable: " + e.what() + ")");
-      continue;
-    }
-    if (!v) {
-      missing.push_back("server " + std::to_string(i) + " (never reported progress)");
-      continue;
-    }
-    std::istringstream is(std::string(v->begin(), v->end()));
-    uint64_t seq = 0;
-    int64_t at = 0;
-    is >> seq >> at;
-    if (now_ms - at > kStaleHeartbeatMs)
+    auto beat = last_beat(*store, heartbeat_key(Role::Server, i), "server " + std::to_string(i), missing);
+    if (beat && now_ms - beat->at_ms > kStaleHeartbeatMs)
       missing.push_back("server " + std::to_string(i) + " (unresponsive: no heartbeat for " +
-                        std::to_string(now_ms - at) + " ms)");
+                        std::to_string(now_ms - beat->at_ms) + " ms)");
   }
   if (missing.empty()) return "every server is alive";
   std::string out;
@@ -341,22 +357,10 @@ std::string CommState::peer_status(const WorkState& w) {
   std::vector<std::string> missing;
   int64_t now_ms = unix_ms();
   for (int r : peers) {
-    std::optional<Bytes> v;
-    try {
-      v = store->try_get(heartbeat_key(r));
-    } catch (const std::exception& e) {
-      missing.push_back("rank " + std::to_string(r) + " (store unreachable: " + e.what() + ")");
-      continue;
-    }
-    if (!v) {
-      missing.push_back("rank " + std::to_string(r) + " (never reported progress)");
-      continue;
-    }
-    std::istringstream is(std::string(v->begin(), v->end()));
-    uint64_t seq = 0;
-    int64_t at = 0;
-    is >> seq >> at;
-    int64_t age = now_ms - at;
+    auto beat = last_beat(*store, heartbeat_key(r), "rank " + std::to_string(r), missing);
+    if (!beat) continue;
+    const uint64_t seq = beat->seq;
+    int64_t age = now_ms - beat->at_ms;
     if (age > kStaleHeartbeatMs) {
       missing.push_back("rank " + std::to_string(r) + " (unresponsive: no heartbeat for " + std::to_string(age) +
                         " ms, last at collective #" + std::to_string(seq) + ")");

@@ -236,6 +236,12 @@ void check_same_type(const Buffer& a, const Buffer& b, const char* op) {
     throw InvalidUsage(std::string(op) + ": send is " + dtype_name(a.dtype) + " but recv is " + dtype_name(b.dtype));
 }
 
+void check_send_recv(const CommState& s, const Buffer& send, const Buffer& recv, const char* op) {
+  check_buffer(s, send, "send", op);
+  check_buffer(s, recv, "recv", op);
+  check_same_type(send, recv, op);
+}
+
 void check_rank(const CommState& s, int r, const char* what, const char* op) {
   if (r < 0 || r >= s.size)
     throw InvalidUsage(std::string(op) + ": " + what + " " + std::to_string(r) + " is not a rank of this " +
@@ -259,6 +265,27 @@ constexpr OpDesc kBarrier{"barrier", DT_CAP_BARRIER, true};
 constexpr OpDesc kSend{"send", DT_CAP_SENDRECV, false};
 constexpr OpDesc kRecv{"recv", DT_CAP_SENDRECV, false};
 
+// A send or recv: `entry` is the ABI's send or recv.
+template <typename Entry>
+std::shared_ptr<Work> point_to_point(const std::shared_ptr<CommState>& state, const OpDesc& d,
+                                     Entry dt_backend_v1_t::*entry, const Buffer& buf, int peer, int tag,
+                                     CallOptions o) {
+  auto& s = *state;
+  check_p2p(s, buf, peer, tag, d.name);
+  auto a = to_abi(buf);
+  return submit(state, d, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
+    opts.tag = tag;
+    return (s.table->*entry)(s.handle, &a, peer, &opts, h);
+  });
+}
+
+// A collective op, which may run inline on the communicator's spare work.
+template <typename Submit>
+std::shared_ptr<Work> run_collective(const std::shared_ptr<CommState>& s, detail::SpareWork& spare, const OpDesc& d,
+                                     const Buffer* b, const char* op, CallOptions o, Submit&& call) {
+  return submit(s, d, b, op, -1, o, std::forward<Submit>(call), detail::NoPrepare{}, &spare);
+}
+
 }  // namespace
 
 std::shared_ptr<Work> Communicator::allreduce(const Buffer& buf, ReduceOp op, CallOptions o) {
@@ -267,19 +294,14 @@ std::shared_ptr<Work> Communicator::allreduce(const Buffer& buf, ReduceOp op, Ca
 
 std::shared_ptr<Work> Communicator::allreduce(const Buffer& send, const Buffer& recv, ReduceOp op, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, send, "send", "allreduce");
-  check_buffer(s, recv, "recv", "allreduce");
-  check_same_type(send, recv, "allreduce");
+  check_send_recv(s, send, recv, "allreduce");
   if (send.count != recv.count)
     throw InvalidUsage("allreduce: send has " + std::to_string(send.count) + " elements but recv has " +
                        std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(
-      state_, kAllreduce, &send, to_string(op), -1, o,
-      [&](auto& opts, dt_work_h* h) {
-        return s.table->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-      },
-      detail::NoPrepare{}, &spare_);
+  return run_collective(state_, spare_, kAllreduce, &send, to_string(op), o, [&](auto& opts, dt_work_h* h) {
+    return s.table->allreduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
 }
 
 std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallOptions o) {
@@ -287,45 +309,33 @@ std::shared_ptr<Work> Communicator::broadcast(const Buffer& buf, int root, CallO
   check_buffer(s, buf, "", "broadcast");
   check_rank(s, root, "root", "broadcast");
   auto a = to_abi(buf);
-  return submit(
-      state_, kBroadcast, &buf, nullptr, -1, o,
-      [&](auto& opts, dt_work_h* h) {
-        opts.root = root;
-        return s.table->broadcast(s.handle, &a, &opts, h);
-      },
-      detail::NoPrepare{}, &spare_);
+  return run_collective(state_, spare_, kBroadcast, &buf, nullptr, o, [&](auto& opts, dt_work_h* h) {
+    opts.root = root;
+    return s.table->broadcast(s.handle, &a, &opts, h);
+  });
 }
 
 std::shared_ptr<Work> Communicator::allgather(const Buffer& send, const Buffer& recv, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, send, "send", "allgather");
-  check_buffer(s, recv, "recv", "allgather");
-  check_same_type(send, recv, "allgather");
+  check_send_recv(s, send, recv, "allgather");
   if (recv.count != send.count * static_cast<size_t>(s.size))
     throw InvalidUsage("allgather: recv must hold send.count x world size = " + std::to_string(send.count * s.size) +
                        " elements, it has " + std::to_string(recv.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(
-      state_, kAllgather, &send, nullptr, -1, o,
-      [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); }, detail::NoPrepare{},
-      &spare_);
+  return run_collective(state_, spare_, kAllgather, &send, nullptr, o,
+                        [&](auto& opts, dt_work_h* h) { return s.table->allgather(s.handle, &a, &b, &opts, h); });
 }
 
 std::shared_ptr<Work> Communicator::reduce_scatter(const Buffer& send, const Buffer& recv, ReduceOp op, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, send, "send", "reduce_scatter");
-  check_buffer(s, recv, "recv", "reduce_scatter");
-  check_same_type(send, recv, "reduce_scatter");
+  check_send_recv(s, send, recv, "reduce_scatter");
   if (send.count != recv.count * static_cast<size_t>(s.size))
     throw InvalidUsage("reduce_scatter: send must hold recv.count x world size = " +
                        std::to_string(recv.count * s.size) + " elements, it has " + std::to_string(send.count));
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(
-      state_, kReduceScatter, &recv, to_string(op), -1, o,
-      [&](auto& opts, dt_work_h* h) {
-        return s.table->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-      },
-      detail::NoPrepare{}, &spare_);
+  return run_collective(state_, spare_, kReduceScatter, &recv, to_string(op), o, [&](auto& opts, dt_work_h* h) {
+    return s.table->reduce_scatter(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
 }
 
 std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& recv, ReduceOp op, int root,
@@ -341,29 +351,22 @@ std::shared_ptr<Work> Communicator::reduce(const Buffer& send, const Buffer& rec
                          std::to_string(recv.count));
   }
   auto a = to_abi(send), b = to_abi(s.rank == root ? recv : Buffer(nullptr, 0, send.dtype, send.device));
-  return submit(
-      state_, kReduce, &send, to_string(op), -1, o,
-      [&](auto& opts, dt_work_h* h) {
-        opts.root = root;
-        return s.table->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
-      },
-      detail::NoPrepare{}, &spare_);
+  return run_collective(state_, spare_, kReduce, &send, to_string(op), o, [&](auto& opts, dt_work_h* h) {
+    opts.root = root;
+    return s.table->reduce(s.handle, &a, &b, static_cast<int32_t>(op), &opts, h);
+  });
 }
 
 std::shared_ptr<Work> Communicator::alltoall(const Buffer& send, const Buffer& recv, CallOptions o) {
   auto& s = *state_;
-  check_buffer(s, send, "send", "alltoall");
-  check_buffer(s, recv, "recv", "alltoall");
-  check_same_type(send, recv, "alltoall");
+  check_send_recv(s, send, recv, "alltoall");
   if (send.count != recv.count || send.count % s.size != 0)
     throw InvalidUsage("alltoall: send and recv must have the same count, divisible by the world size " +
                        std::to_string(s.size) + " (send " + std::to_string(send.count) + ", recv " +
                        std::to_string(recv.count) + ")");
   auto a = to_abi(send), b = to_abi(recv);
-  return submit(
-      state_, kAlltoall, &send, nullptr, -1, o,
-      [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); }, detail::NoPrepare{},
-      &spare_);
+  return run_collective(state_, spare_, kAlltoall, &send, nullptr, o,
+                        [&](auto& opts, dt_work_h* h) { return s.table->alltoall(s.handle, &a, &b, &opts, h); });
 }
 
 std::vector<std::shared_ptr<Work>> Communicator::alltoallv(const Buffer& send, const std::vector<size_t>& send_counts,
@@ -409,29 +412,16 @@ std::vector<std::shared_ptr<Work>> Communicator::alltoallv(const Buffer& send, c
 
 std::shared_ptr<Work> Communicator::barrier(CallOptions o) {
   auto& s = *state_;
-  return submit(
-      state_, kBarrier, nullptr, nullptr, -1, o,
-      [&](auto& opts, dt_work_h* h) { return s.table->barrier(s.handle, &opts, h); }, detail::NoPrepare{}, &spare_);
+  return run_collective(state_, spare_, kBarrier, nullptr, nullptr, o,
+                        [&](auto& opts, dt_work_h* h) { return s.table->barrier(s.handle, &opts, h); });
 }
 
 std::shared_ptr<Work> Communicator::send(const Buffer& buf, int peer, int tag, CallOptions o) {
-  auto& s = *state_;
-  check_p2p(s, buf, peer, tag, "send");
-  auto a = to_abi(buf);
-  return submit(state_, kSend, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
-    opts.tag = tag;
-    return s.table->send(s.handle, &a, peer, &opts, h);
-  });
+  return point_to_point(state_, kSend, &dt_backend_v1_t::send, buf, peer, tag, o);
 }
 
 std::shared_ptr<Work> Communicator::recv(const Buffer& buf, int peer, int tag, CallOptions o) {
-  auto& s = *state_;
-  check_p2p(s, buf, peer, tag, "recv");
-  auto a = to_abi(buf);
-  return submit(state_, kRecv, &buf, nullptr, peer, o, [&](auto& opts, dt_work_h* h) {
-    opts.tag = tag;
-    return s.table->recv(s.handle, &a, peer, &opts, h);
-  });
+  return point_to_point(state_, kRecv, &dt_backend_v1_t::recv, buf, peer, tag, o);
 }
 
 }  // namespace dtrain

@@ -201,6 +201,18 @@ struct Config::Impl {
     return node->as_array();
   }
 
+  // The list at path (else its declared default) of `type`, each element through `convert`.
+  template <typename T, typename Convert>
+  std::vector<T> list(const std::string& path, ConfigType type, Convert convert) const {
+    std::vector<T> out;
+    std::optional<toml::table> holder;
+    const toml::node* node = find(path);
+    if (node && !matches(type, *node)) type_error(path, *node, to_string(type));
+    if (const toml::array* a = list_or_default(node, path, holder))
+      for (const toml::node& e : *a) out.push_back(convert(e));
+    return out;
+  }
+
   void index_parsed(const toml::table& table, const std::string& prefix) {
     for (auto&& [k, v] : table) {
       std::string path = join_path(prefix, std::string(k.str()));
@@ -505,34 +517,16 @@ double Config::get_float(const std::string& path, double fallback) const {
 bool Config::get_bool(const std::string& path, bool fallback) const { return has(path) ? get_bool(path) : fallback; }
 
 std::vector<std::string> Config::get_string_list(const std::string& path) const {
-  std::vector<std::string> out;
-  std::optional<toml::table> d;
-  const toml::node* node = impl_->find(path);
-  if (node && !matches(ConfigType::StringList, *node))
-    impl_->type_error(path, *node, to_string(ConfigType::StringList));
-  if (const toml::array* a = impl_->list_or_default(node, path, d))
-    for (const toml::node& e : *a) out.push_back(e.as_string()->get());
-  return out;
+  return impl_->list<std::string>(path, ConfigType::StringList,
+                                  [](const toml::node& e) { return e.as_string()->get(); });
 }
 
 std::vector<int64_t> Config::get_int_list(const std::string& path) const {
-  std::vector<int64_t> out;
-  std::optional<toml::table> d;
-  const toml::node* node = impl_->find(path);
-  if (node && !matches(ConfigType::IntList, *node)) impl_->type_error(path, *node, to_string(ConfigType::IntList));
-  if (const toml::array* a = impl_->list_or_default(node, path, d))
-    for (const toml::node& e : *a) out.push_back(e.as_integer()->get());
-  return out;
+  return impl_->list<int64_t>(path, ConfigType::IntList, [](const toml::node& e) { return e.as_integer()->get(); });
 }
 
 std::vector<double> Config::get_float_list(const std::string& path) const {
-  std::vector<double> out;
-  std::optional<toml::table> d;
-  const toml::node* node = impl_->find(path);
-  if (node && !matches(ConfigType::FloatList, *node)) impl_->type_error(path, *node, to_string(ConfigType::FloatList));
-  if (const toml::array* a = impl_->list_or_default(node, path, d))
-    for (const toml::node& e : *a) out.push_back(number_of(e));
-  return out;
+  return impl_->list<double>(path, ConfigType::FloatList, [](const toml::node& e) { return number_of(e); });
 }
 
 std::string Config::table_as_flat_toml(const std::string& path) const {

@@ -62,17 +62,8 @@ Job join_job(const JobOptions& options, const RoleInfo& role) {
     job.store = js.store;
   }
 
-  CommOptions co;
-  co.rank = role.rank;
-  co.world_size = role.world_size;
-  co.local_rank = role.local_rank;
-  co.local_world_size = role.local_world_size;
+  CommOptions co = worker_comm_options(role, job.store, options.name, options.config_toml, options.timeout);
   co.role = role.role;
-  co.store = job.store;
-  co.config_toml = options.config_toml;
-  co.timeout = options.timeout;
-  co.name = options.name;
-  co.job_id = role.job_id;
   job.comm = job.backend->create_communicator(co);
   return job;
 }

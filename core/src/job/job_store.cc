@@ -66,4 +66,20 @@ JobStore connect_job_store(const RoleInfo& role, bool serves, bool multi_machine
   return js;
 }
 
+CommOptions worker_comm_options(const RoleInfo& role, std::shared_ptr<Store> store, std::string name,
+                                std::string config_toml, std::chrono::milliseconds timeout) {
+  CommOptions co;
+  co.role = Role::Worker;
+  co.rank = role.rank;
+  co.world_size = role.world_size;
+  co.local_rank = role.local_rank;
+  co.local_world_size = role.local_world_size;
+  co.store = std::move(store);
+  co.config_toml = std::move(config_toml);
+  co.timeout = timeout;
+  co.name = std::move(name);
+  co.job_id = role.job_id;
+  return co;
+}
+
 }  // namespace dtrain

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 
+#include "dtrain/communicator.h"
 #include "dtrain/role_maker.h"
 #include "dtrain/store.h"
 
@@ -28,5 +29,10 @@ struct JobStore {
 // address resolves to loopback on the serving machine; StoreError when the
 // store cannot be reached before `timeout`.
 JobStore connect_job_store(const RoleInfo& role, bool serves, bool multi_machine, std::chrono::milliseconds timeout);
+
+// A collective communicator's options for `role` as a worker of the job:
+// its ranks, the job's store and id, and the name, backend keys and timeout.
+CommOptions worker_comm_options(const RoleInfo& role, std::shared_ptr<Store> store, std::string name,
+                                std::string config_toml, std::chrono::milliseconds timeout);
 
 }  // namespace dtrain

@@ -105,18 +105,9 @@ PsJob join_ps(const Config& config, const RoleInfo& role, const ModeOptions& mod
   }
   job.worker = connect_worker(job.backend, co, mode, ckpt);
   if (!collective.empty()) {
-    CommOptions cc;
-    cc.role = Role::Worker;
-    cc.rank = role.rank;
-    cc.world_size = role.world_size;
-    cc.local_rank = role.local_rank;
-    cc.local_world_size = role.local_world_size;
-    cc.store = job.store;
-    cc.config_toml = config.table_as_flat_toml(collective);
-    cc.timeout = comm_timeout;
-    cc.name = "ps.collective";
-    cc.job_id = role.job_id;
-    job.collective = registry.load(collective)->create_communicator(cc);
+    job.collective = registry.load(collective)
+                         ->create_communicator(worker_comm_options(
+                             role, job.store, "ps.collective", config.table_as_flat_toml(collective), comm_timeout));
   }
   return job;
 }

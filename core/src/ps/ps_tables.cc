@@ -62,6 +62,27 @@ void check_keys(const TableState& t, const uint64_t* keys, size_t n, const char*
                        "': keys is null with n = " + std::to_string(n));
 }
 
+void check_sparse_op(const TableState& t, const uint64_t* keys, size_t n, const Buffer& b, const char* what,
+                     const char* op) {
+  check_worker_op(t, op);
+  require_cap(*t.comm, DT_CAP_PS_SPARSE);
+  check_keys(t, keys, n, op);
+  check_values(t, b, n * t.config.dim, what, op);
+}
+
+// A dense pull or push; `entry` is the ABI's ps_pull_dense or ps_push_dense.
+template <typename Entry>
+std::shared_ptr<Work> dense_op(const std::shared_ptr<TableState>& t, const Buffer& b, const char* what, const char* op,
+                               const char* entry_name, Entry dt_backend_v1_t::*entry, CallOptions o) {
+  auto& s = *t->comm;
+  check_worker_op(*t, op);
+  require_cap(s, DT_CAP_PS_DENSE);
+  check_values(*t, b, t->config.dim, what, op);
+  auto v = dtrain::detail::to_abi(b);
+  return submit_ps(t->comm, entry_name, DT_CAP_PS_DENSE, dense_label(*t), o,
+                   [&](auto& opts, dt_work_h* h) { return (s.table->*entry)(s.handle, t->id, &v, &opts, h); });
+}
+
 }  // namespace
 
 std::shared_ptr<Work> save_op(const std::shared_ptr<TableState>& t, const std::string& dir, SaveMode mode,
@@ -99,23 +120,11 @@ const TableConfig& DenseTable::config() const { return s_->config; }
 Mode DenseTable::mode() const { return s_->mode; }
 
 std::shared_ptr<Work> DenseTable::pull(const Buffer& values, CallOptions o) {
-  auto& s = *s_->comm;
-  check_worker_op(*s_, "pull");
-  require_cap(s, DT_CAP_PS_DENSE);
-  check_values(*s_, values, s_->config.dim, "values", "pull");
-  auto v = dtrain::detail::to_abi(values);
-  return submit_ps(s_->comm, "ps_pull_dense", DT_CAP_PS_DENSE, detail::dense_label(*s_), o,
-                   [&](auto& opts, dt_work_h* h) { return s.table->ps_pull_dense(s.handle, s_->id, &v, &opts, h); });
+  return detail::dense_op(s_, values, "values", "pull", "ps_pull_dense", &dt_backend_v1_t::ps_pull_dense, o);
 }
 
 std::shared_ptr<Work> DenseTable::push(const Buffer& grads, CallOptions o) {
-  auto& s = *s_->comm;
-  check_worker_op(*s_, "push");
-  require_cap(s, DT_CAP_PS_DENSE);
-  check_values(*s_, grads, s_->config.dim, "grads", "push");
-  auto g = dtrain::detail::to_abi(grads);
-  return submit_ps(s_->comm, "ps_push_dense", DT_CAP_PS_DENSE, detail::dense_label(*s_), o,
-                   [&](auto& opts, dt_work_h* h) { return s.table->ps_push_dense(s.handle, s_->id, &g, &opts, h); });
+  return detail::dense_op(s_, grads, "grads", "push", "ps_push_dense", &dt_backend_v1_t::ps_push_dense, o);
 }
 
 std::shared_ptr<Work> DenseTable::save(const std::string& dir, SaveMode mode, SaveFormat format, CallOptions o) {
@@ -131,10 +140,7 @@ Mode SparseTable::mode() const { return s_->mode; }
 
 std::shared_ptr<Work> SparseTable::pull(const uint64_t* keys, size_t n, const Buffer& values, CallOptions o) {
   auto& s = *s_->comm;
-  check_worker_op(*s_, "pull");
-  require_cap(s, DT_CAP_PS_SPARSE);
-  detail::check_keys(*s_, keys, n, "pull");
-  check_values(*s_, values, n * s_->config.dim, "values", "pull");
+  detail::check_sparse_op(*s_, keys, n, values, "values", "pull");
   auto v = dtrain::detail::to_abi(values);
   return submit_ps(
       s_->comm, "ps_pull_sparse", DT_CAP_PS_SPARSE, detail::label(*s_, n), o,
@@ -144,10 +150,7 @@ std::shared_ptr<Work> SparseTable::pull(const uint64_t* keys, size_t n, const Bu
 std::shared_ptr<Work> SparseTable::push(const uint64_t* keys, size_t n, const Buffer& grads, const float* show_click,
                                         CallOptions o) {
   auto& s = *s_->comm;
-  check_worker_op(*s_, "push");
-  require_cap(s, DT_CAP_PS_SPARSE);
-  detail::check_keys(*s_, keys, n, "push");
-  check_values(*s_, grads, n * s_->config.dim, "grads", "push");
+  detail::check_sparse_op(*s_, keys, n, grads, "grads", "push");
   auto g = dtrain::detail::to_abi(grads);
   return submit_ps(s_->comm, "ps_push_sparse", DT_CAP_PS_SPARSE, detail::label(*s_, n), o,
                    [&](auto& opts, dt_work_h* h) {

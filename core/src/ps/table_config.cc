@@ -13,24 +13,6 @@
 
 namespace dtrain::ps {
 
-const char* to_string(Mode m) {
-  switch (m) {
-    case Mode::Sync: return "sync";
-    case Mode::Async: return "async";
-    case Mode::Geo: return "geo";
-  }
-  return "?";
-}
-
-const char* to_string(Optimizer o) {
-  switch (o) {
-    case Optimizer::Sgd: return "sgd";
-    case Optimizer::Adagrad: return "adagrad";
-    case Optimizer::Adam: return "adam";
-  }
-  return "?";
-}
-
 void add_ps_keys(ConfigSchema& schema) {
   schema.add("ps.backend", ConfigType::String, "\"ps_grpc\"", "the parameter-server plugin")
       .add("ps.collective", ConfigType::String, "\"gloo\"",
@@ -69,6 +51,17 @@ const Names<Initializer>& names_of(Initializer) {
   static const Names<Initializer> n = {
       {"constant", Initializer::Constant}, {"uniform", Initializer::Uniform}, {"normal", Initializer::Normal}};
   return n;
+}
+const Names<Mode>& names_of(Mode) {
+  static const Names<Mode> n = {{"sync", Mode::Sync}, {"async", Mode::Async}, {"geo", Mode::Geo}};
+  return n;
+}
+
+template <class E>
+const char* name_of(E value) {
+  for (const auto& [name, v] : names_of(value))
+    if (v == value) return name;
+  return "?";
 }
 
 class TableReader {
@@ -127,6 +120,9 @@ class TableReader {
 constexpr uint64_t kMaxDim = uint64_t{1} << 40;
 
 }  // namespace
+
+const char* to_string(Mode m) { return name_of(m); }
+const char* to_string(Optimizer o) { return name_of(o); }
 
 TableConfig::TableConfig() {
 #define DTRAIN_PS_DEFAULT(field, type, def, ...) field = static_cast<decltype(field)>(def);

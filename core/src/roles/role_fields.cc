@@ -233,6 +233,13 @@ FieldNames read_placement(const EnvReader& e, const env::RoleVars& s, RawRole& r
   return names;
 }
 
+FieldNames read_ranked(const EnvReader& e, const env::RoleVars& s, RawRole& r) {
+  FieldNames names = read_placement(e, s, r);
+  r.rank = e.get_int(s.rank);
+  r.world_size = e.get_int(s.world_size);
+  return names;
+}
+
 uint16_t port_from_id(const std::string& id) {
   uint32_t h = 2166136261u;
   for (unsigned char c : id) h = (h ^ c) * 16777619u;

@@ -72,6 +72,8 @@ class EnvNamer : public Namer {
 // them beside the others), then the source's for the fields dtrain's left
 // unset. Returns the names for messages: the source's where it has one.
 FieldNames read_placement(const EnvReader& e, const env::RoleVars& source, RawRole& r);
+// read_placement, and the source's rank and world size.
+FieldNames read_ranked(const EnvReader& e, const env::RoleVars& source, RawRole& r);
 
 // torchrun, mpirun and Slurm without dtrain's launcher: rank 0 serves the
 // store (MASTER_ADDR:MASTER_PORT, else a port derived from the job id).

@@ -16,9 +16,7 @@ bool applies(const EnvReader& e) {
 
 RoleInfo resolve(const EnvReader& e) {
   RawRole r;
-  FieldNames names = read_placement(e, kVars, r);
-  r.rank = e.get_int(kVars.rank);
-  r.world_size = e.get_int(kVars.world_size);
+  FieldNames names = read_ranked(e, kVars, r);
   r.server_index = e.get_int(kVars.server_index);
   r.worker_endpoints = e.get_list(kVars.worker_endpoints);
   r.server_endpoints = e.get_list(kVars.server_endpoints);

@@ -33,9 +33,7 @@ std::optional<int> slurm_tasks_on_node(const std::string& spec, int node) {
 
 RoleInfo resolve(const EnvReader& e) {
   RawRole r;
-  FieldNames names = read_placement(e, kVars, r);
-  r.rank = e.get_int(kVars.rank);
-  r.world_size = e.get_int(kVars.world_size);
+  FieldNames names = read_ranked(e, kVars, r);
   if (!r.local_world_size) {
     for (const char* var : env::kSlurmTasksPerNode)
       if (auto spec = e.get(var)) {

@@ -16,9 +16,7 @@ bool applies(const EnvReader& e) { return e.has(kVars.rank) && e.has(kVars.world
 
 RoleInfo resolve(const EnvReader& e) {
   RawRole r;
-  FieldNames names = read_placement(e, kVars, r);
-  r.rank = e.get_int(kVars.rank);
-  r.world_size = e.get_int(kVars.world_size);
+  FieldNames names = read_ranked(e, kVars, r);
   if (!r.nnodes && r.world_size && r.local_world_size && *r.local_world_size > 0)
     r.nnodes = std::max(1, *r.world_size / *r.local_world_size);
   // A real torchrun already serves its own store on MASTER_PORT.

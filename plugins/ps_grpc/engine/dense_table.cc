@@ -181,26 +181,15 @@ class DenseTable final : public Table {
 };
 
 std::vector<std::string> DenseTable::save(const std::string& dir, const std::string& generation, int mode, int format) {
-  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA || format < DT_PS_FORMAT_BINARY || format > DT_PS_FORMAT_TEXT)
-    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': unknown save mode " + std::to_string(mode) +
-                                        " or format " + std::to_string(format));
-  if (!safe_name(generation))
-    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': bad save generation '" + generation + "'");
-  const std::string name = part_file_name(generation, server_, sh_.num_servers, format);
+  const std::string name = save_part_name(desc_.name, generation, server_, sh_.num_servers, mode, format);
   AtomicWriter out(dir, name);
   const bool full = mode == DT_PS_SAVE_FULL;
   const int arrays = full ? rule_.dense_state_arrays() : 0;
   std::shared_lock<std::shared_mutex> lk(mu_);
   AllStripes stripes(*this);
   if (format == DT_PS_FORMAT_BINARY) {
-    PartHeader h;
-    h.kind = DT_PS_TABLE_DENSE;
-    h.optimizer = static_cast<uint32_t>(desc_.optimizer);
-    h.save_mode = static_cast<uint32_t>(mode);
-    h.server = static_cast<uint32_t>(server_);
-    h.num_servers = static_cast<uint32_t>(sh_.num_servers);
-    h.state = static_cast<uint32_t>(arrays);
-    h.dim = desc_.dim;
+    PartHeader h = PartHeader::of(DT_PS_TABLE_DENSE, desc_.optimizer, mode, server_, sh_.num_servers,
+                                  static_cast<uint64_t>(arrays), desc_.dim);
     h.count = n_;
     h.dense_begin = begin_;
     h.table_t = full ? t_ : 0;
@@ -260,30 +249,13 @@ void DenseTable::load(const std::string& dir) {
     uint64_t pbegin = 0, pcount = 0;
     // The part's values in buf: pcount values, then arrays * pcount state.
     if (m.format == DT_PS_FORMAT_BINARY) {
-      char hb[PartHeader::kBytes];
-      if (r.size() < sizeof hb) fail_file(path, "truncated: " + std::to_string(r.size()) + " bytes, no header");
-      r.read(hb, sizeof hb);
-      const PartHeader h = PartHeader::decode(hb, path);
-      auto mismatch = [&](const std::string& field, const std::string& here, const std::string& there) {
-        sdk::fail(DT_ERR_INVALID_USAGE, path + ": " + field + " is " + here + ", the MANIFEST says " + there);
-      };
-      if (h.kind != DT_PS_TABLE_DENSE) mismatch("kind", kind_name(h.kind), "dense");
-      if (h.dim != m.dim) mismatch("dim", std::to_string(h.dim), std::to_string(m.dim));
-      if (h.save_mode != static_cast<uint32_t>(m.mode))
-        mismatch("mode", save_mode_name(h.save_mode), save_mode_name(m.mode));
-      if (h.optimizer != static_cast<uint32_t>(m.optimizer))
-        mismatch("optimizer", optimizer_name(h.optimizer), optimizer_name(m.optimizer));
-      if (full && h.state != static_cast<uint32_t>(arrays))
-        mismatch("state arrays", std::to_string(h.state),
-                 std::to_string(arrays) + " for " + optimizer_name(m.optimizer));
+      const PartHeader h = read_part_header(r, m, static_cast<uint32_t>(arrays),
+                                            std::to_string(arrays) + " state arrays for a " + save_mode_name(m.mode) +
+                                                " save of " + optimizer_name(m.optimizer),
+                                            4 * (1 + uint64_t(arrays)), "values");
       if (h.dense_begin + h.count > m.dim)
         fail_file(path, "values [" + std::to_string(h.dense_begin) + ", " + std::to_string(h.dense_begin + h.count) +
                             ") lie outside dim " + std::to_string(m.dim));
-      const uint64_t expect = sizeof hb + h.count * 4 * (1 + h.state) + 8;
-      if (r.size() != expect)
-        fail_file(path, (r.size() < expect ? "truncated: " : "has trailing bytes: ") + std::to_string(r.size()) +
-                            " bytes, expected " + std::to_string(expect) + " for " + std::to_string(h.count) +
-                            " values");
       pbegin = h.dense_begin;
       pcount = h.count;
       buf.resize(pcount * (1 + h.state));

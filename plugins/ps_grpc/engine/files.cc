@@ -236,6 +236,19 @@ void PartHeader::encode(char* out) const {
   put64(out + 64, table_t);
 }
 
+PartHeader PartHeader::of(int kind, int optimizer, int save_mode, int server, int num_servers, uint64_t state,
+                          uint64_t dim) {
+  PartHeader h;
+  h.kind = static_cast<uint32_t>(kind);
+  h.optimizer = static_cast<uint32_t>(optimizer);
+  h.save_mode = static_cast<uint32_t>(save_mode);
+  h.server = static_cast<uint32_t>(server);
+  h.num_servers = static_cast<uint32_t>(num_servers);
+  h.state = static_cast<uint32_t>(state);
+  h.dim = dim;
+  return h;
+}
+
 PartHeader PartHeader::decode(const char* in, const std::string& path) {
   if (std::memcmp(in, "DTPSPART", 8) != 0) fail_file(path, "not a dtrain ps part file (bad magic)");
   if (get32(in + 8) != 1) fail_file(path, "format version " + std::to_string(get32(in + 8)) + ", this build reads 1");
@@ -251,6 +264,41 @@ PartHeader PartHeader::decode(const char* in, const std::string& path) {
   h.dense_begin = get64(in + 56);
   h.table_t = get64(in + 64);
   return h;
+}
+
+PartHeader read_part_header(FileReader& r, const Manifest& m, uint32_t state, const std::string& state_what,
+                            uint64_t item_bytes, const std::string& items) {
+  const std::string& path = r.path();
+  char hb[PartHeader::kBytes];
+  if (r.size() < sizeof hb) fail_file(path, "truncated: " + std::to_string(r.size()) + " bytes, no header");
+  r.read(hb, sizeof hb);
+  const PartHeader h = PartHeader::decode(hb, path);
+  auto mismatch = [&](const std::string& field, const std::string& here, const std::string& there) {
+    sdk::fail(DT_ERR_INVALID_USAGE, path + ": " + field + " is " + here + ", expected " + there);
+  };
+  if (h.kind != static_cast<uint32_t>(m.kind))
+    mismatch("kind", kind_name(h.kind), std::string(kind_name(m.kind)) + " (the MANIFEST's)");
+  if (h.dim != m.dim) mismatch("dim", std::to_string(h.dim), std::to_string(m.dim) + " (the MANIFEST's)");
+  if (h.save_mode != static_cast<uint32_t>(m.mode))
+    mismatch("mode", save_mode_name(h.save_mode), std::string(save_mode_name(m.mode)) + " (the MANIFEST's)");
+  if (h.optimizer != static_cast<uint32_t>(m.optimizer))
+    mismatch("optimizer", optimizer_name(h.optimizer), std::string(optimizer_name(m.optimizer)) + " (the MANIFEST's)");
+  if (h.state != state) mismatch("state", std::to_string(h.state), state_what);
+  const uint64_t expect = sizeof hb + h.count * item_bytes + 8;
+  if (r.size() != expect)
+    fail_file(path, (r.size() < expect ? "truncated: " : "has trailing bytes: ") + std::to_string(r.size()) +
+                        " bytes, expected " + std::to_string(expect) + " for " + std::to_string(h.count) + " " + items);
+  return h;
+}
+
+std::string save_part_name(const std::string& table, const std::string& generation, int server, int num_servers,
+                           int mode, int format) {
+  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA || format < DT_PS_FORMAT_BINARY || format > DT_PS_FORMAT_TEXT)
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + table + "': unknown save mode " + std::to_string(mode) + " or format " +
+                                        std::to_string(format));
+  if (!safe_name(generation))
+    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + table + "': bad save generation '" + generation + "'");
+  return part_file_name(generation, server, num_servers, format);
 }
 
 std::string part_file_name(const std::string& generation, int server, int num_servers, int format) {

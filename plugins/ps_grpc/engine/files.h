@@ -87,11 +87,18 @@ struct PartHeader {
   uint64_t count = 0;  // sparse: rows; dense: values in this part
   uint64_t dense_begin = 0;
   uint64_t table_t = 0;  // dense adam: the table's step count
+  // A server's part of a table's save, with count, dense_begin and table_t 0.
+  static PartHeader of(int kind, int optimizer, int save_mode, int server, int num_servers, uint64_t state,
+                       uint64_t dim);
   void encode(char* out) const;
   static PartHeader decode(const char* in, const std::string& path);
 };
 constexpr char kPartEndMagic[8] = {'D', 'T', 'P', 'S', 'E', 'N', 'D', '1'};
 
+// The part file a server saves `table` to, after checking the save's mode,
+// format and generation (invalid usage naming the table).
+std::string save_part_name(const std::string& table, const std::string& generation, int server, int num_servers,
+                           int mode, int format);
 // part-<generation>-<server>-of-<num_servers>.bin|.txt
 std::string part_file_name(const std::string& generation, int server, int num_servers, int format);
 bool parse_part_file_name(const std::string& name, int* server, int* num_servers);
@@ -122,6 +129,14 @@ struct Manifest {
   void write(const std::string& table_dir) const;      // MANIFEST.tmp, fsync, rename to MANIFEST, fsync the dir
   static Manifest read(const std::string& table_dir);  // names the path and the bad line
 };
+
+// A binary part's header, read from r and checked: kind, dim, save mode and
+// optimizer against the MANIFEST, state (PartHeader::state) against `state`
+// (`state_what` says what that stands for), and the file's size against
+// count items of `item_bytes` between the header and the end marker (`items`
+// names them). Errors name the file and both values.
+PartHeader read_part_header(FileReader& r, const Manifest& m, uint32_t state, const std::string& state_what,
+                            uint64_t item_bytes, const std::string& items);
 
 const char* kind_name(int kind);
 const char* optimizer_name(int optimizer);

@@ -27,24 +27,12 @@ uint64_t text_state_columns(int optimizer, uint64_t dim) {
 
 std::vector<std::string> SparseTable::save(const std::string& dir, const std::string& generation, int mode,
                                            int format) {
-  if (mode < DT_PS_SAVE_FULL || mode > DT_PS_SAVE_DELTA || format < DT_PS_FORMAT_BINARY || format > DT_PS_FORMAT_TEXT)
-    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': unknown save mode " + std::to_string(mode) +
-                                        " or format " + std::to_string(format));
-  if (!safe_name(generation))
-    sdk::fail(DT_ERR_INVALID_USAGE, "table '" + desc_.name + "': bad save generation '" + generation + "'");
-  const std::string name = part_file_name(generation, server_, sh_.num_servers, format);
+  const std::string name = save_part_name(desc_.name, generation, server_, sh_.num_servers, mode, format);
   const bool full = mode == DT_PS_SAVE_FULL, delta = mode == DT_PS_SAVE_DELTA;
   const uint64_t st = full ? state_ : 0;
   try {
     AtomicWriter out(dir, name);
-    PartHeader h;
-    h.kind = DT_PS_TABLE_SPARSE;
-    h.optimizer = static_cast<uint32_t>(desc_.optimizer);
-    h.save_mode = static_cast<uint32_t>(mode);
-    h.server = static_cast<uint32_t>(server_);
-    h.num_servers = static_cast<uint32_t>(sh_.num_servers);
-    h.state = static_cast<uint32_t>(st);
-    h.dim = dim_;
+    PartHeader h = PartHeader::of(DT_PS_TABLE_SPARSE, desc_.optimizer, mode, server_, sh_.num_servers, st, dim_);
     char hb[PartHeader::kBytes];
     const bool binary = format == DT_PS_FORMAT_BINARY;
     if (binary) {
@@ -144,30 +132,12 @@ void SparseTable::read_part(const Manifest& m, const std::string& dir, const std
   };
   FileReader r(path);
   if (m.format == DT_PS_FORMAT_BINARY) {
-    char hb[PartHeader::kBytes];
-    if (r.size() < sizeof hb) fail_file(path, "truncated: " + std::to_string(r.size()) + " bytes, no header");
-    r.read(hb, sizeof hb);
-    const PartHeader h = PartHeader::decode(hb, path);
-    auto mismatch = [&](const std::string& field, const std::string& here, const std::string& there) {
-      sdk::fail(DT_ERR_INVALID_USAGE, path + ": " + field + " is " + here + ", expected " + there);
-    };
-    if (h.kind != DT_PS_TABLE_SPARSE) mismatch("kind", kind_name(h.kind), "sparse (the MANIFEST's)");
-    if (h.dim != m.dim) mismatch("dim", std::to_string(h.dim), std::to_string(m.dim) + " (the MANIFEST's)");
-    if (h.save_mode != static_cast<uint32_t>(m.mode))
-      mismatch("mode", save_mode_name(h.save_mode), std::string(save_mode_name(m.mode)) + " (the MANIFEST's)");
-    if (h.optimizer != static_cast<uint32_t>(m.optimizer))
-      mismatch("optimizer", optimizer_name(h.optimizer),
-               std::string(optimizer_name(m.optimizer)) + " (the MANIFEST's)");
-    if (h.state != nstate)
-      mismatch("state", std::to_string(h.state) + " floats per row",
-               std::to_string(nstate) + " for a " + save_mode_name(m.mode) + " save of " +
-                   optimizer_name(desc_.optimizer) + " rows of dim " + std::to_string(dim_));
     const uint64_t rec = kRecordHead + 4 * (dim_ + nstate);
-    const uint64_t expect = sizeof hb + h.count * rec + 8;
-    if (r.size() != expect)
-      fail_file(path, (r.size() < expect ? "truncated: " : "has trailing bytes: ") + std::to_string(r.size()) +
-                          " bytes, expected " + std::to_string(expect) + " for " + std::to_string(h.count) +
-                          " rows of " + std::to_string(rec) + " bytes");
+    const PartHeader h =
+        read_part_header(r, m, static_cast<uint32_t>(nstate),
+                         std::to_string(nstate) + " floats per row for a " + save_mode_name(m.mode) + " save of " +
+                             optimizer_name(desc_.optimizer) + " rows of dim " + std::to_string(dim_),
+                         rec, "rows of " + std::to_string(rec) + " bytes");
     constexpr uint64_t kChunk = 4096;
     std::vector<char> buf;
     std::vector<float> vals(dim_ + nstate);

@@ -115,6 +115,11 @@ class PsClient {
   std::shared_ptr<Op> new_op(const std::string& what, int parts, const Opts& o, uint64_t payload_bytes = UINT64_MAX);
   // Queues part `call` of op to server s.
   void run(const std::shared_ptr<Op>& op, int s, Call call);
+  // `rpc(ctx, server, req)` to every server, after t's declaration and last
+  // push; later pulls of t wait for it.
+  template <typename Rpc>
+  std::shared_ptr<sdk::Work> every_server(ClientTable& t, const std::string& what,
+                                          std::shared_ptr<const TableRequest> req, const Opts& o, Rpc rpc);
   // One unary call in raw bytes of an op, and what to do with its reply
   // (may throw sdk::Error, named after the server).
   struct UnaryPart {

@@ -30,6 +30,15 @@ void check_f32(const char* op, const std::string& table, uint64_t count, uint64_
                                         std::to_string(count) + " values, " + std::to_string(want) + " expected");
 }
 
+// A request naming this worker and a table, as Save, Load and Shrink take.
+template <typename Request>
+std::shared_ptr<Request> table_request(int worker, const std::string& table) {
+  auto req = std::make_shared<Request>();
+  req->set_worker(worker);
+  req->set_table(table);
+  return req;
+}
+
 }  // namespace
 
 std::shared_ptr<sdk::Work> PsClient::declare(const sdk::TableDesc& desc, uint32_t* id, const Opts& o) {
@@ -331,9 +340,7 @@ std::shared_ptr<sdk::Work> PsClient::save(uint32_t id, const std::string& dir, i
   auto op = new_op("a save of table '" + t.desc.name + "' to " + dir, num_servers_, o);
   op->after = {t.declared, t.last_push};
   auto files = std::make_shared<std::vector<std::vector<std::string>>>(num_servers_);
-  auto req = std::make_shared<SaveRequest>();
-  req->set_worker(rank_);
-  req->set_table(t.desc.name);
+  auto req = table_request<SaveRequest>(rank_, t.desc.name);
   req->set_dir(dir);
   req->set_mode(mode);
   req->set_format(format);
@@ -361,38 +368,37 @@ std::shared_ptr<sdk::Work> PsClient::save(uint32_t id, const std::string& dir, i
   return submit(op);
 }
 
+template <typename Rpc>
+std::shared_ptr<sdk::Work> PsClient::every_server(ClientTable& t, const std::string& what,
+                                                  std::shared_ptr<const TableRequest> req, const Opts& o, Rpc rpc) {
+  auto op = new_op(what, num_servers_, o);
+  op->after = {t.declared, t.last_push};
+  for (int s = 0; s < num_servers_; ++s)
+    run(op, s, [req, rpc](grpc::ClientContext& ctx, Server& srv) { return rpc(ctx, srv, *req); });
+  t.last_push = op;
+  return submit(op);
+}
+
 std::shared_ptr<sdk::Work> PsClient::load(uint32_t id, const std::string& dir, const Opts& o) {
   ClientTable& t = table(id, -1, "ps_load");
-  auto op = new_op("a load of table '" + t.desc.name + "' from " + dir, num_servers_, o);
-  op->after = {t.declared, t.last_push};
-  auto req = std::make_shared<TableRequest>();
-  req->set_worker(rank_);
-  req->set_table(t.desc.name);
+  auto req = table_request<TableRequest>(rank_, t.desc.name);
   req->set_dir(dir);
-  for (int s = 0; s < num_servers_; ++s)
-    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
-      Empty reply;
-      return srv.stub().Load(&ctx, *req, &reply);
-    });
-  t.last_push = op;  // later pulls see the loaded values
-  return submit(op);
+  return every_server(t, "a load of table '" + t.desc.name + "' from " + dir, req, o,
+                      [](grpc::ClientContext& ctx, Server& srv, const TableRequest& r) {
+                        Empty reply;
+                        return srv.stub().Load(&ctx, r, &reply);
+                      });
 }
 
 std::shared_ptr<sdk::Work> PsClient::shrink(uint32_t id, uint32_t flags, const Opts& o) {
   ClientTable& t = table(id, DT_PS_TABLE_SPARSE, "ps_shrink");
-  auto op = new_op("a shrink of table '" + t.desc.name + "'", num_servers_, o);
-  op->after = {t.declared, t.last_push};
-  auto req = std::make_shared<TableRequest>();
-  req->set_worker(rank_);
-  req->set_table(t.desc.name);
+  auto req = table_request<TableRequest>(rank_, t.desc.name);
   req->set_flags(flags);
-  for (int s = 0; s < num_servers_; ++s)
-    run(op, s, [req](grpc::ClientContext& ctx, Server& srv) {
-      ShrinkReply reply;
-      return srv.stub().Shrink(&ctx, *req, &reply);
-    });
-  t.last_push = op;
-  return submit(op);
+  return every_server(t, "a shrink of table '" + t.desc.name + "'", req, o,
+                      [](grpc::ClientContext& ctx, Server& srv, const TableRequest& r) {
+                        ShrinkReply reply;
+                        return srv.stub().Shrink(&ctx, r, &reply);
+                      });
 }
 
 std::shared_ptr<sdk::Work> PsClient::barrier(const Opts& o) {

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -11,15 +13,33 @@
 namespace dtrain::fleet {
 
 class DataParallel;
+class ShardedParameters;
 
 // The distributed models of a job and the micro-step they are armed for,
 // shared by the fleet context and every DistributedOptimizer, so a model made
-// distributed after the optimizer is wrapped is stepped too.
+// distributed after the optimizer is wrapped is stepped too. add() records
+// what the optimizer needs of a model once: its parameters' names and, for a
+// sharded model, the shard that stands for each parameter (the model's
+// ShardedParameters stays their owner). Not thread-safe: the training thread's.
 struct ModelSet {
   std::vector<std::shared_ptr<DataParallel>> models;
   int64_t next_step = 0;  // the micro-step the next backward belongs to
   // Registers a model and arms it for next_step.
   void add(std::shared_ptr<DataParallel> model);
+  // The shard a sharded model steps in place of parameter p; else undefined.
+  ::torch::Tensor shard_of(const ::torch::Tensor& p) const;
+  // p's dotted name in its model ("" for a tensor of no registered model).
+  std::string name_of(const ::torch::Tensor& p) const;
+  // Sums values over the ranks (the first sharded model's shard group, else
+  // the first model's communicator; nothing without a model). Collective.
+  void sum_over_ranks(std::vector<double>& values) const;
+  // Whether a registered model is sharded (its ranks then hold 1/N state).
+  bool sharded() const { return sharding_ != nullptr; }
+
+ private:
+  std::unordered_map<const void*, ::torch::Tensor> shards_;
+  std::unordered_map<const void*, std::string> names_;
+  ShardedParameters* sharding_ = nullptr;  // the first sharded model's, owned by it
 };
 
 // What distributed_optimizer() returns: the user's optimizer, stepped the way
@@ -84,7 +104,6 @@ class DistributedOptimizer {
  private:
   void use_shards();
   bool found_inf_anywhere(const std::vector<::torch::Tensor>& params);
-  void sum_over_ranks(std::vector<double>& values);
 
   std::shared_ptr<::torch::optim::Optimizer> inner_;
   Strategy strategy_;

@@ -161,6 +161,23 @@ class Communicator {
   }
 };
 
+// Declares, inside a Communicator subclass, the overrides of every collective
+// and point-to-point op, for a transport that implements them all (gloo, ucx,
+// nccl). The definitions are the plugin's.
+#define DTRAIN_SDK_COMMUNICATOR_OPS                                                                                  \
+  std::shared_ptr<::dtrain::sdk::Work> allreduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o)        \
+      override;                                                                                                      \
+  std::shared_ptr<::dtrain::sdk::Work> broadcast(const Buf& buf, const Opts& o) override;                            \
+  std::shared_ptr<::dtrain::sdk::Work> allgather(const Buf& send, const Buf& recv, const Opts& o) override;          \
+  std::shared_ptr<::dtrain::sdk::Work> reduce_scatter(const Buf& send, const Buf& recv, int32_t op, const Opts& o)   \
+      override;                                                                                                      \
+  std::shared_ptr<::dtrain::sdk::Work> reduce(const Buf& send, const Buf& recv, int32_t op, const Opts& o) override; \
+  std::shared_ptr<::dtrain::sdk::Work> alltoall(const Buf& send, const Buf& recv, const Opts& o) override;           \
+  std::shared_ptr<::dtrain::sdk::Work> barrier(const Opts& o) override;                                              \
+  std::shared_ptr<::dtrain::sdk::Work> send(const Buf& buf, int32_t peer, const Opts& o) override;                   \
+  std::shared_ptr<::dtrain::sdk::Work> recv(const Buf& buf, int32_t peer, const Opts& o) override;                   \
+  void abort(const std::string& reason) override
+
 namespace detail {
 
 struct CommHandle {

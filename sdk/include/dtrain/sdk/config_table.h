@@ -43,6 +43,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -216,5 +217,21 @@ class ConfigTable {
   std::vector<std::string> docs_;  // each key's doc and bound, as the C array shows it
   std::vector<dt_config_key_v1_t> abi_;
 };
+
+// A key whose text names one of an enum's values: the value of `text` in
+// `names`; an unknown name fails (invalid usage) naming the key and the names
+// it accepts.
+template <typename E>
+E parse_name(const std::string& key, const std::string& text, std::initializer_list<std::pair<const char*, E>> names) {
+  std::string known;
+  size_t i = 0;
+  for (const auto& [name, value] : names) {
+    if (text == name) return value;
+    if (i > 0) known += i + 1 == names.size() ? " or " : ", ";
+    known += std::string("\"") + name + "\"";
+    ++i;
+  }
+  fail(DT_ERR_INVALID_USAGE, key + " = \"" + text + "\" is not known; use " + known);
+}
 
 }  // namespace dtrain::sdk

@@ -327,12 +327,20 @@ class CudaStaged : public Comm {
     return o;
   }
 
-  std::shared_ptr<Work> allreduce(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
-    if (!Staging::any_cuda({&s, &r})) return Comm::allreduce(s, r, op, o);
+  // op(send, recv, opts) on host copies where either buffer is on a device:
+  // send copied in, recv copied back after the op when copy_back.
+  template <typename Op>
+  std::shared_ptr<Work> staged_pair(const Buf& s, const Buf& r, const Opts& o, bool copy_back, Op op) {
+    if (!Staging::any_cuda({&s, &r})) return op(s, r, o);
     Staging st(pool());
     auto hs = st.stage(s, true, false);
-    auto hr = st.stage(r, false, true);
-    return st.finish(Comm::allreduce(hs, hr, op, queued(o)));
+    auto hr = st.stage(r, false, copy_back);
+    return st.finish(op(hs, hr, queued(o)));
+  }
+
+  std::shared_ptr<Work> allreduce(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
+    return staged_pair(s, r, o, true,
+                       [&](const Buf& a, const Buf& b, const Opts& x) { return Comm::allreduce(a, b, op, x); });
   }
   std::shared_ptr<Work> broadcast(const Buf& b, const Opts& o) override {
     if (!Staging::any_cuda({&b})) return Comm::broadcast(b, o);
@@ -342,32 +350,20 @@ class CudaStaged : public Comm {
     return st.finish(Comm::broadcast(hb, queued(o)));
   }
   std::shared_ptr<Work> allgather(const Buf& s, const Buf& r, const Opts& o) override {
-    if (!Staging::any_cuda({&s, &r})) return Comm::allgather(s, r, o);
-    Staging st(pool());
-    auto hs = st.stage(s, true, false);
-    auto hr = st.stage(r, false, true);
-    return st.finish(Comm::allgather(hs, hr, queued(o)));
+    return staged_pair(s, r, o, true,
+                       [&](const Buf& a, const Buf& b, const Opts& x) { return Comm::allgather(a, b, x); });
   }
   std::shared_ptr<Work> reduce_scatter(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
-    if (!Staging::any_cuda({&s, &r})) return Comm::reduce_scatter(s, r, op, o);
-    Staging st(pool());
-    auto hs = st.stage(s, true, false);
-    auto hr = st.stage(r, false, true);
-    return st.finish(Comm::reduce_scatter(hs, hr, op, queued(o)));
+    return staged_pair(s, r, o, true,
+                       [&](const Buf& a, const Buf& b, const Opts& x) { return Comm::reduce_scatter(a, b, op, x); });
   }
   std::shared_ptr<Work> reduce(const Buf& s, const Buf& r, int32_t op, const Opts& o) override {
-    if (!Staging::any_cuda({&s, &r})) return Comm::reduce(s, r, op, o);
-    Staging st(pool());
-    auto hs = st.stage(s, true, false);
-    auto hr = st.stage(r, false, o.root == rank_);
-    return st.finish(Comm::reduce(hs, hr, op, queued(o)));
+    return staged_pair(s, r, o, o.root == rank_,
+                       [&](const Buf& a, const Buf& b, const Opts& x) { return Comm::reduce(a, b, op, x); });
   }
   std::shared_ptr<Work> alltoall(const Buf& s, const Buf& r, const Opts& o) override {
-    if (!Staging::any_cuda({&s, &r})) return Comm::alltoall(s, r, o);
-    Staging st(pool());
-    auto hs = st.stage(s, true, false);
-    auto hr = st.stage(r, false, true);
-    return st.finish(Comm::alltoall(hs, hr, queued(o)));
+    return staged_pair(s, r, o, true,
+                       [&](const Buf& a, const Buf& b, const Opts& x) { return Comm::alltoall(a, b, x); });
   }
   std::shared_ptr<Work> send(const Buf& b, int32_t peer, const Opts& o) override {
     if (!Staging::any_cuda({&b})) return Comm::send(b, peer, o);

@@ -57,6 +57,10 @@ inline void require_cpu(const dt_buffer_v1_t& b, const char* backend) {
   if (b.device_type != DT_DEVICE_CPU)
     fail(DT_ERR_NOT_SUPPORTED, std::string(backend) + " backend works on CPU buffers only");
 }
+inline void require_cpu(const dt_buffer_v1_t& send, const dt_buffer_v1_t& recv, const char* backend) {
+  require_cpu(send, backend);
+  require_cpu(recv, backend);
+}
 
 namespace detail {
 // Runs f (which returns a dt_status_t) and turns what it throws into a

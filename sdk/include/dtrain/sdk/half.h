@@ -9,6 +9,17 @@
 
 namespace dtrain::sdk {
 
+inline float float_of_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline uint32_t bits_of_float(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  return x;
+}
+
 inline float half_to_float(uint16_t h) {
   uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
   if (exp == 0) {
@@ -28,14 +39,11 @@ inline float half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return float_of_bits(bits);
 }
 
 inline uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  const uint32_t x = bits_of_float(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
   uint32_t man = x & 0x7fffffu;
@@ -55,16 +63,10 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-inline float bf16_to_float(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+inline float bf16_to_float(uint16_t b) { return float_of_bits(static_cast<uint32_t>(b) << 16); }
 
 inline uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
+  uint32_t x = bits_of_float(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // NaN stays NaN
   x += 0x7fffu + ((x >> 16) & 1);
   return static_cast<uint16_t>(x >> 16);
