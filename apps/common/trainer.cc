@@ -95,12 +95,6 @@ void config_error(const Config& c, const std::string& key, const std::string& ms
   throw ConfigError(loc.file, loc.line, loc.column, key, msg);
 }
 
-int64_t positive(const Config& c, const std::string& key) {
-  int64_t v = c.get_int(key);
-  if (v < 1) config_error(c, key, "must be >= 1, got " + std::to_string(v));
-  return v;
-}
-
 std::string hms(double s) {
   if (!(s >= 0) || s > 1e7) return "-";
   int64_t t = static_cast<int64_t>(s + 0.5);

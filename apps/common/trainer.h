@@ -34,8 +34,8 @@ namespace dtrain::apps {
 // bound to TrainOptions' fields: each key is declared once, by trainer_table(),
 // and its default is the field's initializer below. An app cannot declare a
 // trainer key again (ConfigSchema::add refuses it); reading a job gives a
-// typed TrainOptions (Trainer::opts_), and other read sites call the getters
-// without a fallback.
+// typed TrainOptions (Trainer::opts_). Each app's own keys have the same
+// form (ClsOptions and cls_table(), ...): nothing reads a key by its name.
 struct TrainOptions {
   int64_t epochs = 10, batch_size = 128, eval_batch_size = 500;
   std::string optimizer = "momentum";  // momentum (SGD) | adam
@@ -72,8 +72,6 @@ Config load_job_config(const std::string& path, const std::vector<std::string>& 
 
 // ConfigError at the key's file:line.
 [[noreturn]] void config_error(const Config& c, const std::string& key, const std::string& msg);
-// An integer key that must be >= 1 (its default comes from the schema).
-int64_t positive(const Config& c, const std::string& key);
 // "h:mm:ss", or "-" for an unknown duration.
 std::string hms(double seconds);
 // One line to stdout, flushed (the launcher's workerlog.N).
@@ -194,8 +192,8 @@ int run_guarded(const std::string& prefix, const std::function<int()>& body);
 using LoadJob = Config (*)(const std::string&, const std::vector<std::string>&);
 
 // The job file and `-o key=value` (one pair each, repeatable) of an app's
-// command (train, predict, render, ...), added to cli before the command's
-// own options so that the job is its first positional argument.
+// command (train, predict, render, ...). A command with positional arguments
+// of its own makes this before adding them, so that the job comes first.
 class JobCommand {
  public:
   JobCommand(CLI::App& cli, const std::string& job_doc, const std::string& override_doc);

@@ -306,9 +306,9 @@ class OcrTrainer : public Trainer {
     heldout_ = d.heldout;
     log_line("data: " + d.describe + fmt::format(", dictionary {} characters", dict_->size()));
     augment_ = normalisation();
-    opts_ = ocr_table().read(cfg_);
-    metric_.ignore_space = opts_.ignore_space;
-    metric_.filter = opts_.filter;
+    ocr_opts_ = ocr_table().read(cfg_);
+    metric_.ignore_space = ocr_opts_.ignore_space;
+    metric_.filter = ocr_opts_.filter;
     net_ = model_from(cfg_, train_set_->channels(), int(dict_->num_classes()), &described_);
     model_ = net_.ptr();
   }
@@ -360,9 +360,9 @@ class OcrTrainer : public Trainer {
     for (size_t i = size_t(rank_); i < set->size(); i += size_t(world_)) idx.push_back(i);
     ocr::TextMetric m = metric_;
     double loss_sum = 0;
-    int pictures = rank_ == 0 ? int(opts_.pictures) : 0;
-    int mistakes = rank_ == 0 && final_eval ? int(opts_.mistakes) : 0;
-    std::string pic_dir = opts_.picture_dir;
+    int pictures = rank_ == 0 ? int(ocr_opts_.pictures) : 0;
+    int mistakes = rank_ == 0 && final_eval ? int(ocr_opts_.mistakes) : 0;
+    std::string pic_dir = ocr_opts_.picture_dir;
     if (pic_dir.empty()) pic_dir = (fs::path(cfg_.get_string("checkpoint.dir")) / "pictures").string();
     std::vector<std::string> shown, wrong;
     if (!idx.empty()) {
@@ -416,7 +416,7 @@ class OcrTrainer : public Trainer {
     return fmt::format("{} ('{}' -> '{}')", path, label, pred);
   }
 
-  OcrOptions opts_;
+  OcrOptions ocr_opts_;
   std::unique_ptr<CharDict> dict_;
   std::shared_ptr<Dataset> heldout_;
   ocr::TextMetric metric_;

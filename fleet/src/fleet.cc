@@ -123,7 +123,7 @@ std::shared_ptr<DataParallel> distributed_model(std::shared_ptr<::torch::nn::Mod
         "dtrain::fleet::distributed_model is for collective jobs; in a parameter-server job (init(false)) put the "
         "model's weights on the servers with ps_optimizer() / DenseParameters and SparseEmbedding");
   if (!model) throw InvalidUsage("dtrain::fleet::distributed_model: the model is null");
-  for (auto& m : s.models->models)
+  for (auto& m : s.models->models())
     if (m->module() == model) throw InvalidUsage("dtrain::fleet::distributed_model: this model is already distributed");
   auto dp = std::make_shared<DataParallel>(std::move(model), s.job.comm, s.strategy);
   s.models->add(dp);

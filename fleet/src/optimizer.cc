@@ -20,7 +20,7 @@ void ModelSet::add(std::shared_ptr<DataParallel> model) {
       if (i >= 0) shards_[p.unsafeGetTensorImpl()] = sp->shard(static_cast<size_t>(i));
     }
   }
-  models.push_back(std::move(model));
+  models_.push_back(std::move(model));
 }
 
 ::torch::Tensor ModelSet::shard_of(const ::torch::Tensor& p) const {
@@ -35,7 +35,7 @@ std::string ModelSet::name_of(const ::torch::Tensor& p) const {
 
 void ModelSet::sum_over_ranks(std::vector<double>& values) const {
   if (sharding_) return sharding_->allreduce_sum(values);
-  if (!models.empty()) models[0]->allreduce_sum(values);
+  if (!models_.empty()) models_[0]->allreduce_sum(values);
 }
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> inner, StrategyOptions strategy,
@@ -78,7 +78,7 @@ bool DistributedOptimizer::found_inf_anywhere(const std::vector<::torch::Tensor>
 
 bool DistributedOptimizer::step() {
   const int64_t s = models_->next_step;
-  for (auto& m : models_->models) m->end_backward(s);
+  for (auto& m : models_->models()) m->end_backward(s);
   stepped_ = strategy_.optimizer_step_at(s);
   skipped_ = false;
   if (stepped_) {
@@ -106,7 +106,7 @@ bool DistributedOptimizer::step() {
         last_norm_ = clip_grad_global_norm(params, clip_, reduce);
       }
       inner_->step();
-      for (auto& m : models_->models) m->after_optimizer_step(s);
+      for (auto& m : models_->models()) m->after_optimizer_step(s);
     }
   }
   set_next_step(s + 1);
@@ -119,12 +119,12 @@ void DistributedOptimizer::zero_grad() {
 
 void DistributedOptimizer::set_next_step(int64_t step) {
   models_->next_step = step;
-  for (auto& m : models_->models) m->begin_step(step);
+  for (auto& m : models_->models()) m->begin_step(step);
 }
 
 SyncStats DistributedOptimizer::stats() const {
   SyncStats s;
-  for (auto& m : models_->models) {
+  for (auto& m : models_->models()) {
     SyncStats one = m->stats();
     s.wait_seconds += one.wait_seconds;
     s.allreduces += one.allreduces;
@@ -134,7 +134,7 @@ SyncStats DistributedOptimizer::stats() const {
 }
 
 void DistributedOptimizer::reset_stats() {
-  for (auto& m : models_->models) m->reset_stats();
+  for (auto& m : models_->models()) m->reset_stats();
 }
 
 }  // namespace dtrain::fleet

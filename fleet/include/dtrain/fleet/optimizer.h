@@ -21,11 +21,11 @@ class ShardedParameters;
 // what the optimizer needs of a model once: its parameters' names and, for a
 // sharded model, the shard that stands for each parameter (the model's
 // ShardedParameters stays their owner). Not thread-safe: the training thread's.
-struct ModelSet {
-  std::vector<std::shared_ptr<DataParallel>> models;
-  int64_t next_step = 0;  // the micro-step the next backward belongs to
-  // Registers a model and arms it for next_step.
+class ModelSet {
+ public:
+  // Registers a model and arms it for next_step; add() is the one way in.
   void add(std::shared_ptr<DataParallel> model);
+  const std::vector<std::shared_ptr<DataParallel>>& models() const { return models_; }
   // The shard a sharded model steps in place of parameter p; else undefined.
   ::torch::Tensor shard_of(const ::torch::Tensor& p) const;
   // p's dotted name in its model ("" for a tensor of no registered model).
@@ -36,7 +36,10 @@ struct ModelSet {
   // Whether a registered model is sharded (its ranks then hold 1/N state).
   bool sharded() const { return sharding_ != nullptr; }
 
+  int64_t next_step = 0;  // the micro-step the next backward belongs to
+
  private:
+  std::vector<std::shared_ptr<DataParallel>> models_;
   std::unordered_map<const void*, ::torch::Tensor> shards_;
   std::unordered_map<const void*, std::string> names_;
   ShardedParameters* sharding_ = nullptr;  // the first sharded model's, owned by it
