@@ -144,6 +144,8 @@ class Trainer {
   // mean/std. `what` follows the shape in "input" (" grey text lines").
   std::string input_json(const std::string& what = "") const;
 
+  // The trainer's keys as the job set them (read once, before build()).
+  const TrainOptions& train_options() const { return opts_; }
   // Averages BatchNorm statistics across workers; every worker calls it.
   void sync_buffers() { dp_->average_buffers(); }
   // This worker's share of eval_set (indices rank, rank + world, ...), in order.

@@ -346,7 +346,7 @@ class OcrTrainer : public Trainer {
   }
 
   void evaluate() override {
-    const TrainOptions train = trainer_table().read(cfg_);
+    const TrainOptions& train = train_options();
     bool final_eval =
         state_.epoch + 1 >= train.epochs || (train.max_steps > 0 && state_.global_step >= train.max_steps);
     evaluate_set(eval_set_, "test", final_eval);
