@@ -5,7 +5,10 @@
 //   dtrain-bench training apps/cls.toml     (execs dtrain-bench-training, built with libtorch)
 //   dtrain-bench training ctr               (execs dtrain-bench-ctr: the CTR app per PS mode)
 //   dtrain-bench memory                     (execs dtrain-bench-memory: sharding stages 1-3 and recompute)
-//   dtrain-bench ps                         (the PS backend against raw gRPC and Redis; built with gRPC + hiredis)
+//   dtrain-bench store                      (execs dtrain-bench-store: the join at 1,024-8,192 ranks vs c10d's
+//   TCPStore) dtrain-bench launch                     (execs dtrain-bench-launch: 2-32 ranks, time to the first
+//   all-reduce) dtrain-bench ps                         (the PS backend against raw gRPC and Redis; built with gRPC +
+//   hiredis)
 
 #include <unistd.h>
 
@@ -24,13 +27,14 @@
 #endif
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "memory") {
-    // Per-rank memory of the large-model strategies (bench/memory.cc, built with libtorch).
-    std::string exe = dtrain::bench::dir_of(dtrain::bench::self_exe()) + "/dtrain-bench-memory";
+  const std::string sub = argc > 1 ? argv[1] : "";
+  if (sub == "memory" || sub == "store" || sub == "launch") {
+    // Per-rank memory of the large-model strategies (bench/memory.cc, built with libtorch);
+    // the store's join at thousands of ranks (bench/store.cc); the launcher at 2-32 ranks (bench/launch.cc).
+    std::string exe = dtrain::bench::dir_of(dtrain::bench::self_exe()) + "/dtrain-bench-" + argv[1];
     argv[1] = const_cast<char*>(exe.c_str());
     execv(exe.c_str(), argv + 1);
-    std::fprintf(stderr, "dtrain-bench: cannot run %s: %s (it is built only when libtorch is installed)\n", exe.c_str(),
-                 std::strerror(errno));
+    std::fprintf(stderr, "dtrain-bench: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
     return 2;
   }
   if (argc > 1 && std::string(argv[1]) == "training") {

@@ -1,16 +1,19 @@
 // `dtrain-bench ps`: the parent. Starts the PS servers, the raw-gRPC echo
 // servers and redis-server, then the workers (every one a process), collects
 // the workers' trials from the store and prints the table.
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -153,6 +156,9 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
                                                    "as hash fields, pipelined HMGET / HSET of 512 keys per command, "
                                                    "dense as GET / SET"
                                                  : redis_note);
+  if (o.pin)
+    fmt::print("# pinned: server s and its gRPC echo server on CPU s, worker w on CPU {} + w (of {})\n", o.servers,
+               std::thread::hardware_concurrency());
   std::fflush(stdout);
 
   std::string token = make_job_token();
@@ -165,9 +171,13 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
       client.set("redis/" + std::to_string(s), std::to_string(redis.back()->port()));
     }
   std::string self = self_exe();
+  // --pin: server s (and its echo server) on CPU s, worker w on CPU servers + w.
+  const int ncpu_pin = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto env = [&](const std::string& role, int i) {
-    return std::vector<std::string>{fmt::format("{}={}:{}:{}:{}", kRoleEnv, role, i, server.host(), server.port()),
-                                    fmt::format("{}={}", kTokenEnv, token)};
+    std::vector<std::string> e{fmt::format("{}={}:{}:{}:{}", kRoleEnv, role, i, server.host(), server.port()),
+                               fmt::format("{}={}", kTokenEnv, token)};
+    if (o.pin) e.push_back(fmt::format("DTRAIN_BENCH_CPU={}", (role == "worker" ? o.servers + i : i) % ncpu_pin));
+    return e;
   };
   std::vector<Child> servers, workers;
   for (int s = 0; s < o.servers; ++s) {
@@ -204,6 +214,13 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
 }
 
 int child_main(const PsBenchOptions& o, const std::string& spec) {
+  if (const char* cpu = std::getenv("DTRAIN_BENCH_CPU")) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(std::atoi(cpu), &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0)
+      throw IoError(fmt::format("cannot pin to CPU {}: {}", cpu, std::strerror(errno)));
+  }
   // spec: role:index:host:port
   std::vector<std::string> f;
   std::stringstream ss(spec);
@@ -246,6 +263,9 @@ void add_ps_options(CLI::App* sub, PsBenchOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"pull", "push"}));
   sub->add_option("--option,-o", o.options, "backend option key=value (repeatable), e.g. channels=2");
+  sub->add_flag("--pin", o.pin,
+                "pin each server (with its gRPC echo server) and each worker to a core of its own: server s on CPU s, "
+                "worker w on CPU servers + w");
   sub->add_flag("--no-grpc", o.no_grpc, "leave out the raw-gRPC reference");
   sub->add_flag("--no-redis", o.no_redis, "leave out the Redis reference");
   sub->add_flag("--no-dtrain", o.no_dtrain, "run the references only (to profile them alone)")->group("");

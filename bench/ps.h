@@ -29,6 +29,7 @@ struct PsBenchOptions {
   std::vector<std::string> only;     // sparse, dense, latency ("" = all)
   std::vector<std::string> ops{"pull", "push"};
   bool no_grpc = false, no_redis = false;
+  bool pin = false;        // each server and worker on a core of its own
   bool no_dtrain = false;  // the references alone
   int time_limit_s = 1200;
   bool verbose = false;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -68,7 +69,9 @@ int main(int argc, char** argv) {
   app.add_option("--option", options, "backend option key=value (its TOML table), e.g. algorithm=ring");
   app.add_option("--large-count", o.large_count, "element count of the large cases")->capture_default_str();
   app.add_option("--filter", o.filter, "run only cases whose name contains this");
-  app.add_option("--timeout-s", timeout_s, "deadline of each op in seconds")->capture_default_str();
+  auto* timeout_opt = app.add_option("--timeout-s", timeout_s,
+                                     "deadline of each op in seconds; unset, it grows with the ranks per core")
+                          ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print every passing case");
   std::string device = "cpu";
   app.add_option("--device", device,
@@ -97,6 +100,22 @@ int main(int argc, char** argv) {
     }
     PluginRegistry registry(plugin_dirs);
     auto be = registry.load(backend);
+    RoleInfo role;
+    if (world == 0 && !ps_suite) role = resolve_role();
+    if (timeout_opt->count() == 0) {
+      // An oversubscribed machine (32 ranks on 2 cores) runs each op that many
+      // times slower; the default deadline follows, and says so.
+      int ranks = ps_suite ? 1 : world > 0 ? world : role.local_world_size;
+      int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      int scale = (ranks + cores - 1) / cores;
+      if (scale > 1) {
+        std::printf(
+            "dtrain-conformance: %d ranks on %d cores here (oversubscribed): each op's deadline is %d s, "
+            "not %d (--timeout-s sets it)\n",
+            ranks, cores, timeout_s * scale, timeout_s);
+        timeout_s *= scale;
+      }
+    }
     CommOptions base;
     base.config_toml = conformance::options_to_toml(options);
     base.timeout = std::chrono::seconds(timeout_s);
@@ -151,7 +170,6 @@ int main(int argc, char** argv) {
       jo.plugin_dirs = plugin_dirs;
       jo.timeout = base.timeout;
       jo.name = base.name;
-      RoleInfo role = resolve_role();
       world = role.world_size;
       o.cuda_device = parse_device(device, role.local_rank);
       Job job = join_job(jo, role);

@@ -90,6 +90,7 @@ void install_signals() {
 milliseconds seconds_ms(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 MachineOptions machine_options(const LaunchOptions& o) {
   MachineOptions m;
@@ -186,21 +187,6 @@ class JobRun {
     }
   }
 
-  NodeInfo wait_for_node(int n, Clock::time_point deadline) {
-    const std::string key = fmt::format("node/{}", n);
-    for (;;) {
-      if (g_signal)
-        throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
-      if (auto v = store_->try_get(key)) return NodeInfo::decode(text(*v), "launch/" + key);
-      if (Clock::now() > deadline)
-        throw TimeoutError(
-            fmt::format("machine {} of {} ({}) has not joined the job after {} s; start the same "
-                        "dtrain command there, or check `dtrain check`",
-                        n, nnodes(), o().ips.size() > static_cast<size_t>(n) ? o().ips[n] : "?", o().join_timeout_s));
-      std::this_thread::sleep_for(kPollInterval);
-    }
-  }
-
   void exchange_node_info() {
     NodeInfo me;
     me.node = node();
@@ -208,11 +194,28 @@ class JobRun {
     me.hostname = this_hostname();
     me.version = core_version();
     for (const Slot& s : p_.slots) (s.role == SlotRole::Worker ? me.workers : me.servers).push_back(s.endpoint);
-    store_->set(fmt::format("node/{}", node()), me.encode());
-    auto deadline = Clock::now() + seconds_ms(o().join_timeout_s);
+    auto joined = std::make_shared<PrefixStore>("join", store_);
+    publish_member(*joined, node(), nnodes(), bytes(me.encode()));
+    std::optional<MemberTable> infos;
+    try {
+      infos = read_members(*joined, nnodes(), seconds_ms(o().join_timeout_s), [] {
+        if (g_signal)
+          throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
+      });
+    } catch (const TimeoutError&) {
+      auto missing = missing_members(*joined, nnodes());
+      std::string names;
+      for (int n : missing)
+        names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", n,
+                             o().ips.size() > static_cast<size_t>(n) ? o().ips[n] : "?");
+      throw TimeoutError(fmt::format(
+          "machine{} {} of {} {} not joined the job after {} s; start the same "
+          "dtrain command there, or check `dtrain check`",
+          missing.size() > 1 ? "s" : "", names, nnodes(), missing.size() > 1 ? "have" : "has", o().join_timeout_s));
+    }
     p_.nodes.resize(nnodes());
     for (int n = 0; n < nnodes(); ++n) {
-      p_.nodes[n] = wait_for_node(n, deadline);
+      p_.nodes[n] = NodeInfo::decode(std::string((*infos)[n]), fmt::format("launch/join/member/{}", n));
       if (p_.nodes[n].version != me.version)
         throw InvalidUsage(
             fmt::format("machine {} ({}) runs dtrain {} but this one runs {}: install the same "

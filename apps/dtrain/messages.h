@@ -8,7 +8,7 @@
 
 namespace dtrain::launch {
 
-// One machine's dtrain at the start of the job (store key launch/node/<n>).
+// One machine's dtrain at the start of the job (store key launch/join/member/<n>, see publish_member).
 struct NodeInfo {
   int node = 0;
   std::string ip, hostname, version;

@@ -330,6 +330,81 @@ TYPED_TEST(StoreTest, PrefixStoreIsolatesKeys) {
   EXPECT_EQ(a.base(), base);
 }
 
+TYPED_TEST(StoreTest, MultiGetAnswersInOrderOnceEveryKeyExists) {
+  auto client = this->backend.client();
+  dtrain::PrefixStore prefixed("p", client);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    this->store().set("p/b", B("2"));
+  });
+  this->store().set("p/a", B("1"));
+  auto values = prefixed.multi_get({"b", "a", "b"}, 10s);
+  setter.join();
+  ASSERT_EQ(values.size(), 3u);
+  EXPECT_EQ(S(values[0]), "2");
+  EXPECT_EQ(S(values[1]), "1");
+  EXPECT_EQ(S(values[2]), "2");
+  try {
+    client->multi_get({"p/a", "missing"}, 50ms);
+    ADD_FAILURE() << "multi_get of a missing key returned";
+  } catch (const dtrain::TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'missing'"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("'p/a'")));
+  }
+}
+
+// publish_member/read_members: the launcher's join, each member on its own connection.
+TYPED_TEST(StoreTest, MembersReadOneTableWithEveryValue) {
+  constexpr int kMembers = 12;
+  std::vector<std::optional<dtrain::MemberTable>> seen(kMembers);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kMembers; ++i) {
+    threads.emplace_back([&, i, client = this->backend.client()] {
+      dtrain::PrefixStore join("join", client);
+      dtrain::publish_member(join, i, kMembers, B("endpoint-" + std::to_string(i)));
+      seen[i] = dtrain::read_members(join, kMembers, 10s);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kMembers; ++i) {
+    ASSERT_EQ(seen[i]->size(), size_t(kMembers)) << "member " << i;
+    for (int j = 0; j < kMembers; ++j) EXPECT_EQ((*seen[i])[j], "endpoint-" + std::to_string(j));
+  }
+  EXPECT_EQ(this->store().get_string("join/members/joined", 1s), std::to_string(kMembers));
+}
+
+TYPED_TEST(StoreTest, MembersTimeOutNamingTheMissingOnes) {
+  dtrain::PrefixStore join("join", this->backend.primary());
+  dtrain::publish_member(join, 1, 4, B("x"));
+  dtrain::publish_member(join, 2, 4, B("y"));
+  int slices = 0;
+  try {
+    dtrain::read_members(join, 4, 500ms, [&] { ++slices; });
+    ADD_FAILURE() << "read_members returned without members 0 and 3";
+  } catch (const dtrain::TimeoutError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("members 0, 3 of 4 have not joined"));
+  }
+  EXPECT_GE(slices, 2);
+  EXPECT_EQ(dtrain::missing_members(join, 4), (std::vector<int>{0, 3}));
+  EXPECT_THROW(dtrain::publish_member(join, 4, 4, B("z")), dtrain::InvalidUsage);
+}
+
+TEST(MemberTable, AMalformedTableIsInvalidUsageNotACrash) {
+  EXPECT_THROW(dtrain::MemberTable(Bytes{1, 0}, 1), dtrain::InvalidUsage);
+  EXPECT_THROW(dtrain::MemberTable(Bytes{1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 'a'}, 1), dtrain::InvalidUsage);
+  EXPECT_THROW(dtrain::MemberTable(Bytes{2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 'a', 'b'}, 2),
+               dtrain::InvalidUsage);
+  try {
+    dtrain::MemberTable(Bytes{2, 0, 0, 0, 0, 0, 0, 0}, 3);
+    ADD_FAILURE() << "a table of 2 read as 3";
+  } catch (const dtrain::InvalidUsage& e) {
+    EXPECT_THAT(e.what(), HasSubstr("lists 2 members, expected 3"));
+  }
+  dtrain::MemberTable ok(Bytes{2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 'h', 'i', '!'}, 2);
+  EXPECT_EQ(ok[0], "hi");
+  EXPECT_EQ(ok[1], "!");
+}
+
 TEST(PrefixStore, NullBaseIsInvalidUsage) { EXPECT_THROW(dtrain::PrefixStore("p", nullptr), dtrain::InvalidUsage); }
 
 // ---------------------------------------------------------------------------

@@ -303,6 +303,51 @@ TEST(TcpStore, SharedClientIsThreadSafe) {
   EXPECT_EQ(client.get_string("c", 1s), "8000");
 }
 
+// Held requests time out at their own deadlines, whatever order they came in.
+TEST(TcpStore, HeldRequestsExpireEachAtItsOwnDeadline) {
+  dtrain::TcpStoreServer server("127.0.0.1", 0, "t");
+  const int timeouts_ms[] = {600, 200, 400};
+  std::vector<int64_t> took(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i)
+    threads.emplace_back([&, i] {
+      dtrain::TcpStore c("127.0.0.1", server.port(), "t", 5s);
+      auto t0 = Clock::now();
+      EXPECT_THROW(c.multi_get({"never", "x"}, std::chrono::milliseconds(timeouts_ms[i])), dtrain::TimeoutError);
+      took[i] = ms_since(t0);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GE(took[i], timeouts_ms[i]) << "request " << i;
+    EXPECT_LT(took[i], timeouts_ms[i] + 1500) << "request " << i;
+  }
+}
+
+// Hundreds of clients on one server (the event loop's case): each publishes,
+// each reads the whole table, and a value many wait for reaches them all.
+TEST(TcpStore, HundredsOfClientsJoinAndReadTheTable) {
+  constexpr int kClients = 300;
+  dtrain::TcpStoreServer server("127.0.0.1", 0, "t");
+  std::vector<std::shared_ptr<dtrain::TcpStore>> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.push_back(std::make_shared<dtrain::TcpStore>("127.0.0.1", server.port(), "t", 5s));
+  std::atomic<int> woke{0};
+  std::vector<std::thread> waiters;
+  for (int t = 0; t < 4; ++t)
+    waiters.emplace_back([&, c = std::make_shared<dtrain::TcpStore>("127.0.0.1", server.port(), "t", 5s)] {
+      if (c->get_string("go", 10s) == "now") ++woke;
+    });
+  for (int i = 0; i < kClients; ++i) dtrain::publish_member(*clients[i], i, kClients, B(std::to_string(i * 7)));
+  clients.back()->set("go", B("now"));
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(woke.load(), 4);
+  for (int i = 0; i < kClients; i += 37) {
+    auto table = dtrain::read_members(*clients[i], kClients, 5s);
+    ASSERT_EQ(table.size(), size_t(kClients));
+    for (int j = 0; j < kClients; ++j) ASSERT_EQ(table[j], std::to_string(j * 7)) << "member " << j;
+  }
+}
+
 TEST(TcpStore, DeadButConnectedServerGivesIoErrorAfterGrace) {
   // A fake server that accepts the HELLO and then never answers again.
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -337,8 +382,8 @@ TEST(TcpStore, OversizedMessageClosesOnlyThatConnection) {
   dtrain::TcpStore good("127.0.0.1", server.port(), "tok", 5s);
   int fd = raw_connect(server.port());
   ASSERT_GE(fd, 0);
-  // HELLO: u8 op=1, u32 magic "DTS1", u32 version 1, str token.
-  std::vector<uint8_t> hello = {1, 'D', 'T', 'S', '1', 1, 0, 0, 0, 3, 0, 0, 0, 't', 'o', 'k'};
+  // HELLO: u8 op=1, u32 magic "DTS1", u32 version 2, str token.
+  std::vector<uint8_t> hello = {1, 'D', 'T', 'S', '1', 2, 0, 0, 0, 3, 0, 0, 0, 't', 'o', 'k'};
   std::vector<uint8_t> frame = {static_cast<uint8_t>(hello.size()), 0, 0, 0};
   frame.insert(frame.end(), hello.begin(), hello.end());
   ASSERT_EQ(::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL), ssize_t(frame.size()));

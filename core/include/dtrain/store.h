@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dtrain {
@@ -37,6 +39,9 @@ class Store {
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
   // Removes a key; returns whether it existed.
   virtual bool remove(const std::string& key) = 0;
+  // Blocks until every key exists, then returns their values in the order asked.
+  // The TCP store answers it in one round trip; the default calls get() per key.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   // Convenience for text values.
   void set(const std::string& key, const std::string& value) { set(key, Bytes(value.begin(), value.end())); }
@@ -58,6 +63,43 @@ class Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;     \
   bool remove(const std::string& key) override
 
+// A join written once, for the launcher and `dtrain-bench store`: `count`
+// members each publish one value, and every member reads all of them. The
+// member whose publication completes the set assembles the values into one
+// key, so each member reads the table with one request, not `count`, and the
+// store serves `count` reads of it instead of count x count. The keys
+// ("member/<i>", "members/joined", "members/table") are the store's own: give
+// each join a PrefixStore of its own.
+void publish_member(Store& store, int index, int count, const Bytes& value);
+// The members' values by index, as read: one buffer ("u32 n, u32 offsets[n+1],
+// the values end to end"), indexed in place, not copied per member.
+class MemberTable {
+ public:
+  MemberTable(Bytes encoded, int count);  // throws InvalidUsage on a malformed table
+  size_t size() const { return n_; }
+  // A view into this table (valid while it lives).
+  std::string_view operator[](size_t i) const {
+    size_t a = offset(i), b = offset(i + 1);
+    return {reinterpret_cast<const char*>(data_.data()) + values_ + a, b - a};
+  }
+
+ private:
+  size_t u32_at(size_t pos) const {
+    const uint8_t* p = data_.data() + pos;
+    return size_t(p[0]) | size_t(p[1]) << 8 | size_t(p[2]) << 16 | size_t(p[3]) << 24;
+  }
+  size_t offset(size_t i) const { return u32_at(4 + 4 * i); }
+  Bytes data_;
+  size_t n_ = 0, values_ = 0;  // member count, where the values start
+};
+// Blocks until the table exists and returns the values by index. `between` runs
+// about every 200 ms while waiting (it may throw to give up, e.g. on a signal).
+// After `timeout` throws TimeoutError naming the members not yet published.
+MemberTable read_members(Store& store, int count, std::chrono::milliseconds timeout,
+                         const std::function<void()>& between = {});
+// The indices of the members that have not published (after a timeout).
+std::vector<int> missing_members(Store& store, int count);
+
 // In-process store (threads of one process, tests). Thread-safe.
 class MemoryStore : public Store {
  public:
@@ -75,10 +117,17 @@ class PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
   DTRAIN_STORE_OPS;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   const std::shared_ptr<Store>& base() const { return base_; }
 
  private:
   std::string k(const std::string& key) const { return prefix_ + "/" + key; }
+  std::vector<std::string> k(const std::vector<std::string>& keys) const {
+    std::vector<std::string> full;
+    full.reserve(keys.size());
+    for (const auto& key : keys) full.push_back(k(key));
+    return full;
+  }
   std::string prefix_;
   std::shared_ptr<Store> base_;
 };
@@ -128,6 +177,7 @@ class TcpStore : public Store {
            std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
   ~TcpStore() override;
   DTRAIN_STORE_OPS;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:
   struct Impl;

@@ -108,6 +108,17 @@ bool MemoryStore::remove(const std::string& key) {
   return impl_->data.erase(key) > 0;
 }
 
+std::vector<Bytes> Store::multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  auto deadline = store_detail::deadline_after(timeout);
+  std::vector<Bytes> out;
+  out.reserve(keys.size());
+  for (const auto& key : keys) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - store_detail::Clock::now());
+    out.push_back(get(key, std::max(left, std::chrono::milliseconds(0))));
+  }
+  return out;
+}
+
 // PrefixStore
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
@@ -124,17 +135,12 @@ int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_->
 Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   return base_->compare_set(k(key), expected, desired);
 }
-bool PrefixStore::check(const std::vector<std::string>& keys) {
-  std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& key : keys) full.push_back(k(key));
-  return base_->check(full);
-}
+bool PrefixStore::check(const std::vector<std::string>& keys) { return base_->check(k(keys)); }
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  std::vector<std::string> full;
-  full.reserve(keys.size());
-  for (const auto& key : keys) full.push_back(k(key));
-  base_->wait(full, timeout);
+  base_->wait(k(keys), timeout);
+}
+std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  return base_->multi_get(k(keys), timeout);
 }
 bool PrefixStore::remove(const std::string& key) { return base_->remove(k(key)); }
 

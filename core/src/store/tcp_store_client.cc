@@ -38,8 +38,11 @@ struct TcpStore::Impl {
   int fd = -1;
   std::mutex mu;
   std::string broken;  // why the connection is unusable; empty while healthy
-  std::vector<uint8_t> rbuf;
-  size_t rpos = 0;
+  // Received bytes live in rbuf[rpos, rlen) of rcap, never zero-filled; an
+  // answer is decoded where it landed. A buffer grown for a large answer is
+  // dropped once read, so thousands of idle connections hold no tables.
+  std::unique_ptr<uint8_t[]> rbuf;
+  size_t rcap = 0, rpos = 0, rlen = 0;
 
   ~Impl() {
     if (fd >= 0) ::close(fd);
@@ -53,21 +56,28 @@ struct TcpStore::Impl {
   void connect(const std::string& token, milliseconds connect_timeout);
   bool try_connect_once(Clock::time_point deadline, std::string& last_error);
   void send_all(const std::vector<uint8_t>& frame, Clock::time_point deadline);
-  std::vector<uint8_t> recv_frame(Clock::time_point deadline, milliseconds waited);
-  std::vector<uint8_t> call(const std::vector<uint8_t>& frame, Clock::time_point deadline, milliseconds waited) {
+  // The next answer's payload, valid until the next receive.
+  Reader recv_frame(Clock::time_point deadline, milliseconds waited);
+  static constexpr size_t kSmallBuffer = 4096;  // enough for every answer but values
+  void drop_large_buffer() {
+    if (rpos != rlen || rcap <= kSmallBuffer) return;
+    rbuf.reset();
+    rcap = rpos = rlen = 0;
+  }
+  Reader call(const std::vector<uint8_t>& frame, Clock::time_point deadline, milliseconds waited) {
     if (!broken.empty()) throw IoError("the connection to the store at " + address + " was lost earlier: " + broken);
     send_all(frame, deadline);
     return recv_frame(deadline, waited);
-  }
-  std::vector<uint8_t> call(const std::vector<uint8_t>& frame) {
-    return call(frame, Clock::now() + Store::kDefaultTimeout, Store::kDefaultTimeout);
   }
   // Sends a request under the connection mutex and lets f decode the answer.
   template <class F>
   auto exchange(const std::vector<uint8_t>& frame, Clock::time_point deadline, milliseconds waited, F&& f) {
     std::lock_guard<std::mutex> lock(mu);
-    auto a = call(frame, deadline, waited);
-    Reader r(a.data(), a.size());
+    struct Release {
+      Impl* m;
+      ~Release() { m->drop_large_buffer(); }
+    } release{this};
+    Reader r = call(frame, deadline, waited);
     try {
       return f(static_cast<Status>(r.u8()), r);
     } catch (const ProtocolError& e) {
@@ -187,7 +197,8 @@ void TcpStore::Impl::send_all(const std::vector<uint8_t>& frame, Clock::time_poi
   }
 }
 
-std::vector<uint8_t> TcpStore::Impl::recv_frame(Clock::time_point deadline, milliseconds waited) {
+Reader TcpStore::Impl::recv_frame(Clock::time_point deadline, milliseconds waited) {
+  if (rpos == rlen) rpos = rlen = 0;
   auto fill = [&](size_t want) {
     pollfd p{fd, POLLIN, 0};
     for (;;) {
@@ -199,29 +210,30 @@ std::vector<uint8_t> TcpStore::Impl::recv_frame(Clock::time_point deadline, mill
            std::to_string(std::chrono::duration_cast<milliseconds>(kClientSlack).count()) +
            " ms grace); the server looks dead");
     }
-    size_t old = rbuf.size();
-    want = std::max<size_t>(want, 65536);
-    rbuf.resize(old + want);
-    ssize_t n;
-    while ((n = ::recv(fd, rbuf.data() + old, want, 0)) < 0 && errno == EINTR) {
+    if (rcap - rlen < want) {
+      size_t cap = std::max(rlen - rpos + want, kSmallBuffer);
+      std::unique_ptr<uint8_t[]> grown(new uint8_t[cap]);
+      if (rlen > rpos) std::memcpy(grown.get(), rbuf.get() + rpos, rlen - rpos);
+      rbuf = std::move(grown);
+      rcap = cap;
+      rlen -= rpos;
+      rpos = 0;
     }
-    rbuf.resize(old + std::max<ssize_t>(n, 0));
+    ssize_t n;
+    while ((n = ::recv(fd, rbuf.get() + rlen, rcap - rlen, 0)) < 0 && errno == EINTR) {
+    }
     if (n == 0) fail("the server closed the connection");
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) fail(errno_text(errno));
+    rlen += static_cast<size_t>(std::max<ssize_t>(n, 0));
   };
-  while (rbuf.size() - rpos < 4) fill(4);
-  size_t len = load_u32(rbuf.data() + rpos);
+  while (rlen - rpos < 4) fill(4);
+  size_t len = load_u32(rbuf.get() + rpos);
   if (len > kMaxMessage) fail("answer of " + std::to_string(len) + " bytes exceeds the 1 GiB limit");
-  while (rbuf.size() - rpos < 4 + len) fill(4 + len - (rbuf.size() - rpos));
-  std::vector<uint8_t> payload(rbuf.begin() + static_cast<std::ptrdiff_t>(rpos + 4),
-                               rbuf.begin() + static_cast<std::ptrdiff_t>(rpos + 4 + len));
+  while (rlen - rpos < 4 + len) fill(4 + len - (rlen - rpos));
+  if (len == 0) fail("empty answer");
+  Reader r(rbuf.get() + rpos + 4, len);
   rpos += 4 + len;
-  if (rpos == rbuf.size()) {
-    rbuf.clear();
-    rpos = 0;
-  }
-  if (payload.empty()) fail("empty answer");
-  return payload;
+  return r;
 }
 
 TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& token,
@@ -295,6 +307,22 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
       throw TimeoutError(store_detail::timeout_message(r.strs(), timeout, "the store at " + impl_->address));
     impl_->throw_status(s, r);
   });
+}
+
+std::vector<Bytes> TcpStore::multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  timeout = store_detail::clamp_timeout(timeout);
+  auto frame = Writer().u8(uint8_t(Op::GetMany)).strs(keys).i64(timeout.count()).frame();
+  return impl_->exchange(
+      frame, Clock::now() + timeout + kClientSlack, timeout, [&](Status s, Reader& r) -> std::vector<Bytes> {
+        if (s == Status::Timeout)
+          throw TimeoutError(store_detail::timeout_message(r.strs(), timeout, "the store at " + impl_->address));
+        if (s != Status::Ok) impl_->throw_status(s, r);
+        uint32_t n = r.u32();
+        if (n != keys.size()) throw ProtocolError("value count differs from the key count");
+        std::vector<Bytes> values(n);
+        for (auto& v : values) v = r.bytes();
+        return values;
+      });
 }
 
 bool TcpStore::remove(const std::string& key) {

@@ -8,13 +8,14 @@
 //   HELLO   u32 magic, u32 version, str token   -> OK | REFUSED str reason
 //   SET     str key, bytes value                -> OK
 //   GET     str key, i64 timeout_ms             -> OK bytes | TIMEOUT u32 n, n*str
+//   GETS    u32 n, n*str, i64 timeout_ms        -> OK u32 n, n*bytes | TIMEOUT u32 n, n*str
 //   TRY_GET str key                             -> OK bytes | NOT_FOUND
 //   ADD     str key, i64 delta                  -> OK i64 | ERROR str
 //   CAS     str key, bytes expected, bytes new  -> OK bytes
 //   CHECK   u32 n, n*str                        -> OK u8
 //   WAIT    u32 n, n*str, i64 timeout_ms        -> OK | TIMEOUT u32 n, n*str
 //   REMOVE  str key                             -> OK u8
-// GET and WAIT block on the server: the connection gets no answer until the keys
+// GET, GETS and WAIT block on the server: the connection gets no answer until the keys
 // exist or the deadline passes (the server then answers TIMEOUT).
 
 #include <netinet/in.h>
@@ -35,11 +36,11 @@ namespace dtrain::tcp_store_detail {
 
 using store_detail::Clock;
 
-enum class Op : uint8_t { Hello = 1, Set, Get, TryGet, Add, CompareSet, Check, Wait, Remove };
+enum class Op : uint8_t { Hello = 1, Set, Get, TryGet, Add, CompareSet, Check, Wait, Remove, GetMany };
 enum class Status : uint8_t { Ok = 0, NotFound = 1, Timeout = 2, Error = 3, Refused = 4 };
 
 constexpr uint32_t kMagic = 0x31535444;  // "DTS1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;         // 2: GETS
 constexpr size_t kMaxMessage = size_t(1) << 30;
 // A client's first frame (the HELLO with its token) is refused above this size.
 constexpr size_t kMaxHelloMessage = 4096;
@@ -59,6 +60,11 @@ inline void set_nodelay(int fd) {
 class Writer {
  public:
   Writer() { buf_.resize(4); }
+  // Room for a payload of n bytes, so a large answer is one allocation, not a doubling series.
+  Writer& reserve(size_t n) {
+    buf_.reserve(4 + n);
+    return *this;
+  }
   Writer& u8(uint8_t v) {
     buf_.push_back(v);
     return *this;
