@@ -8,6 +8,7 @@
 //                                                        x 1-3 workers as threads (ps_conformance.h)
 //   dtrain-conformance --backend gloo --device cuda      the same cases on CUDA buffers; without a
 //                                                        CUDA device: "skipped: ..." and exit 77
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -104,16 +105,15 @@ int main(int argc, char** argv) {
     if (world == 0 && !ps_suite) role = resolve_role();
     if (timeout_opt->count() == 0) {
       // An oversubscribed machine (32 ranks on 2 cores) runs each op that many
-      // times slower; the default deadline follows, and says so.
+      // times slower; the default deadline follows (up to 10 minutes), and says so.
       int ranks = ps_suite ? 1 : world > 0 ? world : role.local_world_size;
       int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      int scale = (ranks + cores - 1) / cores;
-      if (scale > 1) {
-        std::printf(
-            "dtrain-conformance: %d ranks on %d cores here (oversubscribed): each op's deadline is %d s, "
-            "not %d (--timeout-s sets it)\n",
-            ranks, cores, timeout_s * scale, timeout_s);
-        timeout_s *= scale;
+      int scaled = std::min(timeout_s * ((ranks + cores - 1) / cores), 600);
+      if (scaled > timeout_s) {
+        std::printf("dtrain-conformance: %d ranks on %d cores here (oversubscribed): each op's deadline is %d s, "
+                    "not %d (--timeout-s sets it)\n",
+                    ranks, cores, scaled, timeout_s);
+        timeout_s = scaled;
       }
     }
     CommOptions base;
