@@ -174,6 +174,9 @@ class JobRun {
     p_.store_endpoint = format_host_port(m.store_host, static_cast<uint16_t>(m.store_port));
     auto client = std::make_shared<TcpStore>(m.store_host, static_cast<uint16_t>(m.store_port), p_.token,
                                              seconds_ms(o().join_timeout_s));
+    // A cut link leaves a request unanswered, not refused: give up on the
+    // store as soon as the other machines give up on this one's heartbeat.
+    client->set_answer_timeout(kPeerSilenceLimit);
     root_ = client;
     store_ = std::make_shared<PrefixStore>("launch", client);
     if (m.node == kNodeUnassigned) {
@@ -462,8 +465,8 @@ class JobRun {
       } catch (const std::exception& e) {
         local_failures_.push_back(machine_failure(
             unix_ms(), fmt::format("lost the job store at {}", p_.store_endpoint),
-            fmt::format(": {}\n  the store is served by the dtrain of node 0 ({}); that machine or its dtrain has "
-                        "probably died",
+            fmt::format(": {}\n  the store is served by the dtrain of node 0 ({}): that machine or its dtrain died, "
+                        "or this machine's network link to it is cut",
                         e.what(), o().ips.empty() ? p_.machines.store_host : o().ips[0])));
         a.stopping = true;
       }

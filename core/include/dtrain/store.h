@@ -177,6 +177,11 @@ class TcpStore : public Store {
            std::chrono::milliseconds connect_timeout = std::chrono::seconds(60));
   ~TcpStore() override;
   DTRAIN_STORE_OPS;
+  // How long a request that does not wait on keys (set, add, try_get, check,
+  // ...) may go unanswered before the connection counts as lost (IoError);
+  // kDefaultTimeout unless set. A process that must notice a cut link soon
+  // (the launcher's heartbeat) shortens it.
+  void set_answer_timeout(std::chrono::milliseconds timeout);
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:

@@ -84,9 +84,10 @@ struct TcpStore::Impl {
       fail(std::string("malformed answer: ") + e.what());
     }
   }
+  milliseconds answer_timeout = Store::kDefaultTimeout;
   template <class F>
   auto exchange(const std::vector<uint8_t>& frame, F&& f) {
-    return exchange(frame, Clock::now() + Store::kDefaultTimeout, Store::kDefaultTimeout, std::forward<F>(f));
+    return exchange(frame, Clock::now() + answer_timeout, answer_timeout, std::forward<F>(f));
   }
   [[noreturn]] void throw_status(Status s, Reader& r) {
     if (s == Status::Error) throw InvalidUsage("store at " + address + ": " + r.str());
@@ -246,6 +247,11 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& to
 }
 
 TcpStore::~TcpStore() = default;
+
+void TcpStore::set_answer_timeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->answer_timeout = store_detail::clamp_timeout(timeout);
+}
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
   auto frame = Writer().u8(uint8_t(Op::Set)).str(key).bytes(value).frame();
