@@ -47,15 +47,11 @@ Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 int serve() {
   raise_open_files();
   TcpStoreServer server("127.0.0.1", 0, std::getenv("DTRAIN_JOB_TOKEN") ? std::getenv("DTRAIN_JOB_TOKEN") : "");
-  say("port " + std::to_string(server.port()));
-  for (;;) ::pause();
+  serve_until_killed(server.port());
 }
 
 int client(const ClientArgs& a) {
-  raise_open_files();
-  keep_freed_memory();
-  say("ready");
-  wait_for_go(a.go_fd);
+  start_client(a);
   std::vector<std::shared_ptr<TcpStore>> conns;
   std::vector<std::unique_ptr<PrefixStore>> joins;
   for (int i = 0; i < a.count; ++i) {

@@ -41,15 +41,11 @@ c10d::TCPStoreOptions options(uint16_t port, bool server) {
 int serve() {
   raise_open_files();
   c10d::TCPStore server("127.0.0.1", options(0, true));
-  say("port " + std::to_string(server.getPort()));
-  for (;;) ::pause();
+  serve_until_killed(server.getPort());
 }
 
 int client(const ClientArgs& a) {
-  raise_open_files();
-  keep_freed_memory();
-  say("ready");
-  wait_for_go(a.go_fd);
+  start_client(a);
   std::vector<std::unique_ptr<c10d::TCPStore>> conns;
   for (int i = 0; i < a.count; ++i)
     conns.push_back(std::make_unique<c10d::TCPStore>("127.0.0.1", options(static_cast<uint16_t>(a.port), false)));

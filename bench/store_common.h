@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -61,13 +62,6 @@ inline void say(const std::string& line) {
   }
 }
 
-inline void wait_for_go(int fd) {
-  char c;
-  while (::read(fd, &c, 1) < 0 && errno == EINTR) {
-  }
-  ::close(fd);
-}
-
 // A client process plays hundreds of ranks, each allocating a table-sized
 // answer once: malloc keeps freed memory instead of returning it to the
 // kernel after every rank (fresh pages fault in again, and that, not the
@@ -84,6 +78,23 @@ inline void raise_open_files() {
     r.rlim_cur = r.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &r);
   }
+}
+
+// A client process's start: its limits, "ready", then the parent's go.
+inline void start_client(const ClientArgs& a) {
+  raise_open_files();
+  keep_freed_memory();
+  say("ready");
+  char c;
+  while (::read(a.go_fd, &c, 1) < 0 && errno == EINTR) {
+  }
+  ::close(a.go_fd);
+}
+
+// A server process: "port P", then it serves until the parent kills it.
+[[noreturn]] inline void serve_until_killed(uint16_t port) {
+  say("port " + std::to_string(port));
+  for (;;) ::pause();
 }
 
 // "member/<i>" of a rank, "addr/<i>": the simulated endpoint a rank publishes.

@@ -110,9 +110,10 @@ int main(int argc, char** argv) {
       int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       int scaled = std::min(timeout_s * ((ranks + cores - 1) / cores), 600);
       if (scaled > timeout_s) {
-        std::printf("dtrain-conformance: %d ranks on %d cores here (oversubscribed): each op's deadline is %d s, "
-                    "not %d (--timeout-s sets it)\n",
-                    ranks, cores, scaled, timeout_s);
+        std::printf(
+            "dtrain-conformance: %d ranks on %d cores here (oversubscribed): each op's deadline is %d s, "
+            "not %d (--timeout-s sets it)\n",
+            ranks, cores, scaled, timeout_s);
         timeout_s = scaled;
       }
     }

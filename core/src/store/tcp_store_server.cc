@@ -361,17 +361,6 @@ void TcpStoreServer::Impl::handle(Conn& c, Reader& r) {
       c.get_keys = {key};
       return start_wait(c, Op::Get, {key}, timeout);
     }
-    case Op::GetMany: {
-      auto keys = r.strs();
-      int64_t timeout = r.i64();
-      r.end();
-      std::vector<std::string> missing;
-      for (auto& k : keys)
-        if (!data.count(k)) missing.push_back(k);
-      if (missing.empty()) return reply(c, values_frame(keys));
-      c.get_keys = std::move(keys);
-      return start_wait(c, Op::GetMany, std::move(missing), timeout);
-    }
     case Op::TryGet: {
       std::string key = r.str();
       r.end();
@@ -416,15 +405,18 @@ void TcpStoreServer::Impl::handle(Conn& c, Reader& r) {
       bool all = std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data.count(k) > 0; });
       return reply(c, Writer().u8(uint8_t(Status::Ok)).u8(all ? 1 : 0).frame());
     }
+    case Op::GetMany:
     case Op::Wait: {
       auto keys = r.strs();
       int64_t timeout = r.i64();
       r.end();
       std::vector<std::string> missing;
-      for (auto& k : keys)
-        if (!data.count(k)) missing.push_back(std::move(k));
-      if (missing.empty()) return reply(c, Writer().u8(uint8_t(Status::Ok)).frame());
-      return start_wait(c, Op::Wait, std::move(missing), timeout);
+      for (const auto& k : keys)
+        if (!data.count(k)) missing.push_back(k);
+      if (missing.empty())
+        return reply(c, op == Op::Wait ? Writer().u8(uint8_t(Status::Ok)).frame() : values_frame(keys));
+      if (op == Op::GetMany) c.get_keys = std::move(keys);
+      return start_wait(c, op, std::move(missing), timeout);
     }
     case Op::Remove: {
       std::string key = r.str();
