@@ -157,8 +157,8 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
                                                    "dense as GET / SET"
                                                  : redis_note);
   if (o.pin)
-    fmt::print("# pinned: server s and its gRPC echo server on CPU s, worker w on CPU {} + w (of {})\n", o.servers,
-               std::thread::hardware_concurrency());
+    fmt::print("# pinned: server s and its gRPC echo server on allowed CPU s, worker w on allowed CPU {} + w (of {})\n",
+               o.servers, std::thread::hardware_concurrency());
   std::fflush(stdout);
 
   std::string token = make_job_token();
@@ -172,11 +172,17 @@ int parent_main(const PsBenchOptions& o, const std::vector<Row>& rows, const std
     }
   std::string self = self_exe();
   // --pin: server s (and its echo server) on CPU s, worker w on CPU servers + w.
-  const int ncpu_pin = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> cpus;  // the CPUs this process may run on (a container's cpuset, taskset)
+  cpu_set_t allowed;
+  if (o.pin && ::sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.empty()) cpus.push_back(0);
   auto env = [&](const std::string& role, int i) {
     std::vector<std::string> e{fmt::format("{}={}:{}:{}:{}", kRoleEnv, role, i, server.host(), server.port()),
                                fmt::format("{}={}", kTokenEnv, token)};
-    if (o.pin) e.push_back(fmt::format("DTRAIN_BENCH_CPU={}", (role == "worker" ? o.servers + i : i) % ncpu_pin));
+    if (o.pin)
+      e.push_back(fmt::format("DTRAIN_BENCH_CPU={}", cpus[(role == "worker" ? o.servers + i : i) % cpus.size()]));
     return e;
   };
   std::vector<Child> servers, workers;

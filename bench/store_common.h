@@ -6,9 +6,9 @@
 // A server process starts its store on 127.0.0.1, port 0, and writes
 // "port P\n" to stdout; the parent reads its memory in /proc and kills it.
 // A client process drives ranks [first, first + count) of `world`, each on
-// its own connection, in phases: it connects them all, writes "ready\n", blocks
-// until it reads one byte from the go pipe, then for every rank publishes, for
-// every rank reads the table (the join), and with --exchange does the full
+// its own connection, in phases: it writes "ready\n", blocks until it reads one
+// byte from the go pipe, then connects every rank, for every rank publishes,
+// for every rank reads the table (the join), and with --exchange does the full
 // address exchange. It ends with one line "done JOIN_NS EXCHANGE_NS" of
 // CLOCK_MONOTONIC times (the parent's clock too), or "error WHY".
 

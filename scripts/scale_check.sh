@@ -40,8 +40,8 @@ for g in async geo; do
   run "PS conformance 8 x 32, every $g case" dtrain-conformance --backend ps_grpc --ps --servers 8 --workers 32 \
     --filter "^$g/S8xW32" --timeout-s 120
 done
-run "dtrain-bench store, 3 trials" bash -c "dtrain-bench store --trials 3 | tee $PWD/scale-store.md"
-run "dtrain-bench launch, 3 trials" bash -c "dtrain-bench launch --trials 3 | tee $PWD/scale-launch.md"
+run "dtrain-bench store, 3 trials" bash -o pipefail -c "dtrain-bench store --trials 3 | tee $PWD/scale-store.md"
+run "dtrain-bench launch, 3 trials" bash -o pipefail -c "dtrain-bench launch --trials 3 | tee $PWD/scale-launch.md"
 echo
 printf '%s\n' "${rows[@]}"
 echo "the benches' tables: scale-store.md, scale-launch.md"

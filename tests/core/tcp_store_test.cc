@@ -323,6 +323,27 @@ TEST(TcpStore, HeldRequestsExpireEachAtItsOwnDeadline) {
   }
 }
 
+// GETS answers only when every key exists at once: a key removed while it
+// waits is waited for again, never answered empty (nor created by the answer).
+TEST(TcpStore, MultiGetWaitsAgainForAKeyRemovedMeanwhile) {
+  dtrain::TcpStoreServer server("127.0.0.1", 0, "t");
+  dtrain::TcpStore waiter("127.0.0.1", server.port(), "t", 5s), other("127.0.0.1", server.port(), "t", 5s);
+  other.set("a", B("1"));
+  std::vector<Bytes> got;
+  std::thread t([&] { got = waiter.multi_get({"a", "b"}, 10s); });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(other.remove("a"));
+  other.set("b", B("2"));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(got.empty()) << "GETS answered without key a";
+  EXPECT_FALSE(other.check({"a"})) << "the answer created key a";
+  other.set("a", B("3"));
+  t.join();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], B("3"));
+  EXPECT_EQ(got[1], B("2"));
+}
+
 // Hundreds of clients on one server (the event loop's case): each publishes,
 // each reads the whole table, and a value many wait for reaches them all.
 TEST(TcpStore, HundredsOfClientsJoinAndReadTheTable) {

@@ -35,7 +35,7 @@ start_all() {
   for i in $(seq 0 $((N - 1))); do
     local place=(--ips $IPS --start_port $port)
     [ $how = master ] && place=(--master ${IP[0]}:$port --nnodes $N) && [ $i = 0 ] && place+=(--rank 0)
-    ip netns exec ${NS[i]} timeout 300 "$BIN/dtrain" "${place[@]}" --nproc_per_node 2 --log_dir log$n.$i \
+    ip netns exec ${NS[i]} timeout 120 "$BIN/dtrain" "${place[@]}" --nproc_per_node 2 --log_dir log$n.$i \
       --token_file secret --job_id "$TAG" "$@" >out$n.$i.txt 2>err$n.$i.txt &
     P[i]=$!
     [ $how = master ] && [ $i = 0 ] && sleep 0.5  # the master first, so the others number themselves 1..7

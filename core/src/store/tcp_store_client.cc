@@ -73,6 +73,16 @@ struct TcpStore::Impl {
   template <class F>
   auto exchange(const std::vector<uint8_t>& frame, Clock::time_point deadline, milliseconds waited, F&& f) {
     std::lock_guard<std::mutex> lock(mu);
+    return exchange_locked(frame, deadline, waited, f);
+  }
+  // The same for a request that does not wait on keys: answer_timeout from now (after the lock).
+  template <class F>
+  auto exchange(const std::vector<uint8_t>& frame, F&& f) {
+    std::lock_guard<std::mutex> lock(mu);
+    return exchange_locked(frame, Clock::now() + answer_timeout, answer_timeout, f);
+  }
+  template <class F>
+  auto exchange_locked(const std::vector<uint8_t>& frame, Clock::time_point deadline, milliseconds waited, F& f) {
     struct Release {
       Impl* m;
       ~Release() { m->drop_large_buffer(); }
@@ -84,11 +94,7 @@ struct TcpStore::Impl {
       fail(std::string("malformed answer: ") + e.what());
     }
   }
-  milliseconds answer_timeout = Store::kDefaultTimeout;
-  template <class F>
-  auto exchange(const std::vector<uint8_t>& frame, F&& f) {
-    return exchange(frame, Clock::now() + answer_timeout, answer_timeout, std::forward<F>(f));
-  }
+  milliseconds answer_timeout = Store::kDefaultTimeout;  // guarded by mu
   [[noreturn]] void throw_status(Status s, Reader& r) {
     if (s == Status::Error) throw InvalidUsage("store at " + address + ": " + r.str());
     fail("unexpected answer status " + std::to_string(int(s)));

@@ -313,6 +313,9 @@ void TcpStoreServer::Impl::process_frames(Conn& c) {
         c.closing = true;
         flush(c);
       }
+    } catch (const std::exception& e) {
+      // An answer that cannot be built (over the 1 GiB frame limit, out of memory): this request fails.
+      reply(c, Writer().u8(uint8_t(Status::Error)).str(e.what()).frame());
     }
   }
   if (c.in_off == c.in.size()) {
@@ -479,10 +482,13 @@ void TcpStoreServer::Impl::drop_waiter(Conn& c) {
 
 std::vector<uint8_t> TcpStoreServer::Impl::values_frame(const std::vector<std::string>& keys) {
   size_t n = 5;
-  for (const auto& k : keys) n += 4 + data[k].size();
+  for (const auto& k : keys) n += 4 + data.at(k).size();
+  if (n > kMaxMessage)
+    throw InvalidUsage("the values of " + std::to_string(keys.size()) + " keys (" + std::to_string(n) +
+                       " bytes) exceed the 1 GiB answer limit: ask for fewer at once");
   Writer w;
   w.reserve(n).u8(uint8_t(Status::Ok)).u32(static_cast<uint32_t>(keys.size()));
-  for (const auto& k : keys) w.bytes(data[k]);
+  for (const auto& k : keys) w.bytes(data.at(k));
   return w.frame();
 }
 
@@ -495,21 +501,34 @@ TcpStoreServer::Impl::Frame TcpStoreServer::Impl::get_answer(const std::string& 
   if (auto it = answers.find(key); it != answers.end()) return it->second;
   const Bytes& value = data[key];
   auto f = std::make_shared<const std::vector<uint8_t>>(Writer().u8(uint8_t(Status::Ok)).bytes(value).frame());
-  if (value.size() >= 1024) answers.emplace(key, f);
+  if (value.size() >= 1024 && value.size() <= (size_t(16) << 20)) answers.emplace(key, f);
   return f;
 }
 
 void TcpStoreServer::Impl::finish_wait(Conn& c, bool timed_out) {
   drop_waiter(c);
+  if (!timed_out && c.wait_op == Op::GetMany) {
+    // A key present when GETS came may have been removed since: wait for it again.
+    for (const auto& k : c.get_keys)
+      if (!data.count(k)) c.wait_keys.push_back(k);
+    if (!c.wait_keys.empty()) {
+      for (const auto& k : c.wait_keys) waiters[k].insert(c.id);
+      return;  // still waiting, under the same deadline (its heap entry stands)
+    }
+  }
   c.waiting = false;
-  if (timed_out) {
-    reply(c, Writer().u8(uint8_t(Status::Timeout)).strs(c.wait_keys).frame());
-  } else if (c.wait_op == Op::Get) {
-    send_frame(c, get_answer(c.get_keys[0]));
-  } else if (c.wait_op == Op::GetMany) {
-    reply(c, values_frame(c.get_keys));
-  } else {
-    reply(c, Writer().u8(uint8_t(Status::Ok)).frame());
+  try {
+    if (timed_out) {
+      reply(c, Writer().u8(uint8_t(Status::Timeout)).strs(c.wait_keys).frame());
+    } else if (c.wait_op == Op::Get) {
+      send_frame(c, get_answer(c.get_keys[0]));
+    } else if (c.wait_op == Op::GetMany) {
+      reply(c, values_frame(c.get_keys));
+    } else {
+      reply(c, Writer().u8(uint8_t(Status::Ok)).frame());
+    }
+  } catch (const std::exception& e) {
+    reply(c, Writer().u8(uint8_t(Status::Error)).str(e.what()).frame());
   }
   c.wait_keys.clear();
   c.get_keys.clear();
@@ -552,7 +571,8 @@ void TcpStoreServer::Impl::reap() {
     if (it == conns.end()) continue;
     Conn& c = *it->second;
     if (c.waiting) drop_waiter(c);
-    ::close(c.fd);  // also leaves the epoll set
+    ::epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);  // a forked child may still hold the descriptor
+    ::close(c.fd);
     conns.erase(it);
   }
   dead.clear();
