@@ -2,7 +2,7 @@
 # The scale runs too long for CI (docs/scale.md), each a pass/fail row with
 # its time; CI keeps a representative of each (launcher.kill_rank.32,
 # launcher.conformance_32.*, launcher.netns_8, launcher.ps_scale,
-# plugins.ps_conformance.scale_*, bench.store_smoke). About 20 minutes on 2 cores.
+# plugins.ps_conformance.scale_*, bench.store_smoke). 15 minutes on 2 cores.
 #   scripts/scale_check.sh [BUILD_DIR]      (root, for the namespace machines)
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
