@@ -21,10 +21,11 @@
 # checkout, else the PATH, as in the unpacked GPU bundle after `source
 # env.sh`); --src: the dtrain sources (default: this checkout); --markdown:
 # the table as Markdown; --list: the rows, nothing run. GPU_CHECK_CAPS="gpu=60
-# scaling=10" changes caps (seconds). Without a GPU it is a dry run: every row
-# says "not run: no GPU", nothing runs, and it exits 0. With a GPU but fewer
-# than 8 cores the scaling, UCX and PS rows say "not run: fewer than 8 cores".
-# It exits 1 when a row fails. Each row's output is kept in gpu-check-logs/.
+# scaling=10" changes caps (seconds); GPU_CHECK_UCX_MAX=1M the UCX rows'
+# largest size. Without a GPU it is a dry run: every row says "not run: no
+# GPU", nothing runs, and it exits 0. With a GPU but fewer than 8 cores the
+# scaling, UCX and PS rows say "not run: fewer than 8 cores". It exits 1 when
+# a row fails. Each row's output is kept in gpu-check-logs/.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 bin="" markdown=0 list=0
@@ -45,6 +46,7 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=${NCCL_IB_DI
 declare -A cap=([gpu]=210 [scaling]=120 [ucx]=90 [ps]=60 [python]=60)
 for kv in ${GPU_CHECK_CAPS:-}; do cap[${kv%%=*}]=${kv#*=}; done
 cores=$(nproc)
+ucx_max=${GPU_CHECK_UCX_MAX:-4M}  # the UCX rows' largest size (a test narrows it)
 
 # section | name | need | command (run by bash in a fresh folder; "need:" a program that must exist)
 cls_run() {  # the scaling rows: W workers x 2 threads, 48 steps of 64 images each, on the CPU
@@ -68,9 +70,9 @@ rows_def=(
   "scaling|cls on CPU, 2 workers x 2 threads|need:dtrain-cls|$(cls_run 2)"
   "scaling|cls on CPU, 4 workers x 2 threads|need:dtrain-cls|$(cls_run 4)"
   "scaling|cls on CPU, 8 workers x 2 threads|need:dtrain-cls|$(cls_run 8)"
-  "ucx|ucx all-reduce, 2 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 2 --min-bytes 256K --max-bytes 4M"
-  "ucx|ucx all-reduce, 4 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 4 --min-bytes 256K --max-bytes 4M"
-  "ucx|ucx all-reduce, 8 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 8 --min-bytes 256K --max-bytes 4M"
+  "ucx|ucx all-reduce, 2 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 2 --min-bytes 256K --max-bytes $ucx_max"
+  "ucx|ucx all-reduce, 4 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 4 --min-bytes 256K --max-bytes $ucx_max"
+  "ucx|ucx all-reduce, 8 ranks, vs Open MPI|need:dtrain-bench|dtrain-bench collectives --backend ucx --world-size 8 --min-bytes 256K --max-bytes $ucx_max"
   "ps|ps 64K x 8, pinned, vs raw gRPC|need:dtrain-bench|dtrain-bench ps --pin --no-redis --only sparse --min-keys 64K --max-keys 64K --dims 8 --trials 5"
   "python|python: the op suite under this torch|need:python3|export PYTHONPATH=\$(dirname \$(command -v dtrain))/../lib/dtrain/python; python3 -c 'import dtrain.torch' || exit 77; python3 -m pytest -q -p no:cacheprovider $src/tests/python/test_ops.py"
 )
