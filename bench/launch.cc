@@ -24,23 +24,12 @@
 #include "dtrain/communicator.h"
 #include "dtrain/error.h"
 #include "dtrain/job.h"
+#include "machine.h"
 #include "process.h"
 #include "stats.h"
 
 namespace dtrain::bench::launch {
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
-double status_mb(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  return 0;
-}
 
 // One rank: join, one all-reduce, its figures in OUT/probe.<rank>.
 int probe(const std::string& out) {
@@ -52,7 +41,8 @@ int probe(const std::string& out) {
   job.comm->allreduce(Buffer(&x, 1, DType::F32))->wait();
   int64_t done = now_ns();
   if (x != static_cast<float>(job.comm->size())) throw InvalidUsage(fmt::format("all-reduce gave {}", x));
-  std::ofstream(out + "/probe." + std::to_string(role.rank)) << done << " " << status_mb("VmHWM") << "\n";
+  std::ofstream(out + "/probe." + std::to_string(role.rank))
+      << done << " " << process_status_mb("self", "VmHWM") << "\n";
   job.comm->barrier()->wait();
   return 0;
 }
@@ -103,12 +93,6 @@ Run run_once(const std::string& backend, int n, const Options& o) {
   return r;
 }
 
-std::string cell(std::vector<double> v, int decimals) {
-  std::sort(v.begin(), v.end());
-  if (v.size() == 1) return fmt::format("{:.{}f}", v[0], decimals);
-  return fmt::format("{:.{}f} ({:.{}f}-{:.{}f})", median(v), decimals, v.front(), decimals, v.back(), decimals);
-}
-
 int run_parent(const Options& o) {
   install_interrupt_handlers();
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -140,7 +124,7 @@ int run_parent(const Options& o) {
         std::printf("| %s | %d | %.1f | failed: %s | | |\n", backend.c_str(), n, double(n) / cores, failure.c_str());
       } else {
         std::printf("| %s | %d | %.1f | %s | %s | %s |\n", backend.c_str(), n, double(n) / cores,
-                    cell(first, 2).c_str(), cell(med, 1).c_str(), cell(max, 1).c_str());
+                    median_range(first, 2).c_str(), median_range(med, 1).c_str(), median_range(max, 1).c_str());
         if (!failure.empty()) std::printf("|  |  |  | a trial failed: %s | | |\n", failure.c_str());
       }
       std::fflush(stdout);

@@ -15,6 +15,15 @@
 
 namespace dtrain::bench {
 
+// A field of /proc/PID/status in MB ("VmRSS", "VmHWM"; pid "self"); 0 when absent.
+inline double process_status_mb(const std::string& pid, const std::string& field) {
+  std::ifstream in("/proc/" + pid + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  return 0;
+}
+
 // CPU seconds all processes of the machine spent busy so far (/proc/stat);
 // -1 when it cannot be read.
 inline double machine_busy_seconds() {

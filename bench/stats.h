@@ -9,7 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace dtrain::bench {
@@ -17,6 +20,10 @@ namespace dtrain::bench {
 using Clock = std::chrono::steady_clock;
 
 inline double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Clock's time in nanoseconds: CLOCK_MONOTONIC, the same in every process of the machine.
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 // The two-sided 97.5% quantile of Student's t with `df` degrees of freedom
 // (0 for df == 0: one sample has no spread; 1.96 above 30).
@@ -81,6 +88,18 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// "median (min-max)" of v with `decimals` digits (just the value for one; "not run" for none).
+inline std::string median_range(std::vector<double> v, int decimals) {
+  if (v.empty()) return "not run";
+  std::sort(v.begin(), v.end());
+  char buf[96];
+  if (v.size() == 1)
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v[0]);
+  else
+    std::snprintf(buf, sizeof buf, "%.*f (%.*f-%.*f)", decimals, median(v), decimals, v.front(), decimals, v.back());
+  return buf;
 }
 
 }  // namespace dtrain::bench

@@ -30,6 +30,7 @@
 #include "dtrain/error.h"
 #include "dtrain/job_token.h"
 #include "dtrain/store.h"
+#include "machine.h"
 #include "process.h"
 #include "stats.h"
 #include "store_common.h"
@@ -135,14 +136,6 @@ class Lines {
   bool timed_out_ = false;
 };
 
-double status_mb(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  return 0;
-}
-
 void cloexec(int fd, bool on) { ::fcntl(fd, F_SETFD, on ? FD_CLOEXEC : 0); }
 
 Result run_once(const std::string& kind, int world, bool exchange, const Options& o) {
@@ -168,7 +161,7 @@ Result run_once(const std::string& kind, int world, bool exchange, const Options
   ::close(sp[0]);
   if (first.rfind("port ", 0) != 0) return fail(kind + " server did not start");
   const std::string port = first.substr(5);
-  const double rss0 = status_mb(kids[0].pid, "VmRSS");
+  const double rss0 = process_status_mb(std::to_string(kids[0].pid), "VmRSS");
 
   int out[2], go[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0) throw IoError("pipe failed");
@@ -217,21 +210,13 @@ Result run_once(const std::string& kind, int world, bool exchange, const Options
     exchanged = std::max<int64_t>(exchanged, e);
     ++done;
   }
-  r.server_mb = status_mb(kids[0].pid, "VmHWM") - rss0;
+  r.server_mb = process_status_mb(std::to_string(kids[0].pid), "VmHWM") - rss0;
   r.connect_s = double(connected - t0) / 1e9;
   r.join_s = double(joined - t0) / 1e9;
   if (exchange) r.exchange_s = double(exchanged - joined) / 1e9;
   ::kill(kids[0].pid, SIGKILL);
   for (auto& k : kids) ::waitpid(k.pid, nullptr, 0);
   return r;
-}
-
-std::string cell(const std::vector<double>& v, int decimals = 2) {
-  if (v.empty()) return "not run";
-  auto s = v;
-  std::sort(s.begin(), s.end());
-  if (s.size() == 1) return fmt::format("{:.{}f}", s[0], decimals);
-  return fmt::format("{:.{}f} ({:.{}f}-{:.{}f})", median(s), decimals, s.front(), decimals, s.back(), decimals);
 }
 
 int run_parent(const Options& o) {
@@ -281,10 +266,10 @@ int run_parent(const Options& o) {
         std::printf("| %d | %s | failed: %s | | | | |\n", world, name.c_str(), failures[kind].c_str());
         continue;
       }
-      std::string ex = exch[kind].empty() ? "not run (N x N gets)" : cell(exch[kind]);
-      std::string ratio = kind == "c10d" ? (ratios.empty() ? "-" : cell(ratios, 1) + "x") : "";
-      std::printf("| %d | %s | %s | %s | %s | %s | %s |\n", world, name.c_str(), cell(connect[kind]).c_str(),
-                  cell(join[kind]).c_str(), cell(mem[kind], 1).c_str(), ex.c_str(), ratio.c_str());
+      std::string ex = exch[kind].empty() ? "not run (N x N gets)" : median_range(exch[kind], 2);
+      std::string ratio = kind == "c10d" ? (ratios.empty() ? "-" : median_range(ratios, 1) + "x") : "";
+      std::printf("| %d | %s | %s | %s | %s | %s | %s |\n", world, name.c_str(), median_range(connect[kind], 2).c_str(),
+                  median_range(join[kind], 2).c_str(), median_range(mem[kind], 1).c_str(), ex.c_str(), ratio.c_str());
       if (failures.count(kind))
         std::printf("|   | %s | a trial failed: %s | | | | |\n", name.c_str(), failures[kind].c_str());
     }

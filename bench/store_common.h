@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "stats.h"  // now_ns
+
 namespace dtrain::bench::store {
 
 struct ClientArgs {
@@ -45,11 +47,6 @@ inline void add_client_args(CLI::App& app, ClientArgs& a) {
   g->add_option("--go-fd", a.go_fd);
   g->add_flag("--exchange", a.exchange);
   g->add_option("--token", a.token);
-}
-
-inline int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
 }
 
 // One write per line, so lines of several children sharing a pipe do not mix.
