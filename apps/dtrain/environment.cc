@@ -130,6 +130,7 @@ std::map<std::string, std::string> process_environment(const JobPlan& p, const S
     const char* user = std::getenv("PYTHONPATH");
     env["PYTHONPATH"] = user && *user ? package + ":" + user : package;
   }
+  if (!p.elastic_dir.empty()) env["DTRAIN_ELASTIC_DIR"] = p.elastic_dir;
   if (!o.python.empty()) env["DTRAIN_PYTHON"] = o.python;
   if (!o.backend.empty()) env["DTRAIN_BACKEND"] = o.backend;
   if (!o.log_level.empty()) env["DTRAIN_LOG_LEVEL"] = o.log_level;

@@ -27,7 +27,9 @@
 #include "dtrain/endpoint.h"
 #include "dtrain/job_token.h"
 #include "environment.h"
+#include "elastic.h"
 #include "gpu.h"
+#include "join.h"
 #include "net.h"
 #include "plan.h"
 #include "process.h"
@@ -48,8 +50,6 @@ constexpr milliseconds kMonitorTick{100};
 // stop, the other machines' completion and their heartbeats.
 constexpr milliseconds kHeartbeatInterval{500};
 constexpr milliseconds kStoreCheckInterval{200};
-// A machine whose heartbeat has not changed for this long is declared dead.
-constexpr std::chrono::seconds kPeerSilenceLimit{15};
 // When only processes that lost a peer have failed, the peer that failed first
 // is usually this far behind: wait for it before stopping the other machines.
 constexpr milliseconds kCulpritGrace{300};
@@ -90,7 +90,6 @@ void install_signals() {
 milliseconds seconds_ms(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
 
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
-Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 MachineOptions machine_options(const LaunchOptions& o) {
   MachineOptions m;
@@ -117,9 +116,16 @@ class JobRun {
     p_.error_dir = tmpl;
     if (!p_.options.devices.empty()) check_devices(p_.options.devices, probe_cuda_devices());
     p_.machines = layout_machines(machine_options(p_.options));
-    open_store();
+    JobStore js = open_job_store(p_);
+    server_ = std::move(js.server);
+    root_ = js.root;
+    store_ = js.launch;
     p_.slots = layout_processes(p_.options, p_.machines, &p_.listed);
-    exchange_node_info();
+    if (o().elastic()) return run_elastic();
+    exchange_node_info(p_, *store_, [] {
+      if (g_signal)
+        throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
+    });
     print_job_table(p_);
     int code = 1;
     for (int attempt = 0;; ++attempt) {
@@ -147,98 +153,87 @@ class JobRun {
   int node() const { return p_.machines.node; }
   int nnodes() const { return p_.machines.nnodes; }
 
-  // ----- the store and the machines -----
-  void open_store() {
-    MachineLayout& m = p_.machines;
-    p_.job_id = o().job_id;
-    if (p_.job_id.empty()) p_.job_id = m.multi_machine() ? "default" : "job-" + make_job_token().substr(0, 8);
-    JobSecret secret = resolve_job_secret({o().token_file, o().insecure_open_job}, p_.job_id, m.multi_machine());
-    p_.token = secret.token;
-    p_.token_source = secret.source;
-    if (secret.open)
-      std::cerr << "dtrain: WARNING: OPEN JOB: no secret (--insecure_open_job); any host that can reach "
-                << format_host_port(m.store_host, static_cast<uint16_t>(m.store_port))
-                << " can join this job, read its store and write to it\n"
-                << std::flush;
-    if (m.node == 0) {
+  // ----- an elastic job: generations (elastic.h) -----
+  int run_elastic() {
+    const LaunchOptions& lo = o();
+    p_.elastic_id = node() == 0 ? 0 : static_cast<int>(store_->add("el/next", 1));
+    std::string tmpl = (std::filesystem::exists("/dev/shm") ? std::filesystem::path("/dev/shm")
+                                                            : std::filesystem::temp_directory_path()) /
+                       "dtrain-elastic.XXXXXX";
+    if (!mkdtemp(tmpl.data())) throw IoError(std::string("cannot create the commit folder: ") + std::strerror(errno));
+    p_.elastic_dir = tmpl;
+    store_->set(fmt::format("el/info/{}", p_.elastic_id), describe_machine(p_, p_.elastic_id).encode());
+    auto client = [&] {
+      auto c = std::make_shared<TcpStore>(p_.machines.store_host, static_cast<uint16_t>(p_.machines.store_port),
+                                          p_.token, seconds_ms(lo.join_timeout_s));
+      c->set_answer_timeout(kPeerSilenceLimit);
+      return std::make_shared<PrefixStore>("launch", c);
+    };
+    auto heartbeat = std::make_unique<ElasticHeartbeat>(client(), p_.elastic_id);
+    std::unique_ptr<ElasticCoordinator> coordinator;
+    if (node() == 0) {
+      ElasticSettings es;
+      es.min = lo.nnodes_min;
+      es.max = lo.nnodes;
+      es.elastic_timeout_s = lo.elastic_timeout_s;
+      es.join_timeout_s = lo.join_timeout_s;
+      es.grace_s = lo.grace_s;
+      es.max_restarts = lo.max_restarts;
+      es.silence_limit = kPeerSilenceLimit;
+      es.step_file = p_.elastic_dir + "/step";
+      coordinator = std::make_unique<ElasticCoordinator>(client(), es);
+    }
+    std::cout << fmt::format("dtrain: elastic job ({}:{} machines, store {}): this machine ({}) is member {}\n",
+                             lo.nnodes_min, lo.nnodes, p_.store_endpoint, p_.machines.my_ip, p_.elastic_id)
+              << std::flush;
+    int code = 1, last = -1;
+    for (;;) {
+      ElasticNext next;
       try {
-        server_ = std::make_unique<TcpStoreServer>(m.bind_host, static_cast<uint16_t>(m.store_port), p_.token);
+        next = wait_next(*store_, p_.elastic_id, last, last >= 0, [] {
+          if (g_signal) throw InvalidUsage("interrupted by " + signal_name(g_signal));
+        });
       } catch (const std::exception& e) {
-        throw IoError(
-            fmt::format("cannot serve the job store on {}: {} (another job on this port? choose one "
-                        "with --start_port)",
-                        format_host_port(m.bind_host, static_cast<uint16_t>(m.store_port)), e.what()));
+        std::cerr << "dtrain: " << (g_signal ? "" : "lost the job store at " + p_.store_endpoint + ": ") << e.what()
+                  << "\n";
+        break;
       }
-      m.store_port = server_->port();
-    }
-    p_.store_endpoint = format_host_port(m.store_host, static_cast<uint16_t>(m.store_port));
-    auto client = std::make_shared<TcpStore>(m.store_host, static_cast<uint16_t>(m.store_port), p_.token,
-                                             seconds_ms(o().join_timeout_s));
-    // A cut link leaves a request unanswered, not refused: give up on the
-    // store as soon as the other machines give up on this one's heartbeat.
-    client->set_answer_timeout(kPeerSilenceLimit);
-    root_ = client;
-    store_ = std::make_shared<PrefixStore>("launch", client);
-    if (m.node == kNodeUnassigned) {
-      // Indices in the order the machines join; node 0 is the master's.
-      m.node = static_cast<int>(store_->add("node_index", 1));
-      if (m.node >= m.nnodes)
-        throw InvalidUsage(
-            fmt::format("this machine joined the job at {} as machine {} of --nnodes {}: more "
-                        "machines joined than the job has (a machine started twice?)",
-                        p_.store_endpoint, m.node + 1, m.nnodes));
-    }
-  }
-
-  void exchange_node_info() {
-    NodeInfo me;
-    me.node = node();
-    me.ip = p_.machines.my_ip;
-    me.hostname = this_hostname();
-    me.version = core_version();
-    for (const Slot& s : p_.slots) (s.role == SlotRole::Worker ? me.workers : me.servers).push_back(s.endpoint);
-    auto joined = std::make_shared<PrefixStore>("join", store_);
-    publish_member(*joined, node(), nnodes(), bytes(me.encode()));
-    std::optional<MemberTable> infos;
-    try {
-      infos = read_members(*joined, nnodes(), seconds_ms(o().join_timeout_s), [] {
-        if (g_signal)
-          throw InvalidUsage("interrupted by " + signal_name(g_signal) + " while waiting for the other machines");
-      });
-    } catch (const TimeoutError&) {
-      auto missing = missing_members(*joined, nnodes());
-      if (missing.empty()) throw;  // every machine published, the table was not written: say that
-      std::string names;
-      for (int n : missing)
-        names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", n,
-                             o().ips.size() > static_cast<size_t>(n) ? o().ips[n] : "?");
-      throw TimeoutError(fmt::format(
-          "machine{} {} of {} {} not joined the job after {} s; start the same "
-          "dtrain command there, or check `dtrain check`",
-          missing.size() > 1 ? "s" : "", names, nnodes(), missing.size() > 1 ? "have" : "has", o().join_timeout_s));
-    }
-    p_.nodes.resize(nnodes());
-    for (int n = 0; n < nnodes(); ++n) {
-      p_.nodes[n] = NodeInfo::decode(std::string((*infos)[n]), fmt::format("launch/join/member/{}", n));
-      if (p_.nodes[n].version != me.version)
-        throw InvalidUsage(
-            fmt::format("machine {} ({}) runs dtrain {} but this one runs {}: install the same "
-                        "version everywhere",
-                        n, p_.nodes[n].ip, p_.nodes[n].version, me.version));
-    }
-    if (p_.listed) {
-      p_.worker_eps = o().workers;
-      p_.server_eps = o().servers;
-    } else {
-      for (const NodeInfo& n : p_.nodes) {
-        int base_w = static_cast<int>(p_.worker_eps.size()), base_s = static_cast<int>(p_.server_eps.size());
-        if (n.node == node())
-          for (Slot& s : p_.slots) s.index = (s.role == SlotRole::Worker ? base_w : base_s) + s.local;
-        p_.worker_eps.insert(p_.worker_eps.end(), n.workers.begin(), n.workers.end());
-        p_.server_eps.insert(p_.server_eps.end(), n.servers.begin(), n.servers.end());
+      if (next.kind == ElasticNext::Outcome) {
+        code = next.outcome == "done" ? 0 : 1;
+        if (code) std::cerr << next.outcome.substr(next.outcome.find('\n') + 1) << std::flush;
+        break;
+      }
+      if (next.kind == ElasticNext::Dropped) {
+        std::cerr << fmt::format(
+            "dtrain: this machine (member {}) was left out of elastic generation {}: the coordinator on node 0 "
+            "lost it (no heartbeat, or it did not stop its processes in time)\n",
+            p_.elastic_id, next.generation);
+        break;
+      }
+      std::vector<NodeInfo> nodes;
+      int self = 0;
+      for (size_t i = 0; i < next.members.size(); ++i) {
+        const int id = next.members[i];
+        if (id == p_.elastic_id) self = static_cast<int>(i);
+        nodes.push_back(NodeInfo::decode(text(store_->get(fmt::format("el/info/{}", id), seconds_ms(10))),
+                                         fmt::format("launch/el/info/{}", id)));
+      }
+      set_machines(p_, std::move(nodes), self);
+      p_.generation = last = next.generation;
+      print_job_table(p_);
+      code = run_attempt(last);
+      if (g_signal || store_lost_) break;
+      try {
+        store_->set(fmt::format("el/ack/{}/{}", last, p_.elastic_id), "1");
+      } catch (const std::exception&) {
       }
     }
-    if (p_.worker_eps.empty()) throw InvalidUsage("the job has no worker process");
+    coordinator.reset();
+    heartbeat.reset();
+    finish();
+    std::error_code ec;
+    std::filesystem::remove_all(p_.elastic_dir, ec);
+    return g_signal ? 128 + g_signal : code;
   }
 
   // ----- one attempt -----
@@ -247,6 +242,7 @@ class JobRun {
     std::string prefix;  // store keys of this attempt: "a<n>/"
     int echo = -1;       // the process whose output is echoed to the console
     bool stopping = false, interrupted = false, done_sent = false, success = false;
+    bool regroup = false;  // an elastic generation ended without a failure here
     // Parameter-server jobs: every worker of every machine has exited 0, the
     // stop key is set, and the servers have until stop_deadline to exit;
     // servers_done_sent once this machine's servers all exited 0.
@@ -318,7 +314,7 @@ class JobRun {
       store_->set(fmt::format("{}done/{}", a.prefix, node()), "1");
       a.done_sent = true;
     }
-    if (now - a.last_hb > kHeartbeatInterval) {
+    if (now - a.last_hb > kHeartbeatInterval && !o().elastic()) {  // elastic: ElasticHeartbeat
       store_->set(fmt::format("hb/{}", node()), std::to_string(++a.hb_count));
       a.last_hb = now;
     }
@@ -326,6 +322,10 @@ class JobRun {
     a.last_check = now;
     if (store_->try_get(a.prefix + "stop")) {
       a.stopping = true;
+      return;
+    }
+    if (o().elastic() && store_->try_get(a.prefix + "regroup")) {
+      a.stopping = a.regroup = true;
       return;
     }
     if (a.done_sent && !a.workers_done) {
@@ -347,7 +347,7 @@ class JobRun {
         return;
       }
     }
-    for (int n = 0; n < nnodes(); ++n) {
+    for (int n = 0; n < nnodes() && !o().elastic(); ++n) {  // elastic: the coordinator watches
       if (n == node()) continue;
       auto v = store_->try_get(fmt::format("hb/{}", n));
       std::string val = v ? text(*v) : "";
@@ -464,6 +464,7 @@ class JobRun {
         watch_store(a, workers_left);
         if (a.workers_done && !a.stopping && !a.success) watch_server_stop(a);
       } catch (const std::exception& e) {
+        store_lost_ = true;
         local_failures_.push_back(machine_failure(
             unix_ms(), fmt::format("lost the job store at {}", p_.store_endpoint),
             fmt::format(": {}\n  the store is served by the dtrain of node 0 ({}): that machine or its dtrain died, "
@@ -475,7 +476,7 @@ class JobRun {
 
     // Parameter servers serve until every worker is done: they are stopped either way.
     stop_local(SIGTERM, a.echo);
-    if (a.success) return 0;
+    if (a.success || a.regroup) return 0;
     report(a);
     return g_signal ? 128 + g_signal : 1;
   }
@@ -528,6 +529,11 @@ class JobRun {
     all.insert(all.end(), reports.begin(), reports.end());
     if (all.empty()) return;
     order_by_root_cause(all);
+    if (o().elastic() && !store_lost_ && !a.interrupted) {
+      std::cout << fmt::format("dtrain: elastic generation {} stopped: {}\n", a.number, all.front().summary)
+                << std::flush;
+      return;
+    }
     std::cerr << failure_report(all, o().grace_s) << std::flush;
   }
 
@@ -566,6 +572,7 @@ class JobRun {
   std::shared_ptr<Store> root_;    // the job store itself (the processes' keys)
   std::shared_ptr<Store> store_;   // the launchers' keys, under "launch/"
   bool workers_finished_ = false;  // the last attempt failed after every worker finished
+  bool store_lost_ = false;
   std::vector<std::unique_ptr<Process>> procs_;
   std::set<int> reported_;
   std::vector<Failure> local_failures_;

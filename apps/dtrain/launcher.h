@@ -29,6 +29,11 @@ struct LaunchOptions {
   std::vector<std::string> ips;
   std::string master;
   int nnodes = 1;
+  // --nnodes MIN:MAX: an elastic job of MIN to nnodes (MAX) machines, joined
+  // by --master (see elastic.h); 0: a fixed number of machines.
+  int nnodes_min = 0;
+  double elastic_timeout_s = 60;  // below MIN: how long to wait for machines to join
+  bool elastic() const { return nnodes_min > 0; }
   int node_rank = -1;
   int start_port = 0;  // the store's port; 0: any free port (one machine only)
   std::string log_dir = "log";

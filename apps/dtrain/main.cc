@@ -21,6 +21,7 @@
 #include "dtrain/error.h"
 #include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
+#include "elastic.h"
 #include "launcher.h"
 #include "program.h"
 
@@ -117,9 +118,14 @@ int main(int argc, char** argv) {
   app.add_option("--master", lo.master,
                  "host:port of the job store, instead of --ips (with --nnodes; without --rank the master's machine is "
                  "node 0 and the others are numbered as they join; default: PADDLE_MASTER)");
-  auto* nnodes_opt =
-      app.add_option("--nnodes", lo.nnodes, "number of machines with --master (default: PADDLE_NNODES, else 1)")
-          ->capture_default_str();
+  std::string nnodes = "1";
+  auto* nnodes_opt = app.add_option("--nnodes", nnodes,
+                                    "number of machines with --master, or MIN:MAX for an elastic job (machines may "
+                                    "leave and join; see docs/elastic.md) (default: PADDLE_NNODES, PET_NNODES, else 1)")
+                         ->capture_default_str();
+  app.add_option("--elastic_timeout", lo.elastic_timeout_s,
+                 "elastic jobs: seconds to wait for machines to join when fewer than MIN are left")
+      ->capture_default_str();
   app.add_option("--rank", lo.node_rank, "this machine's index (optional with --master and --ips)");
   app.add_option("--start_port", lo.start_port,
                  "first port of the job's range on every machine (default: FLAGS_START_PORT): the store on it, then "
@@ -204,8 +210,21 @@ int main(int argc, char** argv) {
     // the machine count only in Paddle's variables, as paddle.distributed.launch reads them.
     if (lo.master.empty() && ips.empty())
       if (const char* m = std::getenv("PADDLE_MASTER"); m && *m) lo.master = m;
-    if (nnodes_opt->count() == 0)
-      if (const char* n = std::getenv("PADDLE_NNODES"); n && *n) lo.nnodes = std::atoi(n);
+    // A PyTorchJob with an elasticPolicy gives torchrun's PET_* forms.
+    if (lo.master.empty() && ips.empty())
+      if (const char* m = std::getenv("PET_RDZV_ENDPOINT"); m && *m) lo.master = m;
+    std::string nnodes_from = "--nnodes";
+    for (const char* var : {"PADDLE_NNODES", "PET_NNODES"})
+      if (const char* n = std::getenv(var); nnodes_opt->count() == 0 && n && *n && nnodes_from == "--nnodes")
+        nnodes = n, nnodes_from = var;
+    parse_nnodes(nnodes, nnodes_from, &lo.nnodes_min, &lo.nnodes);
+    if (lo.elastic()) {
+      if (!ips.empty() || lo.master.empty())
+        throw InvalidUsage(nnodes_from + " " + nnodes +
+                           " (elastic) needs --master host:port: positions in a fixed --ips list cannot change");
+      if (lo.node_rank > 0)
+        throw InvalidUsage("--rank with --nnodes MIN:MAX: an elastic job numbers its machines itself");
+    }
     if (server_num_opt->count() == 0)
       if (const char* n = std::getenv("PADDLE_SERVER_NUM"); n && *n) lo.server_num = std::atoi(n);
     if (worker_num_opt->count() == 0)
@@ -253,6 +272,10 @@ int main(int argc, char** argv) {
           fmt::format("--nproc_per_node {} is fewer than the {} devices of {}: every device "
                       "needs a worker",
                       lo.nproc_per_node, lo.devices.size(), lo.devices_source));
+    if (lo.elastic() && ps_mode(lo))
+      throw InvalidUsage(
+          "--nnodes MIN:MAX is for collective jobs; a parameter-server job runs on a fixed set of "
+          "machines (docs/elastic.md says why)");
     lo.command = command;
     return run_job(lo);
   } catch (const std::exception& e) {

@@ -23,6 +23,11 @@ struct JobPlan {
   std::vector<NodeInfo> nodes;
   std::vector<std::string> worker_eps, server_eps;  // the whole job's, in rank order
   std::string error_dir;                            // where the processes' communicators write their first abort
+  // Elastic jobs: this machine's member id, and its commit folder (DTRAIN_ELASTIC_DIR,
+  // kept across generations: the workers' in-memory state, see fleet/elastic.h).
+  int elastic_id = -1;
+  int generation = -1;
+  std::string elastic_dir;
 
   std::string log_file(const Slot& s) const { return options.log_dir + "/" + s.log_name(); }
   std::string error_file(const Slot& s) const { return error_dir + "/" + s.log_name(); }

@@ -25,7 +25,10 @@ void print_job_table(const JobPlan& p) {
   row("mode", ps_mode(o) ? "parameter server" : "collective");
   if (!o.backend.empty()) row("backend", o.backend);
   row("job_id", p.job_id);
-  row("machines", fmt::format("{} (this is node {}, {})", p.machines.nnodes, p.machines.node, p.machines.my_ip));
+  row("machines", fmt::format("{} (this is node {}, {}){}", p.machines.nnodes, p.machines.node, p.machines.my_ip,
+                              o.elastic() ? fmt::format("; elastic {}:{}, generation {}, member {}", o.nnodes_min,
+                                                        o.nnodes, p.generation, p.elastic_id)
+                                          : ""));
   row("workers", ps_mode(o) ? std::to_string(p.worker_eps.size())
                             : fmt::format("{} ({} on this machine, from {})", p.worker_eps.size(), o.nproc_per_node,
                                           o.nproc_source));
@@ -62,7 +65,9 @@ void print_job_table(const JobPlan& p) {
         p.slots.size());
   std::cout << t.str() << std::flush;
 
-  std::ofstream ep(o.log_dir + "/endpoints.log", std::ios::trunc);
+  // An elastic job's generations follow one another in the file.
+  std::ofstream ep(o.log_dir + "/endpoints.log", p.generation > 0 ? std::ios::app : std::ios::trunc);
+  if (o.elastic()) ep << "generation: " << p.generation << "\n";
   ep << "job_id: " << p.job_id << "\nstore: " << p.store_endpoint << "\n";
   ep << "PADDLE_TRAINER_ENDPOINTS:\n";
   for (auto& e : p.worker_eps) ep << e << "\n";

@@ -1,0 +1,345 @@
+#include "elastic.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "dtrain/error.h"
+#include "dtrain/sdk/strings.h"
+#include "messages.h"
+#include "process.h"
+#include "report.h"
+
+namespace dtrain::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kTick{200};
+constexpr milliseconds kBeat{500};
+// The first generation forms once MAX machines have joined, or MIN and no
+// other joined for this long.
+constexpr double kFirstSettleS = 3.0;
+
+std::string text(const std::optional<Bytes>& b) { return b ? std::string(b->begin(), b->end()) : std::string(); }
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int> parse_ids(const std::string& s) {
+  std::vector<int> ids;
+  for (const auto& part : sdk::split(s)) ids.push_back(std::atoi(part.c_str()));
+  return ids;
+}
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+void parse_nnodes(const std::string& t, const std::string& what, int* min, int* max) {
+  auto number = [&](const std::string& s) {
+    char* end = nullptr;
+    long v = std::strtol(s.c_str(), &end, 10);
+    if (s.empty() || *end || v < 1 || v > 100000)
+      throw InvalidUsage(
+          fmt::format("{} '{}': expected a machine count N or MIN:MAX (torchrun's and Paddle's form, "
+                      "e.g. 2:4), with counts from 1",
+                      what, t));
+    return static_cast<int>(v);
+  };
+  auto colon = t.find(':');
+  if (colon == std::string::npos) {
+    *min = 0;
+    *max = number(t);
+    return;
+  }
+  *min = number(t.substr(0, colon));
+  *max = number(t.substr(colon + 1));
+  if (*min > *max) throw InvalidUsage(fmt::format("{} '{}': MIN is larger than MAX", what, t));
+}
+
+std::optional<std::pair<int, int64_t>> read_step_file(const std::string& path) {
+  std::ifstream f(path);
+  int g = 0;
+  long long step = 0;
+  if (path.empty() || !(f >> g >> step)) return std::nullopt;
+  return std::make_pair(g, static_cast<int64_t>(step));
+}
+
+ElasticCoordinator::ElasticCoordinator(std::shared_ptr<Store> store, ElasticSettings settings)
+    : store_(std::move(store)), s_(std::move(settings)) {
+  thread_ = std::thread([this] {
+    try {
+      run();
+    } catch (const std::exception& e) {
+      if (stop_) return;
+      std::cerr << "dtrain: the elastic coordinator failed: " << e.what() << "\n" << std::flush;
+      try {
+        store_->set("el/outcome",
+                    std::string("fail\nroot cause: dtrain's elastic coordinator on node 0 failed: ") + e.what() + "\n");
+      } catch (const std::exception&) {
+      }
+    }
+  });
+}
+
+ElasticCoordinator::~ElasticCoordinator() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  for (auto& t : watchers_) t.join();
+}
+
+void ElasticCoordinator::sleep_tick() {
+  std::this_thread::sleep_for(kTick);
+  if (stop_) throw InvalidUsage("stopped");
+}
+
+void ElasticCoordinator::refresh() {
+  const int n = std::atoi(text(store_->try_get("el/next")).c_str());
+  const auto now = Clock::now();
+  for (int id = 0; id <= n; ++id) {
+    auto v = store_->try_get(fmt::format("el/hb/{}", id));
+    if (!v) continue;
+    std::string val = text(v);
+    auto it = seen_.find(id);
+    if (it == seen_.end() || it->second.value != val) seen_[id] = {val, now};
+  }
+}
+
+bool ElasticCoordinator::fresh(int id) const {
+  auto it = seen_.find(id);
+  return it != seen_.end() && Clock::now() - it->second.changed < kElasticStale && !contains(dropped_, id);
+}
+
+bool ElasticCoordinator::silent(int id) const {
+  auto it = seen_.find(id);
+  return it == seen_.end() || Clock::now() - it->second.changed > s_.silence_limit;
+}
+
+std::string ElasticCoordinator::name(int id) {
+  auto it = names_.find(id);
+  if (it != names_.end()) return it->second;
+  std::string ip = "?";
+  if (auto v = store_->try_get(fmt::format("el/info/{}", id)))
+    ip = NodeInfo::decode(text(v), fmt::format("launch/el/info/{}", id)).ip;
+  return names_[id] = fmt::format("machine {} ({})", id, ip);
+}
+
+std::vector<int> ElasticCoordinator::candidates(const std::vector<int>& members) {
+  std::vector<int> out = members;
+  for (const auto& [id, seen] : seen_)
+    if (!contains(out, id) && fresh(id) && store_->try_get(fmt::format("el/info/{}", id))) out.push_back(id);
+  if (out.size() > static_cast<size_t>(s_.max)) out.resize(s_.max);
+  return out;
+}
+
+std::vector<int> ElasticCoordinator::wait_for(int need, const std::vector<int>& members, double timeout_s,
+                                              double settle_s) {
+  const auto start = Clock::now();
+  auto grew = start;
+  size_t last = 0;
+  for (;;) {
+    refresh();
+    auto c = candidates(members);
+    if (c.size() != last) grew = Clock::now(), last = c.size();
+    if (c.size() >= static_cast<size_t>(s_.max)) return c;
+    if (c.size() >= static_cast<size_t>(need) && since(grew) >= settle_s) return c;
+    if (since(start) > timeout_s) return c;
+    sleep_tick();
+  }
+}
+
+ElasticCoordinator::End ElasticCoordinator::watch(int g, const std::vector<int>& members) {
+  const std::string a = fmt::format("a{}/", g);
+  std::vector<std::string> done;
+  for (size_t pos = 0; pos < members.size(); ++pos) done.push_back(fmt::format("{}done/{}", a, pos));
+  for (;;) {
+    sleep_tick();
+    refresh();
+    if (store_->check(done)) return End::Done;
+    if (store_->try_get(a + "stop")) return End::Failure;
+    for (int m : members)
+      if (silent(m)) {
+        Failure f =
+            machine_failure(unix_ms() - std::chrono::duration_cast<milliseconds>(s_.silence_limit).count(),
+                            fmt::format("dtrain on {} stopped responding", name(m)),
+                            fmt::format(" (no heartbeat for {} s): that machine or its dtrain died, or its link is cut",
+                                        s_.silence_limit.count()));
+        int64_t i = store_->add(a + "nfail", 1);
+        store_->set(fmt::format("{}fail/{}", a, i), f.encode());
+        store_->set(a + "stop", "1");
+        return End::Lost;
+      }
+    if (members.size() < static_cast<size_t>(s_.max)) {
+      auto c = candidates(members);
+      if (c.size() > members.size()) {
+        store_->set(a + "regroup", name(c[members.size()]) + " joins");
+        return End::Join;
+      }
+    }
+  }
+}
+
+std::vector<int> ElasticCoordinator::collect_acks(int g, const std::vector<int>& members) {
+  const auto deadline = Clock::now() + milliseconds(static_cast<int64_t>((s_.grace_s + 5) * 1000));
+  for (;;) {
+    refresh();
+    std::vector<int> acked, waiting;
+    for (int m : members) (store_->try_get(fmt::format("el/ack/{}/{}", g, m)) ? acked : waiting).push_back(m);
+    bool all_stale = std::all_of(waiting.begin(), waiting.end(), [&](int m) {
+      auto it = seen_.find(m);
+      return it == seen_.end() || Clock::now() - it->second.changed > kElasticStale;
+    });
+    if (waiting.empty() || all_stale || Clock::now() > deadline) return acked;
+    sleep_tick();
+  }
+}
+
+void ElasticCoordinator::fail(int g, const std::string& why) {
+  std::vector<Failure> all;
+  const std::string a = fmt::format("a{}/", g);
+  const int n = std::atoi(text(store_->try_get(a + "nfail")).c_str());
+  for (int i = 1; i <= n; ++i)
+    if (auto v = store_->try_get(fmt::format("{}fail/{}", a, i))) all.push_back(Failure::decode(text(v)));
+  std::string report;
+  if (!all.empty()) {
+    order_by_root_cause(all);
+    report = failure_report(all, s_.grace_s);
+  }
+  store_->set("el/outcome", "fail\n" + why + "\n" + report);
+}
+
+void ElasticCoordinator::run() {
+  std::vector<int> members = wait_for(s_.min, {}, s_.join_timeout_s, s_.max > s_.min ? kFirstSettleS : 0.0);
+  if (members.size() < static_cast<size_t>(s_.min)) {
+    store_->set("el/outcome", fmt::format("fail\nroot cause: only {} of at least {} machines joined the elastic job "
+                                          "within {} s (--nnodes {}:{}, --join_timeout)\n",
+                                          members.size(), s_.min, s_.join_timeout_s, s_.min, s_.max));
+    return;
+  }
+  int crashes = 0;
+  std::optional<std::pair<int, Clock::time_point>> waiting_since;  // generation, when the last one ended
+  for (int g = 0;; ++g) {
+    store_->set(fmt::format("el/g{}", g), sdk::join([&] {
+                  std::vector<std::string> v;
+                  for (int m : members) v.push_back(std::to_string(m));
+                  return v;
+                }()));
+    store_->set("el/gen", std::to_string(g));
+    std::vector<std::string> names;
+    for (int m : members) names.push_back(name(m));
+    std::cout << fmt::format("dtrain: elastic generation {}: {} machine{}: {}\n", g, members.size(),
+                             members.size() == 1 ? "" : "s", sdk::join(names, ", "))
+              << std::flush;
+    if (waiting_since) {
+      // Until rank 0 commits its first step of this generation (its step file), or the generation ends.
+      const auto lost_at = waiting_since->second;
+      watchers_.emplace_back([file = s_.step_file, g, lost_at, this] {
+        for (int i = 0; i < 6000 && !stop_; ++i) {
+          auto st = read_step_file(file);
+          if (st && st->first >= g) {
+            if (st->first == g)
+              std::cout << fmt::format(
+                               "dtrain: elastic generation {} is training (global step {}) {:.1f} s after "
+                               "generation {} ended\n",
+                               g, st->second, since(lost_at), g - 1)
+                        << std::flush;
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
+    }
+    End end = watch(g, members);
+    const auto ended = Clock::now();
+    if (end == End::Done) {
+      store_->set("el/outcome", "done");
+      return;
+    }
+    auto acked = collect_acks(g, members);
+    std::vector<int> left;
+    for (int m : members)
+      if (!contains(acked, m)) left.push_back(m), dropped_.push_back(m);
+    auto step = read_step_file(s_.step_file);
+    std::string at = step ? fmt::format(" at global step {}", step->second) : "";
+    std::string why = end == End::Join ? text(store_->try_get(fmt::format("a{}/regroup", g))) : "a process failed";
+    if (end == End::Lost) why = "a machine stopped responding";
+    std::vector<std::string> left_names;
+    for (int m : left) left_names.push_back(name(m));
+    std::cout << fmt::format("dtrain: elastic generation {} ended{} ({}){}\n", g, at, why,
+                             left.empty() ? "" : "; left: " + sdk::join(left_names, ", "))
+              << std::flush;
+    if (end == End::Failure && left.empty() && ++crashes > s_.max_restarts) {
+      fail(g, fmt::format("dtrain: the elastic job failed: a process failed in {} generation{} with every machine "
+                          "still there (--max_restarts {})",
+                          crashes, crashes == 1 ? "" : "s", s_.max_restarts));
+      return;
+    }
+    members = acked;
+    waiting_since = std::make_pair(g, ended);
+    if (members.empty() || members.front() != 0) {
+      fail(g, "dtrain: the elastic job failed: node 0 (the store's host) could not stop its processes");
+      return;
+    }
+    members = wait_for(s_.min, members, members.size() < static_cast<size_t>(s_.min) ? s_.elastic_timeout_s : 0, 0);
+    if (members.size() < static_cast<size_t>(s_.min)) {
+      std::vector<std::string> lost;
+      for (int m : dropped_) lost.push_back(name(m));
+      fail(g, fmt::format("root cause: the elastic job has {} machine{} left, fewer than --nnodes {}:{}, and none "
+                          "joined within --elastic_timeout {} s; machines lost: {}",
+                          members.size(), members.size() == 1 ? "" : "s", s_.min, s_.max, s_.elastic_timeout_s,
+                          sdk::join(lost, ", ")));
+      return;
+    }
+  }
+}
+
+ElasticHeartbeat::ElasticHeartbeat(std::shared_ptr<Store> store, int id) {
+  thread_ = std::thread([this, store = std::move(store), id] {
+    for (int64_t n = 1; !stop_; ++n) {
+      try {
+        store->set(fmt::format("el/hb/{}", id), std::to_string(n));
+      } catch (const std::exception&) {
+        return;  // the member's own store calls report the lost store
+      }
+      for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(kBeat / 5);
+    }
+  });
+}
+
+ElasticHeartbeat::~ElasticHeartbeat() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+ElasticNext wait_next(Store& store, int id, int after, bool was_member, const std::function<void()>& interrupted) {
+  for (;;) {
+    interrupted();
+    ElasticNext next;
+    if (auto o = store.try_get("el/outcome")) {
+      next.outcome = text(o);
+      return next;
+    }
+    if (auto v = store.try_get("el/gen")) {
+      int g = std::atoi(text(v).c_str());
+      if (g > after) {
+        next.generation = g;
+        next.members = parse_ids(text(store.try_get(fmt::format("el/g{}", g))));
+        if (contains(next.members, id)) {
+          next.kind = ElasticNext::Generation;
+          return next;
+        }
+        if (was_member) {
+          next.kind = ElasticNext::Dropped;
+          return next;
+        }
+      }
+    }
+    std::this_thread::sleep_for(kTick);
+  }
+}
+
+}  // namespace dtrain::launch

@@ -1,0 +1,120 @@
+#pragma once
+// Elastic jobs (`--nnodes MIN:MAX` with --master): the job's membership is a
+// numbered generation in the job store. Node 0's dtrain (the store's host)
+// runs the coordinator, which alone decides the generations; every machine's
+// dtrain (node 0's too) is a member that heartbeats, runs its workers for each
+// generation it belongs to, and stops them when the generation ends.
+//
+// Store keys (under the launchers' "launch/" prefix):
+//   el/next           counter of member ids (node 0 is id 0; the others add)
+//   el/info/<id>      the member's NodeInfo (its node field is the id)
+//   el/hb/<id>        its heartbeat, a counter set every 500 ms
+//   el/g<g>           generation g's members, "id,id,...": position = node index
+//   el/gen            the newest generation (set after el/g<g>)
+//   el/ack/<g>/<id>   the member has stopped its processes of generation g
+//   el/outcome        "done", or "fail" + newline + the root-cause report
+//   a<g>/regroup      generation g ends without a failure (a machine joins)
+// Generation g is attempt g of the launcher (keys a<g>/..., DTRAIN_RESTART_COUNT).
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dtrain/store.h"
+
+namespace dtrain::launch {
+
+// "MIN:MAX" or "N" (PADDLE_NNODES, PET_NNODES, --nnodes). Sets *min to 0 for a
+// plain count. Throws InvalidUsage naming `what` on a malformed value.
+void parse_nnodes(const std::string& text, const std::string& what, int* min, int* max);
+
+// How long a member's heartbeat may stand still before the coordinator waits
+// for it no more when a generation ends (its dtrain is gone).
+constexpr std::chrono::milliseconds kElasticStale{3000};
+
+struct ElasticSettings {
+  int min = 1, max = 1;
+  double elastic_timeout_s = 60;  // below MIN: how long to wait for machines to join
+  double join_timeout_s = 300;    // the first generation: how long to wait for MIN machines
+  double grace_s = 5;             // the members' SIGTERM -> SIGKILL, plus slack, bounds an ack
+  int max_restarts = 0;           // generations ended by a crash with every machine still there
+  std::chrono::seconds silence_limit{15};
+  // Node 0's commit folder: its step file says the global step (see fleet/elastic.h).
+  std::string step_file;
+};
+
+// The global step and generation in a member's step file ("<generation> <global step>"), if any.
+std::optional<std::pair<int, int64_t>> read_step_file(const std::string& path);
+
+// Runs on node 0's dtrain, in a thread of its own with its own store client.
+// Prints every membership change on stdout. Ends when el/outcome is set.
+class ElasticCoordinator {
+ public:
+  ElasticCoordinator(std::shared_ptr<Store> store, ElasticSettings settings);
+  ~ElasticCoordinator();  // stops and joins the thread
+  ElasticCoordinator(const ElasticCoordinator&) = delete;
+  ElasticCoordinator& operator=(const ElasticCoordinator&) = delete;
+
+ private:
+  struct Seen {
+    std::string value;
+    std::chrono::steady_clock::time_point changed;
+  };
+  enum class End { Done, Failure, Lost, Join, Stopped };
+
+  void run();
+  void refresh();
+  bool fresh(int id) const;
+  bool silent(int id) const;
+  std::string name(int id);
+  std::vector<int> candidates(const std::vector<int>& members);
+  std::vector<int> wait_for(int need, const std::vector<int>& members, double timeout_s, double settle_s);
+  End watch(int g, const std::vector<int>& members);
+  std::vector<int> collect_acks(int g, const std::vector<int>& members);
+  void fail(int g, const std::string& why);
+  void sleep_tick();
+
+  std::shared_ptr<Store> store_;
+  ElasticSettings s_;
+  std::map<int, Seen> seen_;
+  std::map<int, std::string> names_;
+  std::vector<int> dropped_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::thread> watchers_;  // each new generation's first step
+};
+
+// Sets el/hb/<id> every 500 ms from a thread of its own (its own store client),
+// so that a member stopping its processes or waiting for a generation stays alive.
+class ElasticHeartbeat {
+ public:
+  ElasticHeartbeat(std::shared_ptr<Store> store, int id);
+  ~ElasticHeartbeat();
+  ElasticHeartbeat(const ElasticHeartbeat&) = delete;
+  ElasticHeartbeat& operator=(const ElasticHeartbeat&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// What a member waits for between generations.
+struct ElasticNext {
+  enum Kind { Generation, Outcome, Dropped } kind = Outcome;
+  int generation = -1;
+  std::vector<int> members;  // ids, in node order
+  std::string outcome;       // "done" or "fail\n<report>"
+};
+
+// Waits for a generation newer than `after` that lists `id`, or the outcome;
+// Dropped when a newer generation leaves out a member of an earlier one
+// (was_member). `interrupted` is polled (a signal) and may throw.
+ElasticNext wait_next(Store& store, int id, int after, bool was_member, const std::function<void()>& interrupted);
+
+}  // namespace dtrain::launch
