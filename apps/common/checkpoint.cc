@@ -35,6 +35,8 @@ void write_run_state(torch::serialize::OutputArchive& ar, const RunState& st) {
   ar.write("epoch", torch::tensor(st.epoch, torch::kInt64));
   ar.write("batch_in_epoch", torch::tensor(st.batch_in_epoch, torch::kInt64));
   ar.write("global_step", torch::tensor(st.global_step, torch::kInt64));
+  ar.write("epoch_offset", torch::tensor(st.epoch_offset, torch::kInt64));
+  ar.write("base_world", torch::tensor(st.base_world, torch::kInt64));
   if (st.has_loss_scale)
     ar.write("loss_scale",
              torch::tensor({st.loss_scale.scale, double(st.loss_scale.good_steps), double(st.loss_scale.bad_steps)},
@@ -52,6 +54,9 @@ RunState read_run_state(torch::serialize::InputArchive& ar) {
   st.epoch = read_int("epoch");
   st.batch_in_epoch = read_int("batch_in_epoch");
   st.global_step = read_int("global_step");
+  torch::Tensor t;
+  if (ar.try_read("epoch_offset", t)) st.epoch_offset = t.item<int64_t>();
+  if (ar.try_read("base_world", t)) st.base_world = t.item<int64_t>();
   torch::Tensor ls;
   if (ar.try_read("loss_scale", ls)) {
     st.has_loss_scale = true;

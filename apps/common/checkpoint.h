@@ -18,6 +18,11 @@ namespace dtrain::apps {
 // Where the run is: the next micro-step to run.
 struct RunState {
   int64_t epoch = 0, batch_in_epoch = 0, global_step = 0;
+  // Samples of the epoch (positions in its shuffled order) consumed before
+  // batch_in_epoch started counting: after a change of the world size, the
+  // rest of the epoch is split anew (shard_indices' offset).
+  int64_t epoch_offset = 0;
+  int64_t base_world = 0;       // the world size the run started with (elastic.scale = "lr")
   bool has_loss_scale = false;  // the checkpoint kept AMP's loss scaler
   LossScaler::State loss_scale;
 };

@@ -106,12 +106,18 @@ std::shared_ptr<Dataset> load_idx_dataset(const std::string& dir, bool train, si
   return std::make_shared<InMemoryDataset>(1, int(h), int(w), 10, std::move(pixels), std::move(lab));
 }
 
-std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle) {
+std::vector<size_t> shard_indices(size_t n, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle,
+                                  int64_t offset) {
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
   if (shuffle) {
     std::mt19937_64 gen(sdk::splitmix64(seed ^ sdk::splitmix64(static_cast<uint64_t>(epoch))));
     for (size_t i = n; i > 1; --i) std::swap(all[i - 1], all[gen() % i]);
+  }
+  if (offset > 0) {
+    all.erase(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(n, offset)));
+    n = all.size();
+    if (n == 0) return {};
   }
   size_t total = (n + world - 1) / world * world;
   for (size_t i = n; i < total; ++i) all.push_back(all[i - n]);

@@ -92,7 +92,10 @@ std::string list_datasets_unavailable();
 // are shuffled with a generator seeded by (seed, epoch), padded to a multiple
 // of world by repeating the first ones, and rank r takes every world-th from r.
 // Every rank gets the same count and the shards are disjoint (up to the padding).
-std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle);
+// With an offset, the epoch's first `offset` positions (consumed at another
+// world size) are left out and the rest is split among this world.
+std::vector<size_t> shard_indices(size_t dataset_size, int rank, int world, uint64_t seed, int64_t epoch, bool shuffle,
+                                  int64_t offset = 0);
 
 // Training-time augmentation. For a sample with a mask (segmentation) the
 // image and its labels take the same geometric transform: a random scale in

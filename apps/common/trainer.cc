@@ -61,6 +61,12 @@ const ConfigTable<TrainOptions>& trainer_table() {
     t.add("debug.dump_params", &T::dump_params, "write raw parameters at the end; {rank} is replaced");
     t.add("debug.kill_at_step", &T::kill_at_step,
           "SIGKILL every worker after this micro-step, first attempt only (tests)");
+    t.add("elastic.scale", &T::elastic_scale,
+          "when an elastic job's world size changes: lr (keep each worker's batch, scale the learning rate by the "
+          "world size over the first one's) | batch (keep the global batch: each worker's is the global / world)");
+    t.add("elastic.commit_every_steps", &T::elastic_commit_every_steps,
+          "keep the state in memory (/dev/shm) every N optimizer steps; a lost machine costs at most N steps")
+        .at_least(1);
     return t;
   }();
   return table;
@@ -280,17 +286,10 @@ void Trainer::setup() {
 
   eval_batch_ = opts_.eval_batch_size;
   ckpt_dir_ = cfg_.get_string("checkpoint.dir");
-
-  size_t per_rank = (train_set_->size() + world_ - 1) / world_;
-  steps_per_epoch_ = static_cast<int64_t>(per_rank) / opts_.batch_size;
-  if (steps_per_epoch_ < 1)
-    config_error(
-        cfg_, "train.batch_size",
-        fmt::format("is larger than a worker's share of the data ({} images): no full batch per epoch", per_rank));
-  steps_per_epoch_ = steps_per_epoch_ / k_merge_ * k_merge_;
-  if (steps_per_epoch_ < 1)
-    config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
-  lr_ = LrSchedule::from_config(cfg_, opts_.epochs, steps_per_epoch_, k_merge_);
+  if (opts_.elastic_scale != "lr" && opts_.elastic_scale != "batch")
+    config_error(cfg_, "elastic.scale", "must be \"lr\" or \"batch\", got \"" + opts_.elastic_scale + "\"");
+  batch_ = opts_.batch_size;
+  plan_epochs();
 
   std::string tbdir = opts_.tensorboard, no_tb;
   if (!tbdir.empty() && !event_files_supported(&no_tb)) config_error(cfg_, "log.tensorboard", no_tb);
@@ -303,15 +302,33 @@ void Trainer::setup() {
       fmt::format("dtrain-{}: rank {}/{} ({}), backend {}, {} ({} parameters), {} train / {} eval images, batch {} "
                   "per worker ({} global), {} steps per epoch, {} threads, device {}{}, strategy: {}",
                   app_, rank_, world_, fleet::role().source, comm ? comm->backend_name() : std::string("none"),
-                  describe_model(), params, train_set_->size(), eval_set_->size(), opts_.batch_size,
-                  opts_.batch_size * world_, steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
+                  describe_model(), params, train_set_->size(), eval_set_->size(), batch_, batch_ * world_,
+                  steps_per_epoch_, torch::get_num_threads(), device_.device.str(),
                   device_.cuda() || device_.bf16 || device_.channels_last
                       ? fmt::format(" ({}{}{})", device_.source, device_.bf16 ? ", bf16 autocast" : "",
                                     device_.channels_last ? ", channels_last" : "")
                       : std::string(),
                   so.describe()));
   if (!device_.note.empty()) log_line(device_.note);
-  resume();
+  if (!restore_elastic()) resume();
+  if (state_.base_world == 0) state_.base_world = world_;
+}
+
+void Trainer::plan_epochs() {
+  size_t per_rank = (train_set_->size() + world_ - 1) / world_;
+  steps_per_epoch_ = static_cast<int64_t>(per_rank) / batch_;
+  if (steps_per_epoch_ < 1)
+    config_error(
+        cfg_, "train.batch_size",
+        fmt::format("is larger than a worker's share of the data ({} images): no full batch per epoch", per_rank));
+  steps_per_epoch_ = steps_per_epoch_ / k_merge_ * k_merge_;
+  if (steps_per_epoch_ < 1)
+    config_error(cfg_, "strategy.gradient_merge.k_steps", "is larger than the steps of an epoch");
+  lr_ = LrSchedule::from_config(cfg_, opts_.epochs, steps_per_epoch_, k_merge_);
+}
+
+int64_t Trainer::lr_position() const {
+  return state_.epoch * steps_per_epoch_ + state_.epoch_offset / (batch_ * world_) + state_.batch_in_epoch;
 }
 
 void Trainer::checkpoint() {
@@ -388,16 +405,18 @@ void Trainer::train() {
   auto run_start = Clock::now();
   int64_t run_start_step = st.global_step, skipped = 0;
   bool stopped = false;
-  for (; st.epoch < opts_.epochs && !stopped; ++st.epoch, st.batch_in_epoch = 0) {
-    auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true);
-    BatchLoader loader(train_set_, idx, opts_.batch_size, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
+  for (; st.epoch < opts_.epochs && !stopped; ++st.epoch, st.batch_in_epoch = 0, st.epoch_offset = 0) {
+    auto idx = shard_indices(train_set_->size(), rank_, world_, seed_, st.epoch, true, st.epoch_offset);
+    const int64_t epoch_steps =
+        st.epoch_offset == 0 ? steps_per_epoch_ : static_cast<int64_t>(idx.size()) / batch_ / k_merge_ * k_merge_;
+    BatchLoader loader(train_set_, idx, batch_, true, augment_, true, seed_, st.epoch, st.batch_in_epoch,
                        static_cast<int>(opts_.prefetch), static_cast<int>(opts_.num_workers));
     double win_loss = 0, win_correct = 0, win_count = 0, win_data = loader.wait_seconds();
     auto win_start = Clock::now();
     opt_->reset_stats();
     Batch b;
-    while (st.batch_in_epoch < steps_per_epoch_ && loader.next(&b)) {
-      double lr = lr_.at(st.global_step);
+    while (st.batch_in_epoch < epoch_steps && loader.next(&b)) {
+      double lr = lr_.at(lr_position()) * lr_scale_;
       for (auto& g : opt_->inner().param_groups()) g.options().set_lr(lr);
       StepOutput out;
       {
@@ -412,8 +431,10 @@ void Trainer::train() {
       win_count += double(b.labels.size(0));
       ++st.global_step;
       ++st.batch_in_epoch;
+      bool at_boundary = st.global_step % k_merge_ == 0;
+      if (at_boundary && st.global_step % opts_.elastic_commit_every_steps == 0) commit_elastic();
 
-      if (st.global_step % opts_.log_every_steps == 0 || st.batch_in_epoch == steps_per_epoch_) {
+      if (st.global_step % opts_.log_every_steps == 0 || st.batch_in_epoch == epoch_steps) {
         double secs = std::chrono::duration<double>(Clock::now() - win_start).count();
         double run_secs = std::chrono::duration<double>(Clock::now() - run_start).count();
         double ips = win_count * world_ / std::max(secs, 1e-9);
@@ -426,10 +447,9 @@ void Trainer::train() {
         log_line(fmt::format(
             "epoch {}/{} step {}/{} loss {:.6f} acc {:.4f} lr {:.6f} images/s {:.1f} eta {} "
             "comm_wait {:.1f} ms/step data_wait {:.1f} ms/step{}",
-            st.epoch + 1, opts_.epochs, st.batch_in_epoch, steps_per_epoch_, win_loss / win_count,
-            win_correct / win_count, lr, ips, hms(per_step * double(left)),
-            1e3 * sync.wait_seconds / std::max(1.0, win_count / double(opts_.batch_size)),
-            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(opts_.batch_size)), amp));
+            st.epoch + 1, opts_.epochs, st.batch_in_epoch, epoch_steps, win_loss / win_count, win_correct / win_count,
+            lr, ips, hms(per_step * double(left)), 1e3 * sync.wait_seconds / std::max(1.0, win_count / double(batch_)),
+            1e3 * (loader.wait_seconds() - win_data) / std::max(1.0, win_count / double(batch_)), amp));
         if (tb_) {
           tb_->add_scalar("train/loss", float(win_loss / win_count), st.global_step);
           tb_->add_scalar("train/acc", float(win_correct / win_count), st.global_step);
@@ -442,8 +462,7 @@ void Trainer::train() {
         win_start = Clock::now();
         opt_->reset_stats();
       }
-      bool at_boundary = st.global_step % k_merge_ == 0;
-      if (ckpt_steps > 0 && at_boundary && st.global_step % ckpt_steps == 0 && st.batch_in_epoch < steps_per_epoch_)
+      if (ckpt_steps > 0 && at_boundary && st.global_step % ckpt_steps == 0 && st.batch_in_epoch < epoch_steps)
         checkpoint();
       if (kill_at > 0 && st.global_step == kill_at && fleet::role().restart_count == 0) {
         log_line(fmt::format("debug.kill_at_step: killing this worker after step {}", st.global_step));
@@ -455,8 +474,7 @@ void Trainer::train() {
       }
     }
     bool last = st.epoch + 1 == opts_.epochs || stopped;
-    if (st.batch_in_epoch == steps_per_epoch_ && !last && ckpt_epochs > 0 && (st.epoch + 1) % ckpt_epochs == 0)
-      checkpoint();
+    if (st.batch_in_epoch == epoch_steps && !last && ckpt_epochs > 0 && (st.epoch + 1) % ckpt_epochs == 0) checkpoint();
     if (last || (eval_epochs > 0 && (st.epoch + 1) % eval_epochs == 0)) {
       run_evaluation();
     }

@@ -17,6 +17,7 @@
 #include "common/tensorboard.h"
 #include "dtrain/config.h"
 #include "dtrain/config_table.h"
+#include "dtrain/fleet/elastic.h"
 #include "dtrain/fleet/fleet.h"
 
 namespace CLI {
@@ -59,6 +60,9 @@ struct TrainOptions {
   std::string tensorboard;  // [log]
   std::string dump_params;  // [debug]
   int64_t kill_at_step = 0;
+  // [elastic] (an elastic job, `dtrain --nnodes MIN:MAX`; docs/elastic.md)
+  std::string elastic_scale = "lr";  // lr: keep each worker's batch, scale the lr | batch: keep the global batch
+  int64_t elastic_commit_every_steps = 1;
 };
 const ConfigTable<TrainOptions>& trainer_table();
 // Declares trainer_table()'s keys and [checkpoint] dir (default_checkpoint_dir: the app's own).
@@ -174,6 +178,14 @@ class Trainer {
   void checkpoint();
   void train();
   void run_evaluation();  // evaluate() as its comment promises
+  // steps_per_epoch_ and lr_ for batch_ per worker at world_.
+  void plan_epochs();
+  // The schedule's position: the epoch's progress in steps of the current global batch.
+  int64_t lr_position() const;
+  // Elastic jobs (trainer_elastic.cc): the state of the newest commit among
+  // the machines, at this generation's world size; false when there is none.
+  bool restore_elastic();
+  void commit_elastic();
 
   std::shared_ptr<fleet::DataParallel> dp_;
   // The optimizer that steps (SGD with momentum or Adam, or LAMB/LARS by the strategy) is opt_->inner().
@@ -184,6 +196,9 @@ class Trainer {
   TrainOptions opts_;  // read once, in setup()
   std::string ckpt_dir_;
   int64_t steps_per_epoch_ = 0, k_merge_ = 1;
+  int64_t batch_ = 0;    // per worker: train.batch_size, or the global batch / world (elastic.scale = "batch")
+  double lr_scale_ = 1;  // world / the first generation's world (elastic.scale = "lr")
+  fleet::ElasticState elastic_;
 };
 
 // Runs body; an exception becomes one line "<prefix><what>" on stderr (a

@@ -198,8 +198,9 @@ std::vector<int> ElasticCoordinator::collect_acks(int g, const std::vector<int>&
   }
 }
 
-void ElasticCoordinator::fail(int g, const std::string& why) {
+void ElasticCoordinator::fail(int g, const std::string& why, std::optional<Failure> cause) {
   std::vector<Failure> all;
+  if (cause) all.push_back(*cause);
   const std::string a = fmt::format("a{}/", g);
   const int n = std::atoi(text(store_->try_get(a + "nfail")).c_str());
   for (int i = 1; i <= n; ++i)
@@ -288,10 +289,11 @@ void ElasticCoordinator::run() {
     if (members.size() < static_cast<size_t>(s_.min)) {
       std::vector<std::string> lost;
       for (int m : dropped_) lost.push_back(name(m));
-      fail(g, fmt::format("root cause: the elastic job has {} machine{} left, fewer than --nnodes {}:{}, and none "
-                          "joined within --elastic_timeout {} s; machines lost: {}",
-                          members.size(), members.size() == 1 ? "" : "s", s_.min, s_.max, s_.elastic_timeout_s,
-                          sdk::join(lost, ", ")));
+      const std::string summary = fmt::format(
+          "the elastic job has {} machine{} left, fewer than --nnodes {}:{}, and none joined within "
+          "--elastic_timeout {} s; machines lost: {}",
+          members.size(), members.size() == 1 ? "" : "s", s_.min, s_.max, s_.elastic_timeout_s, sdk::join(lost, ", "));
+      fail(g, "dtrain: the elastic job failed: " + summary, machine_failure(unix_ms(), summary, ""));
       return;
     }
   }

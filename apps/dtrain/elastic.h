@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dtrain/store.h"
+#include "messages.h"
 
 namespace dtrain::launch {
 
@@ -77,7 +78,9 @@ class ElasticCoordinator {
   std::vector<int> wait_for(int need, const std::vector<int>& members, double timeout_s, double settle_s);
   End watch(int g, const std::vector<int>& members);
   std::vector<int> collect_acks(int g, const std::vector<int>& members);
-  void fail(int g, const std::string& why);
+  // Sets the outcome: why, then the report of generation g's failures with
+  // `cause` (when given) as their root cause.
+  void fail(int g, const std::string& why, std::optional<Failure> cause = std::nullopt);
   void sleep_tick();
 
   std::shared_ptr<Store> store_;

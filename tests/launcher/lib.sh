@@ -9,6 +9,7 @@ CLEANUP=()
 cleanup() {
   for c in "${CLEANUP[@]}"; do eval "$c" >/dev/null 2>&1 || true; done
   pkill -9 -f -- "$TAG" >/dev/null 2>&1 || true
+  [ -z "${DTRAIN_TEST_KEEP:-}" ] || cp -r "$WORK" "$DTRAIN_TEST_KEEP"  # the logs, to look at
   rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -37,6 +37,7 @@
 #include "dtrain/fleet/amp.h"
 #include "dtrain/fleet/blocks.h"
 #include "dtrain/fleet/data_parallel.h"
+#include "dtrain/fleet/elastic.h"
 #include "dtrain/fleet/metrics.h"
 #include "dtrain/fleet/optimizer.h"
 #include "dtrain/fleet/optimizers.h"
