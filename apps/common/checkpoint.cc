@@ -37,6 +37,8 @@ void write_run_state(torch::serialize::OutputArchive& ar, const RunState& st) {
   ar.write("global_step", torch::tensor(st.global_step, torch::kInt64));
   ar.write("epoch_offset", torch::tensor(st.epoch_offset, torch::kInt64));
   ar.write("base_world", torch::tensor(st.base_world, torch::kInt64));
+  ar.write("run_world", torch::tensor(st.world, torch::kInt64));
+  ar.write("run_batch", torch::tensor(st.batch, torch::kInt64));
   if (st.has_loss_scale)
     ar.write("loss_scale",
              torch::tensor({st.loss_scale.scale, double(st.loss_scale.good_steps), double(st.loss_scale.bad_steps)},
@@ -57,6 +59,8 @@ RunState read_run_state(torch::serialize::InputArchive& ar) {
   torch::Tensor t;
   if (ar.try_read("epoch_offset", t)) st.epoch_offset = t.item<int64_t>();
   if (ar.try_read("base_world", t)) st.base_world = t.item<int64_t>();
+  if (ar.try_read("run_world", t)) st.world = t.item<int64_t>();
+  if (ar.try_read("run_batch", t)) st.batch = t.item<int64_t>();
   torch::Tensor ls;
   if (ar.try_read("loss_scale", ls)) {
     st.has_loss_scale = true;

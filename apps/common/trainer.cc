@@ -312,6 +312,16 @@ void Trainer::setup() {
   if (!device_.note.empty()) log_line(device_.note);
   if (!restore_elastic()) resume();
   if (state_.base_world == 0) state_.base_world = world_;
+  split_rest_of_epoch();
+}
+
+void Trainer::split_rest_of_epoch() {
+  RunState& st = state_;
+  if (st.world <= 0 || (st.world == world_ && st.batch == batch_)) return;
+  st.epoch_offset += st.batch_in_epoch * st.batch * st.world;
+  st.batch_in_epoch = 0;  // a rest too small for a step makes none
+  log_line(fmt::format("data: saved at world {} x batch {}: the rest of epoch {} ({} samples done) is split over {} x {}",
+                       st.world, st.batch, st.epoch + 1, st.epoch_offset, world_, batch_));
 }
 
 void Trainer::plan_epochs() {
@@ -333,6 +343,8 @@ int64_t Trainer::lr_position() const {
 
 void Trainer::checkpoint() {
   sync_buffers();  // every rank, so the saved statistics are everyone's
+  state_.world = world_;
+  state_.batch = batch_;
   if (opt_->loss_scaler().enabled()) {
     state_.has_loss_scale = true;
     state_.loss_scale = opt_->loss_scaler().state();

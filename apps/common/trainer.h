@@ -186,6 +186,9 @@ class Trainer {
   // the machines, at this generation's world size; false when there is none.
   bool restore_elastic();
   void commit_elastic();
+  // After a restore saved at another world size or batch: the rest of the
+  // epoch is split at this one (RunState::epoch_offset).
+  void split_rest_of_epoch();
 
   std::shared_ptr<fleet::DataParallel> dp_;
   // The optimizer that steps (SGD with momentum or Adam, or LAMB/LARS by the strategy) is opt_->inner().

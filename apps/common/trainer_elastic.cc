@@ -14,27 +14,21 @@ namespace dtrain::apps {
 
 namespace {
 
-// The run state and the world it was committed at, as one line of numbers.
-struct Committed {
-  RunState st;
-  int64_t world = 0, batch = 0;
-};
-
-std::string encode(const RunState& st, int64_t world, int64_t batch) {
-  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", st.epoch, st.batch_in_epoch, st.global_step, st.epoch_offset,
-                     st.base_world, world, batch, st.has_loss_scale ? 1 : 0, st.loss_scale.scale,
-                     st.loss_scale.good_steps, st.loss_scale.bad_steps);
+std::string encode(const RunState& st) {
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", st.epoch, st.batch_in_epoch, st.global_step,
+                     st.epoch_offset, st.base_world, st.world, st.batch, st.has_loss_scale ? 1 : 0,
+                     st.loss_scale.scale, st.loss_scale.good_steps, st.loss_scale.bad_steps);
 }
 
-Committed decode(const std::string& text) {
-  Committed c;
+RunState decode(const std::string& text) {
+  RunState st;
   std::istringstream in(text);
   int ls = 0;
-  in >> c.st.epoch >> c.st.batch_in_epoch >> c.st.global_step >> c.st.epoch_offset >> c.st.base_world >> c.world >>
-      c.batch >> ls >> c.st.loss_scale.scale >> c.st.loss_scale.good_steps >> c.st.loss_scale.bad_steps;
+  in >> st.epoch >> st.batch_in_epoch >> st.global_step >> st.epoch_offset >> st.base_world >> st.world >>
+      st.batch >> ls >> st.loss_scale.scale >> st.loss_scale.good_steps >> st.loss_scale.bad_steps;
   if (!in) throw IoError("the elastic commit's run state is malformed: '" + text + "'");
-  c.st.has_loss_scale = ls != 0;
-  return c;
+  st.has_loss_scale = ls != 0;
+  return st;
 }
 
 }  // namespace
@@ -42,11 +36,13 @@ Committed decode(const std::string& text) {
 void Trainer::commit_elastic() {
   if (!elastic_.enabled() || dp_->sharding()) return;
   RunState st = state_;
+  st.world = world_;
+  st.batch = batch_;
   if (opt_->loss_scaler().enabled()) {
     st.has_loss_scale = true;
     st.loss_scale = opt_->loss_scaler().state();
   }
-  elastic_.commit(*model_, opt_->inner(), st.global_step, encode(st, world_, batch_));
+  elastic_.commit(*model_, opt_->inner(), st.global_step, encode(st));
 }
 
 bool Trainer::restore_elastic() {
@@ -62,10 +58,9 @@ bool Trainer::restore_elastic() {
   auto comm = fleet::communicator();
   auto r = elastic_.restore(comm.get(), *model_, opt_->inner());
   if (!r) return false;
-  Committed c = decode(r->extra);
   RunState& st = state_;
-  st = c.st;
-  if (st.base_world == 0) st.base_world = c.world;
+  st = decode(r->extra);
+  if (st.base_world == 0) st.base_world = st.world;
   if (opts_.elastic_scale == "batch") {
     batch_ = std::max<int64_t>(1, opts_.batch_size * st.base_world / world_);
     lr_scale_ = 1;
@@ -73,17 +68,13 @@ bool Trainer::restore_elastic() {
     lr_scale_ = double(world_) / double(st.base_world);
   }
   plan_epochs();
-  if (c.world != world_ || c.batch != batch_) {
-    st.epoch_offset += st.batch_in_epoch * c.batch * c.world;
-    st.batch_in_epoch = 0;  // the rest of the epoch, split at this world (a part too small for a step: none)
-  }
   if (st.has_loss_scale) opt_->loss_scaler().set_state(st.loss_scale);
   opt_->set_next_step(st.global_step);
   log_line(fmt::format(
       "elastic: generation {}: world {} (was {}), batch {} per worker ({} global), lr x{:.3f} (elastic.scale = "
       "\"{}\"); the state of rank {}'s commit at global step {}: epoch {}, {} samples of it done",
-      elastic_.generation(), world_, c.world, batch_, batch_ * world_, lr_scale_, opts_.elastic_scale, r->from_rank,
-      st.global_step, st.epoch + 1, st.epoch_offset + st.batch_in_epoch * batch_ * world_));
+      elastic_.generation(), world_, st.world, batch_, batch_ * world_, lr_scale_, opts_.elastic_scale, r->from_rank,
+      st.global_step, st.epoch + 1, st.epoch_offset + st.batch_in_epoch * st.batch * st.world));
   return true;
 }
 

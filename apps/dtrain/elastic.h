@@ -37,7 +37,7 @@ void parse_nnodes(const std::string& text, const std::string& what, int* min, in
 
 // How long a member's heartbeat may stand still before the coordinator waits
 // for it no more when a generation ends (its dtrain is gone).
-constexpr std::chrono::milliseconds kElasticStale{3000};
+constexpr std::chrono::milliseconds kElasticStale{4000};
 
 struct ElasticSettings {
   int min = 1, max = 1;

@@ -7,8 +7,10 @@
 #      goes on without it; the cut machine's dtrain stops by itself;
 #   3. a machine started later joins, and the world grows to 3;
 #   4. below MIN: the job fails naming the lost machine, within --elastic_timeout;
-#   5. (full) ZeRO stage 2: goes on from its sharded checkpoint at the new world size.
-#   netns_elastic.sh BUILD [ci|full]
+#   5. (full) ZeRO stage 2: goes on from its sharded checkpoint at the new world size;
+#   chaos: a random machine other than node 0 killed every 10 steps, 5 times, and started again;
+#   eval: the evaluation of a run that lost a machine against 3 seeds of a fixed run.
+#   netns_elastic.sh BUILD [ci|full|chaos [SEED]|eval]   (scripts/elastic_check.sh runs all)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$(dirname "$0")/lib.sh"
 MODE=${2:-ci}
@@ -48,7 +50,7 @@ PET_NNODES=1:x refused "PET_NNODES '1:x'" --master 127.0.0.1:$port -- true
 CLS=("$SRC/apps/cls.toml" -o train.epochs=1 -o data.limit_train=1536 -o data.limit_eval=256 -o train.batch_size=16
   -o log.every_steps=1 -o checkpoint.resume=false -o train.warmup_epochs=0 -o eval.every_epochs=1)
 
-# start I RUN NNODES ARGS...: dtrain on machine I (logs log<RUN>.<I>, out/err<RUN>.<I>.txt); its pid in P[I].
+# start I RUN NNODES ARGS...; NNODES "N" (no colon): a fixed job of N machines: dtrain on machine I (logs log<RUN>.<I>, out/err<RUN>.<I>.txt); its pid in P[I].
 start() {
   local i=$1 run=$2 nnodes=$3
   shift 3
@@ -69,6 +71,59 @@ wait_steps() {  # wait_steps RUN N
 }
 kill_machine() { ip netns pids ${NS[$1]} | xargs -r kill -9; }
 generation_line() { grep -m1 "elastic generation $2: " out$1.0.txt; }
+
+if [ $MODE = chaos ]; then
+  seed=${3:-$RANDOM}
+  RANDOM=$seed
+  echo "chaos seed $seed (repeat it: netns_elastic.sh BUILD chaos $seed)"
+  run=6 t0=$(date +%s)
+  for i in 0 1 2; do start $i $run 1:3 "${CLS[@]}" -o checkpoint.dir=ckpt6 -o train.epochs=3; sleep 0.5; done
+  gens() { grep -c "elastic generation [0-9]*: " out$run.0.txt; }
+  for k in 1 2 3 4 5; do
+    wait_steps $run $((k * 10))
+    m=$((1 + RANDOM % 2)) before=$(gens)
+    echo "chaos $k: killing machine $m (${IP[m]}) at rank 0's step $(steps $run)"
+    kill_machine $m
+    wait ${P[m]} 2>/dev/null
+    for _ in $(seq 300); do [ "$(gens)" -gt $before ] && break; sleep 0.1; done
+    [ "$(gens)" -gt $before ] || fail "chaos $k: no new generation after machine $m was killed"
+    start $m $run.$k 1:3 "${CLS[@]}" -o checkpoint.dir=ckpt6 -o train.epochs=3
+  done
+  wait ${P[0]} || fail "chaos: node 0's dtrain failed"
+  for i in 1 2; do wait ${P[i]} || fail "chaos: machine $i's last dtrain failed"; done
+  grep -q "^eval epoch 3: top1" log$run.0/workerlog.0 || fail "chaos: rank 0 did not finish the 3 epochs"
+  expect_no_leftovers
+  echo "PASS: chaos seed $seed: 5 kills and restarts, $(gens) generations, $(steps $run) steps logged by rank 0," \
+    "$(($(date +%s) - t0)) s; $(grep -m1 "^eval epoch 3" log$run.0/workerlog.0)"
+  exit 0
+fi
+
+if [ $MODE = eval ]; then
+  # 6,000 images, batch 32, one epoch: a fixed 3-machine run on seeds 1-3, then
+  # seed 1 with machine 2 killed at step 20 of 62.
+  EV=("$SRC/apps/cls.toml" -o train.epochs=1 -o data.limit_train=6000 -o data.limit_eval=2000 -o train.batch_size=32
+    -o log.every_steps=1 -o checkpoint.resume=false -o train.warmup_epochs=0)
+  top1() { grep -o "^eval epoch 1: top1 [0-9.]*" log$1.0/workerlog.0 | grep -o "[0-9.]*$"; }
+  fixed=()
+  for seed in 1 2 3; do
+    run=e$seed port=$((port + 1))
+    for i in 0 1 2; do start $i $run 3 "${EV[@]}" -o train.seed=$seed -o checkpoint.dir=ck$run.$i; sleep 0.5; done
+    for i in 0 1 2; do wait ${P[i]} || fail "fixed run, seed $seed: machine $i failed"; done
+    fixed+=("$(top1 $run)")
+  done
+  run=ek port=$((port + 1))
+  for i in 0 1 2; do start $i $run 1:3 "${EV[@]}" -o train.seed=1 -o checkpoint.dir=ck$run.$i; sleep 0.5; done
+  wait_steps $run 20
+  kill_machine 2
+  wait ${P[0]} && wait ${P[1]} || fail "elastic run: a survivor failed"
+  got=$(top1 $run)
+  lo=$(printf "%s\n" "${fixed[@]}" | sort -n | head -1) hi=$(printf "%s\n" "${fixed[@]}" | sort -n | tail -1)
+  echo "fixed 3 machines, seeds 1-3: top1 ${fixed[*]}; elastic (machine 2 lost at step 20 of 62): top1 $got"
+  awk -v g=$got -v lo=$lo -v hi=$hi 'BEGIN{exit !(g >= lo && g <= hi)}' ||
+    fail "the elastic run's top1 $got is outside the fixed runs' spread [$lo, $hi]"
+  echo "PASS: the elastic run's top1 $got is within [$lo, $hi]"
+  exit 0
+fi
 
 # 1. Three machines, machine 2's processes killed in mid-epoch.
 run=1
@@ -150,4 +205,15 @@ if [ $MODE = full ]; then
   grep -q "going on from the latest sharded checkpoint" log$run.0/workerlog.0 || fail "run 5: no sharded resume"
   grep -q "resume: .*sharded-[0-9]*" log$run.0/workerlog.0 || fail "run 5: rank 0 did not load a sharded checkpoint"
   echo "PASS: ZeRO stage 2: $(grep -m1 "resume: .*sharded" log$run.0/workerlog.0)"
+
+  # 6. An unmodified torchrun script: torchrun's behaviour, every worker restarts at the new WORLD_SIZE.
+  run=7 port=$((port + 1))
+  for i in 0 1 2; do start $i $run 1:3 "$SRC/examples/python/ddp_torchrun.py" --steps 300; sleep 0.5; done
+  wait_for log$run.0/workerlog.0 "step 10 loss" 600
+  kill_machine 2
+  wait ${P[0]} || fail "run 7: node 0's dtrain failed"
+  wait ${P[1]} || fail "run 7: node 1's dtrain failed"
+  sed -n '/restart 1 =====/,$p' log$run.0/workerlog.0 | grep -q "rank 0 of 2 (gloo)" ||
+    fail "run 7: the torchrun script did not restart at world 2"
+  echo "PASS: a torchrun script restarted at world 2: $(grep "rank 0 of" log$run.0/workerlog.0 | tail -1)"
 fi
