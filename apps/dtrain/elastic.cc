@@ -1,6 +1,12 @@
 #include "elastic.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -67,6 +73,22 @@ std::optional<std::pair<int, int64_t>> read_step_file(const std::string& path) {
   long long step = 0;
   if (path.empty() || !(f >> g >> step)) return std::nullopt;
   return std::make_pair(g, static_cast<int64_t>(step));
+}
+
+std::string make_commit_folder() {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("dtrain-elastic.", 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 15));
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+  std::string tmpl = (base / fmt::format("dtrain-elastic.{}.XXXXXX", getpid())).string();
+  if (!mkdtemp(tmpl.data()))
+    throw IoError(fmt::format("cannot create the elastic commit folder in {}: {}", base.string(), std::strerror(errno)));
+  return tmpl;
 }
 
 ElasticCoordinator::ElasticCoordinator(std::shared_ptr<Store> store, ElasticSettings settings)

@@ -107,6 +107,12 @@ class ElasticHeartbeat {
   std::thread thread_;
 };
 
+// This machine's commit folder for an elastic job's workers (DTRAIN_ELASTIC_DIR):
+// /dev/shm/dtrain-elastic.<pid>.XXXXXX (else in the temporary folder). Folders
+// of dtrain processes that no longer run (killed: they could not remove their
+// own) are removed first.
+std::string make_commit_folder();
+
 // What a member waits for between generations.
 struct ElasticNext {
   enum Kind { Generation, Outcome, Dropped } kind = Outcome;

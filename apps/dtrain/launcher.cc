@@ -157,11 +157,7 @@ class JobRun {
   int run_elastic() {
     const LaunchOptions& lo = o();
     p_.elastic_id = node() == 0 ? 0 : static_cast<int>(store_->add("el/next", 1));
-    std::string tmpl = (std::filesystem::exists("/dev/shm") ? std::filesystem::path("/dev/shm")
-                                                            : std::filesystem::temp_directory_path()) /
-                       "dtrain-elastic.XXXXXX";
-    if (!mkdtemp(tmpl.data())) throw IoError(std::string("cannot create the commit folder: ") + std::strerror(errno));
-    p_.elastic_dir = tmpl;
+    p_.elastic_dir = make_commit_folder();
     store_->set(fmt::format("el/info/{}", p_.elastic_id), describe_machine(p_, p_.elastic_id).encode());
     auto client = [&] {
       auto c = std::make_shared<TcpStore>(p_.machines.store_host, static_cast<uint16_t>(p_.machines.store_port),

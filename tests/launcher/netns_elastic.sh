@@ -69,7 +69,12 @@ wait_steps() {  # wait_steps RUN N
   for _ in $(seq 600); do [ "$(steps $1)" -ge $2 ] && return 0; sleep 0.1; done
   fail "run $1: rank 0 did not reach step $2"
 }
-kill_machine() { ip netns pids ${NS[$1]} | xargs -r kill -9; }
+kill_machine() {  # every process of machine I (SIGKILL), and the commit folder its dtrain could not remove
+  local pids
+  pids=$(ip netns pids ${NS[$1]})
+  [ -z "$pids" ] || kill -9 $pids
+  for p in $pids; do rm -rf /dev/shm/dtrain-elastic.$p.*; done
+}
 generation_line() { grep -m1 "elastic generation $2: " out$1.0.txt; }
 
 if [ $MODE = chaos ]; then
