@@ -22,9 +22,9 @@ struct RunState {
   // batch_in_epoch started counting: after a change of the world size, the
   // rest of the epoch is split anew (shard_indices' offset).
   int64_t epoch_offset = 0;
-  int64_t base_world = 0;  // the world size the run started with (elastic.scale = "lr")
+  int64_t base_world = 0;        // the world size the run started with (elastic.scale = "lr")
   int64_t world = 0, batch = 0;  // when saved: the world size and each worker's batch (0: unknown)
-  bool has_loss_scale = false;  // the checkpoint kept AMP's loss scaler
+  bool has_loss_scale = false;   // the checkpoint kept AMP's loss scaler
   LossScaler::State loss_scale;
 };
 

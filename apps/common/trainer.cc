@@ -320,8 +320,9 @@ void Trainer::split_rest_of_epoch() {
   if (st.world <= 0 || (st.world == world_ && st.batch == batch_)) return;
   st.epoch_offset += st.batch_in_epoch * st.batch * st.world;
   st.batch_in_epoch = 0;  // a rest too small for a step makes none
-  log_line(fmt::format("data: saved at world {} x batch {}: the rest of epoch {} ({} samples done) is split over {} x {}",
-                       st.world, st.batch, st.epoch + 1, st.epoch_offset, world_, batch_));
+  log_line(
+      fmt::format("data: saved at world {} x batch {}: the rest of epoch {} ({} samples done) is split over {} x {}",
+                  st.world, st.batch, st.epoch + 1, st.epoch_offset, world_, batch_));
 }
 
 void Trainer::plan_epochs() {

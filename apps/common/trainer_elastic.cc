@@ -15,17 +15,17 @@ namespace dtrain::apps {
 namespace {
 
 std::string encode(const RunState& st) {
-  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", st.epoch, st.batch_in_epoch, st.global_step,
-                     st.epoch_offset, st.base_world, st.world, st.batch, st.has_loss_scale ? 1 : 0,
-                     st.loss_scale.scale, st.loss_scale.good_steps, st.loss_scale.bad_steps);
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", st.epoch, st.batch_in_epoch, st.global_step, st.epoch_offset,
+                     st.base_world, st.world, st.batch, st.has_loss_scale ? 1 : 0, st.loss_scale.scale,
+                     st.loss_scale.good_steps, st.loss_scale.bad_steps);
 }
 
 RunState decode(const std::string& text) {
   RunState st;
   std::istringstream in(text);
   int ls = 0;
-  in >> st.epoch >> st.batch_in_epoch >> st.global_step >> st.epoch_offset >> st.base_world >> st.world >>
-      st.batch >> ls >> st.loss_scale.scale >> st.loss_scale.good_steps >> st.loss_scale.bad_steps;
+  in >> st.epoch >> st.batch_in_epoch >> st.global_step >> st.epoch_offset >> st.base_world >> st.world >> st.batch >>
+      ls >> st.loss_scale.scale >> st.loss_scale.good_steps >> st.loss_scale.bad_steps;
   if (!in) throw IoError("the elastic commit's run state is malformed: '" + text + "'");
   st.has_loss_scale = ls != 0;
   return st;

@@ -87,7 +87,8 @@ std::string make_commit_folder() {
   }
   std::string tmpl = (base / fmt::format("dtrain-elastic.{}.XXXXXX", getpid())).string();
   if (!mkdtemp(tmpl.data()))
-    throw IoError(fmt::format("cannot create the elastic commit folder in {}: {}", base.string(), std::strerror(errno)));
+    throw IoError(
+        fmt::format("cannot create the elastic commit folder in {}: {}", base.string(), std::strerror(errno)));
   return tmpl;
 }
 

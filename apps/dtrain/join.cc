@@ -46,11 +46,8 @@ JobStore open_job_store(JobPlan& p) {
     m.store_port = js.server->port();
   }
   p.store_endpoint = format_host_port(m.store_host, static_cast<uint16_t>(m.store_port));
-  auto client = std::make_shared<TcpStore>(m.store_host, static_cast<uint16_t>(m.store_port), p.token,
-                                           seconds_ms(o.join_timeout_s));
-  client->set_answer_timeout(kPeerSilenceLimit);
-  js.root = client;
-  js.launch = std::make_shared<PrefixStore>("launch", client);
+  js.launch = connect_launch_store(p);
+  js.root = std::static_pointer_cast<PrefixStore>(js.launch)->base();
   if (m.node == kNodeUnassigned && !o.elastic()) {
     // Indices in the order the machines join; node 0 is the master's.
     m.node = static_cast<int>(js.launch->add("node_index", 1));
@@ -61,6 +58,13 @@ JobStore open_job_store(JobPlan& p) {
                       p.store_endpoint, m.node + 1, m.nnodes));
   }
   return js;
+}
+
+std::shared_ptr<Store> connect_launch_store(const JobPlan& p) {
+  auto client = std::make_shared<TcpStore>(p.machines.store_host, static_cast<uint16_t>(p.machines.store_port), p.token,
+                                           seconds_ms(p.options.join_timeout_s));
+  client->set_answer_timeout(kPeerSilenceLimit);
+  return std::make_shared<PrefixStore>("launch", client);
 }
 
 NodeInfo describe_machine(const JobPlan& p, int node) {

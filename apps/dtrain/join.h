@@ -26,6 +26,10 @@ constexpr std::chrono::seconds kPeerSilenceLimit{15};
 // store, except in an elastic job (its generations number the machines).
 JobStore open_job_store(JobPlan& p);
 
+// A connection of its own to the job store (once open_job_store has found
+// it), scoped to the launchers' keys: for a thread of the launcher.
+std::shared_ptr<Store> connect_launch_store(const JobPlan& p);
+
 // Publishes this machine's description, waits for every machine's (the
 // options' join timeout; `interrupted` is polled and may throw) and lays out
 // the ranks (set_machines).

@@ -159,13 +159,7 @@ class JobRun {
     p_.elastic_id = node() == 0 ? 0 : static_cast<int>(store_->add("el/next", 1));
     p_.elastic_dir = make_commit_folder();
     store_->set(fmt::format("el/info/{}", p_.elastic_id), describe_machine(p_, p_.elastic_id).encode());
-    auto client = [&] {
-      auto c = std::make_shared<TcpStore>(p_.machines.store_host, static_cast<uint16_t>(p_.machines.store_port),
-                                          p_.token, seconds_ms(lo.join_timeout_s));
-      c->set_answer_timeout(kPeerSilenceLimit);
-      return std::make_shared<PrefixStore>("launch", c);
-    };
-    auto heartbeat = std::make_unique<ElasticHeartbeat>(client(), p_.elastic_id);
+    auto heartbeat = std::make_unique<ElasticHeartbeat>(connect_launch_store(p_), p_.elastic_id);
     std::unique_ptr<ElasticCoordinator> coordinator;
     if (node() == 0) {
       ElasticSettings es;
@@ -177,7 +171,7 @@ class JobRun {
       es.max_restarts = lo.max_restarts;
       es.silence_limit = kPeerSilenceLimit;
       es.step_file = p_.elastic_dir + "/step";
-      coordinator = std::make_unique<ElasticCoordinator>(client(), es);
+      coordinator = std::make_unique<ElasticCoordinator>(connect_launch_store(p_), es);
     }
     std::cout << fmt::format("dtrain: elastic job ({}:{} machines, store {}): this machine ({}) is member {}\n",
                              lo.nnodes_min, lo.nnodes, p_.store_endpoint, p_.machines.my_ip, p_.elastic_id)

@@ -59,6 +59,24 @@ link_ns() {
   [ -z "$a2" ] || ip -n "$n2" addr add "$a2"/24 dev "$name"b || fail "address $a2"
   ip -n "$n1" link set "$name"a up && ip -n "$n2" link set "$name"b up || fail "link up $name"
 }
+# bridge_machines N TAG NET: N "machines" on one bridge (itself in a namespace
+# of its own): namespaces NS[i] with addresses IP[i] = 10.<random>.NET.(i+1)/24
+# on interface LINK[i] (`ip -n ${NS[i]} link set ${LINK[i]} down` cuts machine i off).
+bridge_machines() {
+  local n=$1 tag=$2 net=$3 sw=${2}s$$ sub=$((RANDOM % 200 + 20))
+  new_ns $sw
+  ip -n $sw link add br0 type bridge && ip -n $sw link set br0 up || fail "bridge"
+  NS=() IP=() LINK=()
+  for i in $(seq 0 $((n - 1))); do
+    NS[i]=$tag$i$$ IP[i]=10.$sub.$net.$((i + 1)) LINK[i]=${tag}e$i$$
+    local port=${tag}p$i$$
+    new_ns ${NS[i]}
+    ip link add ${LINK[i]} type veth peer name $port || fail "veth $i"
+    ip link set ${LINK[i]} netns ${NS[i]} && ip link set $port netns $sw || fail "moving veth $i"
+    ip -n $sw link set $port master br0 && ip -n $sw link set $port up || fail "bridge port $i"
+    ip -n ${NS[i]} addr add ${IP[i]}/24 dev ${LINK[i]} && ip -n ${NS[i]} link set ${LINK[i]} up || fail "address $i"
+  done
+}
 # two_machines NAME NET: two "machines", namespaces NA and NB joined by a veth
 # pair, with addresses A and B on 10.<random>.NET.0/24; a secret for the job in
 # ./secret and a random base port in $port.

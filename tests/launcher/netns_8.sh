@@ -9,19 +9,7 @@
 source "$(dirname "$0")/lib.sh"
 MODE=${2:-ci}
 N=8
-sub=$((RANDOM % 200 + 20))
-SW=d8s$$
-new_ns $SW
-ip -n $SW link add br0 type bridge && ip -n $SW link set br0 up || fail "bridge"
-NS=() IP=()
-for i in $(seq 0 $((N - 1))); do
-  NS[i]=d8$i$$ IP[i]=10.$sub.8.$((i + 1))
-  new_ns ${NS[i]}
-  ip link add d8e$i$$ type veth peer name d8p$i$$ || fail "veth $i"
-  ip link set d8e$i$$ netns ${NS[i]} && ip link set d8p$i$$ netns $SW || fail "moving veth $i"
-  ip -n $SW link set d8p$i$$ master br0 && ip -n $SW link set d8p$i$$ up || fail "bridge port $i"
-  ip -n ${NS[i]} addr add ${IP[i]}/24 dev d8e$i$$ && ip -n ${NS[i]} link set d8e$i$$ up || fail "address $i"
-done
+bridge_machines $N d8 8
 IPS=$(IFS=,; echo "${IP[*]}")
 make_secret secret
 port=$((20000 + RANDOM % 20000))
@@ -84,12 +72,12 @@ cut_link() {  # cut_link MACHINE N: the probe job, then machine MACHINE's link d
   wait_for log$n.0/workerlog.0 "first all-reduce done" 600
   sleep 1
   local t0=$(date +%s)
-  ip -n ${NS[m]} link set d8e$m$$ down || fail "link down"
+  ip -n ${NS[m]} link set ${LINK[m]} down || fail "link down"
   for i in $(seq 0 $((N - 1))); do
     wait ${P[i]} && fail "machine $i's dtrain exited 0 after machine $m's link was cut"
   done
   elapsed=$(($(date +%s) - t0))
-  ip -n ${NS[m]} link set d8e$m$$ up
+  ip -n ${NS[m]} link set ${LINK[m]} up
   [ $elapsed -le $((TIMEOUT + 30)) ] || fail "the machines took $elapsed s to stop (timeout $TIMEOUT s)"
 }
 cut_link 5 4

@@ -15,19 +15,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 source "$(dirname "$0")/lib.sh"
 MODE=${2:-ci}
 N=3
-sub=$((RANDOM % 200 + 20))
-SW=des$$
-new_ns $SW
-ip -n $SW link add br0 type bridge && ip -n $SW link set br0 up || fail "bridge"
-NS=() IP=() P=()
-for i in $(seq 0 $((N - 1))); do
-  NS[i]=de$i$$ IP[i]=10.$sub.11.$((i + 1))
-  new_ns ${NS[i]}
-  ip link add dee$i$$ type veth peer name dep$i$$ || fail "veth $i"
-  ip link set dee$i$$ netns ${NS[i]} && ip link set dep$i$$ netns $SW || fail "moving veth $i"
-  ip -n $SW link set dep$i$$ master br0 && ip -n $SW link set dep$i$$ up || fail "bridge port $i"
-  ip -n ${NS[i]} addr add ${IP[i]}/24 dev dee$i$$ && ip -n ${NS[i]} link set dee$i$$ up || fail "address $i"
-done
+bridge_machines $N de 11
+P=()
 make_secret secret
 port=$((20000 + RANDOM % 20000))
 
@@ -161,12 +150,12 @@ run=2 port=$((port + 1))
 for i in 0 1 2; do start $i $run 1:3 "${CLS[@]}" -o checkpoint.dir=ckpt$run.$i; sleep 0.5; done
 wait_steps $run 6
 t0=$(date +%s)
-ip -n ${NS[2]} link set dee2$$ down || fail "link down"
+ip -n ${NS[2]} link set ${LINK[2]} down || fail "link down"
 wait ${P[2]} && fail "run 2: the cut machine's dtrain exited 0"
 cut_stop=$(($(date +%s) - t0))
 wait ${P[0]} || fail "run 2: node 0's dtrain failed after machine 2's link was cut"
 wait ${P[1]} || fail "run 2: node 1's dtrain failed after machine 2's link was cut"
-ip -n ${NS[2]} link set dee2$$ up
+ip -n ${NS[2]} link set ${LINK[2]} up
 generation_line $run 1 | grep -q "2 machines" || fail "run 2: no generation 1 of 2 machines"
 grep -q "lost the job store" err$run.2.txt || fail "run 2: the cut machine did not say it lost the store"
 echo "PASS: machine 2's link cut: the job finished on 2 machines; the cut machine's dtrain stopped after $cut_stop s"
