@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness import EXAMPLES, assert_all_ok, rank_script, run_dtrain, run_ranks
+from harness import EXAMPLES, assert_all_ok, free_port, rank_script, run_dtrain, run_ranks
 
 from dtrain import fleet
 
@@ -108,3 +108,23 @@ def two_workers_within_one_workers_seed_spread(tmp_path):
 # Collected only by scripts/python_check.sh (DTRAIN_PYTHON_HEAVY=1): ~8 min on 2 cores.
 if os.environ.get("DTRAIN_PYTHON_HEAVY"):
     test_two_workers_within_one_workers_seed_spread = two_workers_within_one_workers_seed_spread
+
+
+def test_elastic_state_goes_on_from_the_commit(tmp_path):
+    """A crash in generation 0 of an elastic job: generation 1 restores the last commit (weights and
+    momentum) and ends where an uninterrupted run ends."""
+    script = rank_script("elastic.py")
+    rc, out, err = run_dtrain(["--nproc_per_node", "2", "--log_dir", str(tmp_path / "plain"), script, "--no-crash"])
+    assert rc == 0, err
+    want = re.search(r"checksum (\S+)", out).group(1)
+    port = free_port()
+    rc, out, err = run_dtrain(["--master", f"127.0.0.1:{port}", "--nnodes", "1:1", "--max_restarts", "1",
+                               "--nproc_per_node", "2", "--log_dir", str(tmp_path / "elastic"), script])
+    assert rc == 0, out + err
+    assert "elastic generation 0 ended at global step 6 (a process failed)" in out, out
+    log = (tmp_path / "elastic" / "workerlog.1").read_text()
+    assert "rank 1 generation 1: start at step 6, extra {'generation': 0}" in log, log
+    assert re.search(r"checksum (\S+)", out).group(1) == want, "the restored run trained differently"
+    rc, out, err = run_dtrain(["--master", f"127.0.0.1:{free_port()}", "--nnodes", "1:1", "--nproc_per_node", "2",
+                               "--log_dir", str(tmp_path / "again"), script])
+    assert rc != 0 and "a process failed in 1 generation with every machine still there (--max_restarts 0)" in err, err
