@@ -312,6 +312,7 @@ void Trainer::setup() {
   if (!device_.note.empty()) log_line(device_.note);
   if (!restore_elastic()) resume();
   if (state_.base_world == 0) state_.base_world = world_;
+  apply_elastic_scale();
   split_rest_of_epoch();
 }
 
@@ -396,7 +397,7 @@ void Trainer::resume() {
   else
     state_ = load_checkpoint(path, *model_, opt_->inner());
   if (state_.has_loss_scale) opt_->loss_scaler().set_state(state_.loss_scale);
-  if (state_.batch_in_epoch >= steps_per_epoch_ && !eval_only) {
+  if (state_.batch_in_epoch >= steps_per_epoch_ && state_.epoch_offset == 0 && !eval_only) {
     ++state_.epoch;
     state_.batch_in_epoch = 0;
   }

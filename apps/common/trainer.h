@@ -186,6 +186,8 @@ class Trainer {
   // the machines, at this generation's world size; false when there is none.
   bool restore_elastic();
   void commit_elastic();
+  // From the second generation: each worker's batch and the lr factor by elastic.scale.
+  void apply_elastic_scale();
   // After a restore saved at another world size or batch: the rest of the
   // epoch is split at this one (RunState::epoch_offset).
   void split_rest_of_epoch();

@@ -1,6 +1,7 @@
 #include "elastic.h"
 
-#include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "dtrain/error.h"
+#include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
 #include "messages.h"
 #include "process.h"
@@ -42,6 +44,12 @@ std::vector<int> parse_ids(const std::string& s) {
 }
 
 bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+std::vector<std::string> done_keys(int g, size_t n) {
+  std::vector<std::string> keys;
+  for (size_t pos = 0; pos < n; ++pos) keys.push_back(fmt::format("a{}/done/{}", g, pos));
+  return keys;
+}
 
 }  // namespace
 
@@ -75,20 +83,24 @@ std::optional<std::pair<int, int64_t>> read_step_file(const std::string& path) {
   return std::make_pair(g, static_cast<int64_t>(step));
 }
 
-std::string make_commit_folder() {
+std::string make_commit_folder(int* lock_fd) {
   namespace fs = std::filesystem;
   const fs::path base = fs::exists("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(base, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("dtrain-elastic.", 0) != 0) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + 15));
-    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+    if (e.path().filename().string().rfind("dtrain-elastic.", 0) != 0) continue;
+    int fd = ::open((e.path() / "lock").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // not ours, or still being made
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) fs::remove_all(e.path(), ec);
+    ::close(fd);
   }
   std::string tmpl = (base / fmt::format("dtrain-elastic.{}.XXXXXX", getpid())).string();
   if (!mkdtemp(tmpl.data()))
     throw IoError(
         fmt::format("cannot create the elastic commit folder in {}: {}", base.string(), std::strerror(errno)));
+  *lock_fd = ::open((fs::path(tmpl) / "lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (*lock_fd < 0 || flock(*lock_fd, LOCK_EX) != 0)
+    throw IoError(fmt::format("cannot lock the elastic commit folder {}: {}", tmpl, std::strerror(errno)));
   return tmpl;
 }
 
@@ -153,8 +165,21 @@ std::string ElasticCoordinator::name(int id) {
 
 std::vector<int> ElasticCoordinator::candidates(const std::vector<int>& members) {
   std::vector<int> out = members;
-  for (const auto& [id, seen] : seen_)
-    if (!contains(out, id) && fresh(id) && store_->try_get(fmt::format("el/info/{}", id))) out.push_back(id);
+  for (const auto& [id, seen] : seen_) {
+    if (contains(out, id) || !fresh(id)) continue;
+    auto info = store_->try_get(fmt::format("el/info/{}", id));
+    if (!info) continue;
+    const std::string version = NodeInfo::decode(text(info), fmt::format("launch/el/info/{}", id)).version;
+    if (version != core_version()) {  // refused alone: the job goes on
+      const std::string why = fmt::format("{} runs dtrain {} but node 0 runs {}: install the same version everywhere",
+                                          name(id), version, core_version());
+      std::cout << "dtrain: elastic: refusing " << why << "\n" << std::flush;
+      store_->set(fmt::format("el/refused/{}", id), why);
+      dropped_.push_back(id);
+      continue;
+    }
+    out.push_back(id);
+  }
   if (out.size() > static_cast<size_t>(s_.max)) out.resize(s_.max);
   return out;
 }
@@ -177,8 +202,7 @@ std::vector<int> ElasticCoordinator::wait_for(int need, const std::vector<int>& 
 
 ElasticCoordinator::End ElasticCoordinator::watch(int g, const std::vector<int>& members) {
   const std::string a = fmt::format("a{}/", g);
-  std::vector<std::string> done;
-  for (size_t pos = 0; pos < members.size(); ++pos) done.push_back(fmt::format("{}done/{}", a, pos));
+  const auto done = done_keys(g, members.size());
   for (;;) {
     sleep_tick();
     refresh();
@@ -237,7 +261,8 @@ void ElasticCoordinator::fail(int g, const std::string& why, std::optional<Failu
 }
 
 void ElasticCoordinator::run() {
-  std::vector<int> members = wait_for(s_.min, {}, s_.join_timeout_s, s_.max > s_.min ? kFirstSettleS : 0.0);
+  std::vector<int> members =
+      wait_for(s_.min, {0}, s_.join_timeout_s, s_.max > s_.min ? kFirstSettleS : 0.0);  // node 0 first, always
   if (members.size() < static_cast<size_t>(s_.min)) {
     store_->set("el/outcome", fmt::format("fail\nroot cause: only {} of at least {} machines joined the elastic job "
                                           "within {} s (--nnodes {}:{}, --join_timeout)\n",
@@ -253,6 +278,7 @@ void ElasticCoordinator::run() {
                   return v;
                 }()));
     store_->set("el/gen", std::to_string(g));
+    generation_ = g;
     std::vector<std::string> names;
     for (int m : members) names.push_back(name(m));
     std::cout << fmt::format("dtrain: elastic generation {}: {} machine{}: {}\n", g, members.size(),
@@ -284,9 +310,15 @@ void ElasticCoordinator::run() {
       return;
     }
     auto acked = collect_acks(g, members);
+    if (end == End::Join && store_->check(done_keys(g, members.size()))) {
+      store_->set("el/outcome", "done");  // every worker had finished as the machine asked to join
+      return;
+    }
     std::vector<int> left;
     for (int m : members)
-      if (!contains(acked, m)) left.push_back(m), dropped_.push_back(m);
+      if (!contains(acked, m) || (end == End::Lost && silent(m)))  // a live main loop does not keep a dead heartbeat in
+        left.push_back(m), dropped_.push_back(m);
+    acked.erase(std::remove_if(acked.begin(), acked.end(), [&](int m) { return contains(left, m); }), acked.end());
     auto step = read_step_file(s_.step_file);
     std::string at = step ? fmt::format(" at global step {}", step->second) : "";
     std::string why = end == End::Join ? text(store_->try_get(fmt::format("a{}/regroup", g))) : "a process failed";
@@ -328,7 +360,7 @@ ElasticHeartbeat::ElasticHeartbeat(std::shared_ptr<Store> store, int id) {
       try {
         store->set(fmt::format("el/hb/{}", id), std::to_string(n));
       } catch (const std::exception&) {
-        return;  // the member's own store calls report the lost store
+        // Tried again next beat; a store that is really gone fails the member's own calls.
       }
       for (int i = 0; i < 5 && !stop_; ++i) std::this_thread::sleep_for(kBeat / 5);
     }
@@ -340,30 +372,54 @@ ElasticHeartbeat::~ElasticHeartbeat() {
   if (thread_.joinable()) thread_.join();
 }
 
-ElasticNext wait_next(Store& store, int id, int after, bool was_member, const std::function<void()>& interrupted) {
+int run_member(Store& store, int id, const std::function<int(int, std::vector<NodeInfo>, int)>& run,
+               const std::function<bool()>& stop, const std::function<void()>& interrupted) {
+  int code = 1, last = -1;
   for (;;) {
     interrupted();
-    ElasticNext next;
     if (auto o = store.try_get("el/outcome")) {
-      next.outcome = text(o);
-      return next;
+      const std::string outcome = text(o);
+      if (outcome == "done") return 0;
+      std::cerr << outcome.substr(outcome.find('\n') + 1) << std::flush;
+      return 1;
     }
-    if (auto v = store.try_get("el/gen")) {
-      int g = std::atoi(text(v).c_str());
-      if (g > after) {
-        next.generation = g;
-        next.members = parse_ids(text(store.try_get(fmt::format("el/g{}", g))));
-        if (contains(next.members, id)) {
-          next.kind = ElasticNext::Generation;
-          return next;
-        }
-        if (was_member) {
-          next.kind = ElasticNext::Dropped;
-          return next;
-        }
+    if (auto why = store.try_get(fmt::format("el/refused/{}", id))) {
+      std::cerr << "dtrain: the elastic job refused this machine: " << text(why) << "\n";
+      return 1;
+    }
+    auto v = store.try_get("el/gen");
+    const int g = v ? std::atoi(text(v).c_str()) : -1;
+    if (g <= last) {
+      std::this_thread::sleep_for(kTick);
+      continue;
+    }
+    auto members = parse_ids(text(store.try_get(fmt::format("el/g{}", g))));
+    if (!contains(members, id)) {
+      if (last < 0) {  // waiting to join
+        std::this_thread::sleep_for(kTick);
+        continue;
       }
+      std::cerr << fmt::format(
+          "dtrain: this machine (member {}) was left out of elastic generation {}: the coordinator on node 0 lost "
+          "it (no heartbeat, or it did not stop its processes in time)\n",
+          id, g);
+      return 1;
     }
-    std::this_thread::sleep_for(kTick);
+    std::vector<NodeInfo> nodes;
+    int self = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i] == id) self = static_cast<int>(i);
+      const std::string key = fmt::format("el/info/{}", members[i]);
+      auto info = store.get(key, std::chrono::seconds(10));
+      nodes.push_back(NodeInfo::decode(std::string(info.begin(), info.end()), "launch/" + key));
+    }
+    code = run(g, std::move(nodes), self);
+    last = g;
+    if (stop()) return code ? code : 1;
+    try {
+      store.set(fmt::format("el/ack/{}/{}", g, id), "1");
+    } catch (const std::exception&) {
+    }
   }
 }
 

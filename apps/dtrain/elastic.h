@@ -89,6 +89,7 @@ class ElasticCoordinator {
   std::map<int, std::string> names_;
   std::vector<int> dropped_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> generation_{-1};  // the one running (its a<g>/stop ends it if the coordinator fails)
   std::thread thread_;
   std::vector<std::thread> watchers_;  // each new generation's first step
 };
@@ -108,22 +109,21 @@ class ElasticHeartbeat {
 };
 
 // This machine's commit folder for an elastic job's workers (DTRAIN_ELASTIC_DIR):
-// /dev/shm/dtrain-elastic.<pid>.XXXXXX (else in the temporary folder). Folders
-// of dtrain processes that no longer run (killed: they could not remove their
-// own) are removed first.
-std::string make_commit_folder();
+// /dev/shm/dtrain-elastic.<pid>.XXXXXX (else in the temporary folder), with
+// its file "lock" locked (flock) through *lock_fd, which the caller keeps open
+// while the folder is in use. Folders whose lock nobody holds (their dtrain
+// was killed) are removed first; the lock, not the pid, says so, since
+// containers may share /dev/shm but not their pids.
+std::string make_commit_folder(int* lock_fd);
 
-// What a member waits for between generations.
-struct ElasticNext {
-  enum Kind { Generation, Outcome, Dropped } kind = Outcome;
-  int generation = -1;
-  std::vector<int> members;  // ids, in node order
-  std::string outcome;       // "done" or "fail\n<report>"
-};
-
-// Waits for a generation newer than `after` that lists `id`, or the outcome;
-// Dropped when a newer generation leaves out a member of an earlier one
-// (was_member). `interrupted` is polled (a signal) and may throw.
-ElasticNext wait_next(Store& store, int id, int after, bool was_member, const std::function<void()>& interrupted);
+// Runs this member's generations until the job's outcome: for each generation
+// that lists `id`, run(generation, its machines in node order, this one's
+// position) runs this machine's processes and returns their exit code, then
+// the member acknowledges (el/ack). stop() is asked after each generation (a
+// signal, a lost store); `interrupted` is polled while waiting and may throw.
+// Returns dtrain's exit code: 0 when the outcome is "done"; 1 after printing
+// the outcome's report, or why this machine was left out or refused.
+int run_member(Store& store, int id, const std::function<int(int, std::vector<NodeInfo>, int)>& run,
+               const std::function<bool()>& stop, const std::function<void()>& interrupted);
 
 }  // namespace dtrain::launch

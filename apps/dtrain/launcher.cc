@@ -157,7 +157,7 @@ class JobRun {
   int run_elastic() {
     const LaunchOptions& lo = o();
     p_.elastic_id = node() == 0 ? 0 : static_cast<int>(store_->add("el/next", 1));
-    p_.elastic_dir = make_commit_folder();
+    p_.elastic_dir = make_commit_folder(&commit_lock_);
     store_->set(fmt::format("el/info/{}", p_.elastic_id), describe_machine(p_, p_.elastic_id).encode());
     auto heartbeat = std::make_unique<ElasticHeartbeat>(connect_launch_store(p_), p_.elastic_id);
     std::unique_ptr<ElasticCoordinator> coordinator;
@@ -176,45 +176,33 @@ class JobRun {
     std::cout << fmt::format("dtrain: elastic job ({}:{} machines, store {}): this machine ({}) is member {}\n",
                              lo.nnodes_min, lo.nnodes, p_.store_endpoint, p_.machines.my_ip, p_.elastic_id)
               << std::flush;
-    int code = 1, last = -1;
-    for (;;) {
-      ElasticNext next;
-      try {
-        next = wait_next(*store_, p_.elastic_id, last, last >= 0, [] {
-          if (g_signal) throw InvalidUsage("interrupted by " + signal_name(g_signal));
-        });
-      } catch (const std::exception& e) {
-        std::cerr << "dtrain: " << (g_signal ? "" : "lost the job store at " + p_.store_endpoint + ": ") << e.what()
-                  << "\n";
-        break;
-      }
-      if (next.kind == ElasticNext::Outcome) {
-        code = next.outcome == "done" ? 0 : 1;
-        if (code) std::cerr << next.outcome.substr(next.outcome.find('\n') + 1) << std::flush;
-        break;
-      }
-      if (next.kind == ElasticNext::Dropped) {
-        std::cerr << fmt::format(
-            "dtrain: this machine (member {}) was left out of elastic generation {}: the coordinator on node 0 "
-            "lost it (no heartbeat, or it did not stop its processes in time)\n",
-            p_.elastic_id, next.generation);
-        break;
-      }
-      std::vector<NodeInfo> nodes;
-      int self = 0;
-      for (size_t i = 0; i < next.members.size(); ++i) {
-        const int id = next.members[i];
-        if (id == p_.elastic_id) self = static_cast<int>(i);
-        nodes.push_back(NodeInfo::decode(text(store_->get(fmt::format("el/info/{}", id), seconds_ms(10))),
-                                         fmt::format("launch/el/info/{}", id)));
-      }
-      set_machines(p_, std::move(nodes), self);
-      p_.generation = last = next.generation;
-      print_job_table(p_);
-      code = run_attempt(last);
-      if (g_signal || store_lost_) break;
-      try {
-        store_->set(fmt::format("el/ack/{}/{}", last, p_.elastic_id), "1");
+    int code = 1;
+    try {
+      code = run_member(
+          *store_, p_.elastic_id,
+          [&](int g, std::vector<NodeInfo> nodes, int self) {
+            set_machines(p_, std::move(nodes), self);
+            p_.generation = g;
+            elastic_members_.clear();
+            for (const NodeInfo& n : p_.nodes) elastic_members_.push_back(n.node);
+            print_job_table(p_);
+            return run_attempt(g);
+          },
+          [&] { return g_signal || store_lost_; },
+          [] {
+            if (g_signal) throw InvalidUsage("interrupted by " + signal_name(g_signal));
+          });
+    } catch (const std::exception& e) {
+      std::cerr << "dtrain: " << e.what() << "\n";
+      code = 1;
+    }
+    if (node() == 0 && (code != 0 || g_signal) && !store_lost_) {
+      try {  // a stop of node 0 ends the job: say why on every machine
+        if (!store_->try_get("el/outcome"))
+          store_->set("el/outcome",
+                      fmt::format("fail\nroot cause: dtrain on node 0 ({}) {}; the job was stopped on "
+                                  "every machine\n",
+                                  p_.machines.my_ip, g_signal ? "received " + signal_name(g_signal) : "failed"));
       } catch (const std::exception&) {
       }
     }
@@ -223,6 +211,7 @@ class JobRun {
     finish();
     std::error_code ec;
     std::filesystem::remove_all(p_.elastic_dir, ec);
+    close(commit_lock_);
     return g_signal ? 128 + g_signal : code;
   }
 
@@ -314,8 +303,8 @@ class JobRun {
       a.stopping = true;
       return;
     }
-    if (o().elastic() && store_->try_get(a.prefix + "regroup")) {
-      a.stopping = a.regroup = true;
+    if (o().elastic() && (store_->try_get(a.prefix + "regroup") || store_->try_get("el/outcome"))) {
+      a.stopping = a.regroup = true;  // the coordinator's outcome (it failed) also ends the generation
       return;
     }
     if (a.done_sent && !a.workers_done) {
@@ -545,12 +534,17 @@ class JobRun {
 
   void finish() {
     try {
-      store_->set(fmt::format("exit/{}", node()), "1");
-      if (node() == 0 && nnodes() > 1) {
+      // An elastic job's positions change with its generations: its machines are named by their ids.
+      auto exit_key = [&](int n) { return o().elastic() ? fmt::format("exit/e{}", n) : fmt::format("exit/{}", n); };
+      store_->set(exit_key(o().elastic() ? p_.elastic_id : node()), "1");
+      if (node() == 0 && (nnodes() > 1 || elastic_members_.size() > 1)) {
         // Keep the store up until every machine has read the outcome.
         auto deadline = Clock::now() + kStoreLinger;
         std::vector<std::string> keys;
-        for (int n = 0; n < nnodes(); ++n) keys.push_back(fmt::format("exit/{}", n));
+        if (o().elastic())
+          for (int id : elastic_members_) keys.push_back(exit_key(id));
+        else
+          for (int n = 0; n < nnodes(); ++n) keys.push_back(exit_key(n));
         while (!store_->check(keys) && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(50));
       }
     } catch (const std::exception&) {
@@ -563,6 +557,8 @@ class JobRun {
   std::shared_ptr<Store> store_;   // the launchers' keys, under "launch/"
   bool workers_finished_ = false;  // the last attempt failed after every worker finished
   bool store_lost_ = false;
+  std::vector<int> elastic_members_;  // the ids of the last generation this machine ran
+  int commit_lock_ = -1;              // held while this machine's commit folder is in use
   std::vector<std::unique_ptr<Process>> procs_;
   std::set<int> reported_;
   std::vector<Failure> local_failures_;

@@ -40,6 +40,8 @@ inline Buffer device_view(const ::torch::Tensor& t) {
     case ::torch::kFloat64: dt = DType::F64; break;
     case ::torch::kInt64: dt = DType::I64; break;
     case ::torch::kInt32: dt = DType::I32; break;
+    case ::torch::kInt8: dt = DType::I8; break;
+    case ::torch::kUInt8: dt = DType::U8; break;
     case ::torch::kFloat16: dt = DType::F16; break;
     case ::torch::kBFloat16: dt = DType::BF16; break;
     default: throw NotSupported(std::string("a ") + c10::toString(t.scalar_type()) + " tensor cannot be communicated");

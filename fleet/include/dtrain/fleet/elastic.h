@@ -23,7 +23,7 @@
 //
 // Sharded state (strategy.sharding) is partitioned across the ranks, so a lost
 // machine's part is gone: such a program goes on from its sharded checkpoint
-// instead (commit() refuses it).
+// instead (commit() and restore() refuse it).
 //
 // Threads: the training thread. commit() is local (no communication);
 // restore() is collective over the communicator it is given.
@@ -55,16 +55,22 @@ class ElasticState {
   // its log. The other local ranks hold the same state and write nothing.
   // A no-op when disabled.
   void commit(torch::nn::Module& model, torch::optim::Optimizer& opt, int64_t step, const std::string& extra);
+  // Only the step file (for dtrain's log), where the state is kept elsewhere
+  // (a sharded run's checkpoints).
+  void mark_step(int64_t step);
 
   struct Restored {
     int64_t step = 0;
     std::string extra;
     int from_rank = 0;  // the rank whose commit was broadcast
   };
-  // Collective over comm (null: a single worker). The newest commit on any
-  // rank's machine, loaded into model and opt on every rank; nullopt when no
-  // machine holds one (the first generation), the model and optimizer then
-  // untouched.
+  // Collective over comm (null: a single worker): two all-reduces and two
+  // broadcasts, on the model's device (a GPU backend takes device buffers
+  // only). The newest commit on any rank's machine, loaded into model and opt
+  // on every rank; nullopt when no machine holds one (the first generation),
+  // the model and optimizer then untouched. A commit this machine cannot read
+  // is left out, with a warning. With strategy.sharding, commit() and
+  // restore() throw NotSupported.
   std::optional<Restored> restore(Communicator* comm, torch::nn::Module& model, torch::optim::Optimizer& opt);
 
  private:
