@@ -17,6 +17,7 @@
 #include "dtrain/log.h"
 #include "dtrain/sdk/strings.h"
 #include "messages.h"
+#include "join.h"
 #include "process.h"
 #include "report.h"
 
@@ -104,8 +105,9 @@ std::string make_commit_folder(int* lock_fd) {
   return tmpl;
 }
 
-ElasticCoordinator::ElasticCoordinator(std::shared_ptr<Store> store, ElasticSettings settings)
-    : store_(std::move(store)), s_(std::move(settings)) {
+ElasticCoordinator::ElasticCoordinator(std::shared_ptr<Store> store, const LaunchOptions& options,
+                                       std::string step_file)
+    : store_(std::move(store)), o_(options), step_file_(std::move(step_file)) {
   thread_ = std::thread([this] {
     try {
       run();
@@ -124,7 +126,6 @@ ElasticCoordinator::ElasticCoordinator(std::shared_ptr<Store> store, ElasticSett
 ElasticCoordinator::~ElasticCoordinator() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
-  for (auto& t : watchers_) t.join();
 }
 
 void ElasticCoordinator::sleep_tick() {
@@ -151,7 +152,7 @@ bool ElasticCoordinator::fresh(int id) const {
 
 bool ElasticCoordinator::silent(int id) const {
   auto it = seen_.find(id);
-  return it == seen_.end() || Clock::now() - it->second.changed > s_.silence_limit;
+  return it == seen_.end() || Clock::now() - it->second.changed > kPeerSilenceLimit;
 }
 
 std::string ElasticCoordinator::name(int id) {
@@ -180,7 +181,7 @@ std::vector<int> ElasticCoordinator::candidates(const std::vector<int>& members)
     }
     out.push_back(id);
   }
-  if (out.size() > static_cast<size_t>(s_.max)) out.resize(s_.max);
+  if (out.size() > static_cast<size_t>(o_.nnodes)) out.resize(o_.nnodes);
   return out;
 }
 
@@ -193,34 +194,43 @@ std::vector<int> ElasticCoordinator::wait_for(int need, const std::vector<int>& 
     refresh();
     auto c = candidates(members);
     if (c.size() != last) grew = Clock::now(), last = c.size();
-    if (c.size() >= static_cast<size_t>(s_.max)) return c;
+    if (c.size() >= static_cast<size_t>(o_.nnodes)) return c;
     if (c.size() >= static_cast<size_t>(need) && since(grew) >= settle_s) return c;
     if (since(start) > timeout_s) return c;
     sleep_tick();
   }
 }
 
-ElasticCoordinator::End ElasticCoordinator::watch(int g, const std::vector<int>& members) {
+ElasticCoordinator::End ElasticCoordinator::watch(int g, const std::vector<int>& members,
+                                                  std::optional<Clock::time_point> ended) {
   const std::string a = fmt::format("a{}/", g);
   const auto done = done_keys(g, members.size());
   for (;;) {
     sleep_tick();
     refresh();
+    if (auto st = ended ? read_step_file(step_file_) : std::nullopt; st && st->first == g) {
+      std::cout << fmt::format(
+                       "dtrain: elastic generation {} is training (global step {}) {:.1f} s after generation "
+                       "{} ended\n",
+                       g, st->second, since(*ended), g - 1)
+                << std::flush;
+      ended.reset();
+    }
     if (store_->check(done)) return End::Done;
     if (store_->try_get(a + "stop")) return End::Failure;
     for (int m : members)
       if (silent(m)) {
         Failure f =
-            machine_failure(unix_ms() - std::chrono::duration_cast<milliseconds>(s_.silence_limit).count(),
+            machine_failure(unix_ms() - std::chrono::duration_cast<milliseconds>(kPeerSilenceLimit).count(),
                             fmt::format("dtrain on {} stopped responding", name(m)),
                             fmt::format(" (no heartbeat for {} s): that machine or its dtrain died, or its link is cut",
-                                        s_.silence_limit.count()));
+                                        kPeerSilenceLimit.count()));
         int64_t i = store_->add(a + "nfail", 1);
         store_->set(fmt::format("{}fail/{}", a, i), f.encode());
         store_->set(a + "stop", "1");
         return End::Lost;
       }
-    if (members.size() < static_cast<size_t>(s_.max)) {
+    if (members.size() < static_cast<size_t>(o_.nnodes)) {
       auto c = candidates(members);
       if (c.size() > members.size()) {
         store_->set(a + "regroup", name(c[members.size()]) + " joins");
@@ -231,7 +241,7 @@ ElasticCoordinator::End ElasticCoordinator::watch(int g, const std::vector<int>&
 }
 
 std::vector<int> ElasticCoordinator::collect_acks(int g, const std::vector<int>& members) {
-  const auto deadline = Clock::now() + milliseconds(static_cast<int64_t>((s_.grace_s + 5) * 1000));
+  const auto deadline = Clock::now() + milliseconds(static_cast<int64_t>((o_.grace_s + 5) * 1000));
   for (;;) {
     refresh();
     std::vector<int> acked, waiting;
@@ -255,22 +265,22 @@ void ElasticCoordinator::fail(int g, const std::string& why, std::optional<Failu
   std::string report;
   if (!all.empty()) {
     order_by_root_cause(all);
-    report = failure_report(all, s_.grace_s);
+    report = failure_report(all, o_.grace_s);
   }
   store_->set("el/outcome", "fail\n" + why + "\n" + report);
 }
 
 void ElasticCoordinator::run() {
-  std::vector<int> members =
-      wait_for(s_.min, {0}, s_.join_timeout_s, s_.max > s_.min ? kFirstSettleS : 0.0);  // node 0 first, always
-  if (members.size() < static_cast<size_t>(s_.min)) {
+  std::vector<int> members = wait_for(o_.nnodes_min, {0}, o_.join_timeout_s,
+                                      o_.nnodes > o_.nnodes_min ? kFirstSettleS : 0.0);  // node 0 first, always
+  if (members.size() < static_cast<size_t>(o_.nnodes_min)) {
     store_->set("el/outcome", fmt::format("fail\nroot cause: only {} of at least {} machines joined the elastic job "
                                           "within {} s (--nnodes {}:{}, --join_timeout)\n",
-                                          members.size(), s_.min, s_.join_timeout_s, s_.min, s_.max));
+                                          members.size(), o_.nnodes_min, o_.join_timeout_s, o_.nnodes_min, o_.nnodes));
     return;
   }
   int crashes = 0;
-  std::optional<std::pair<int, Clock::time_point>> waiting_since;  // generation, when the last one ended
+  std::optional<Clock::time_point> last_end;  // when the generation before ended
   for (int g = 0;; ++g) {
     store_->set(fmt::format("el/g{}", g), sdk::join([&] {
                   std::vector<std::string> v;
@@ -278,32 +288,12 @@ void ElasticCoordinator::run() {
                   return v;
                 }()));
     store_->set("el/gen", std::to_string(g));
-    generation_ = g;
     std::vector<std::string> names;
     for (int m : members) names.push_back(name(m));
     std::cout << fmt::format("dtrain: elastic generation {}: {} machine{}: {}\n", g, members.size(),
                              members.size() == 1 ? "" : "s", sdk::join(names, ", "))
               << std::flush;
-    if (waiting_since) {
-      // Until rank 0 commits its first step of this generation (its step file), or the generation ends.
-      const auto lost_at = waiting_since->second;
-      watchers_.emplace_back([file = s_.step_file, g, lost_at, this] {
-        for (int i = 0; i < 6000 && !stop_; ++i) {
-          auto st = read_step_file(file);
-          if (st && st->first >= g) {
-            if (st->first == g)
-              std::cout << fmt::format(
-                               "dtrain: elastic generation {} is training (global step {}) {:.1f} s after "
-                               "generation {} ended\n",
-                               g, st->second, since(lost_at), g - 1)
-                        << std::flush;
-            return;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      });
-    }
-    End end = watch(g, members);
+    End end = watch(g, members, last_end);
     const auto ended = Clock::now();
     if (end == End::Done) {
       store_->set("el/outcome", "done");
@@ -319,7 +309,7 @@ void ElasticCoordinator::run() {
       if (!contains(acked, m) || (end == End::Lost && silent(m)))  // a live main loop does not keep a dead heartbeat in
         left.push_back(m), dropped_.push_back(m);
     acked.erase(std::remove_if(acked.begin(), acked.end(), [&](int m) { return contains(left, m); }), acked.end());
-    auto step = read_step_file(s_.step_file);
+    auto step = read_step_file(step_file_);
     std::string at = step ? fmt::format(" at global step {}", step->second) : "";
     std::string why = end == End::Join ? text(store_->try_get(fmt::format("a{}/regroup", g))) : "a process failed";
     if (end == End::Lost) why = "a machine stopped responding";
@@ -328,26 +318,28 @@ void ElasticCoordinator::run() {
     std::cout << fmt::format("dtrain: elastic generation {} ended{} ({}){}\n", g, at, why,
                              left.empty() ? "" : "; left: " + sdk::join(left_names, ", "))
               << std::flush;
-    if (end == End::Failure && left.empty() && ++crashes > s_.max_restarts) {
+    if (end == End::Failure && left.empty() && ++crashes > o_.max_restarts) {
       fail(g, fmt::format("dtrain: the elastic job failed: a process failed in {} generation{} with every machine "
                           "still there (--max_restarts {})",
-                          crashes, crashes == 1 ? "" : "s", s_.max_restarts));
+                          crashes, crashes == 1 ? "" : "s", o_.max_restarts));
       return;
     }
     members = acked;
-    waiting_since = std::make_pair(g, ended);
+    last_end = ended;
     if (members.empty() || members.front() != 0) {
       fail(g, "dtrain: the elastic job failed: node 0 (the store's host) could not stop its processes");
       return;
     }
-    members = wait_for(s_.min, members, members.size() < static_cast<size_t>(s_.min) ? s_.elastic_timeout_s : 0, 0);
-    if (members.size() < static_cast<size_t>(s_.min)) {
+    members = wait_for(o_.nnodes_min, members,
+                       members.size() < static_cast<size_t>(o_.nnodes_min) ? o_.elastic_timeout_s : 0, 0);
+    if (members.size() < static_cast<size_t>(o_.nnodes_min)) {
       std::vector<std::string> lost;
       for (int m : dropped_) lost.push_back(name(m));
       const std::string summary = fmt::format(
           "the elastic job has {} machine{} left, fewer than --nnodes {}:{}, and none joined within "
           "--elastic_timeout {} s; machines lost: {}",
-          members.size(), members.size() == 1 ? "" : "s", s_.min, s_.max, s_.elastic_timeout_s, sdk::join(lost, ", "));
+          members.size(), members.size() == 1 ? "" : "s", o_.nnodes_min, o_.nnodes, o_.elastic_timeout_s,
+          sdk::join(lost, ", "));
       fail(g, "dtrain: the elastic job failed: " + summary, machine_failure(unix_ms(), summary, ""));
       return;
     }

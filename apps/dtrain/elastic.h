@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "dtrain/store.h"
+#include "launcher.h"
 #include "messages.h"
 
 namespace dtrain::launch {
@@ -39,25 +40,20 @@ void parse_nnodes(const std::string& text, const std::string& what, int* min, in
 // for it no more when a generation ends (its dtrain is gone).
 constexpr std::chrono::milliseconds kElasticStale{4000};
 
-struct ElasticSettings {
-  int min = 1, max = 1;
-  double elastic_timeout_s = 60;  // below MIN: how long to wait for machines to join
-  double join_timeout_s = 300;    // the first generation: how long to wait for MIN machines
-  double grace_s = 5;             // the members' SIGTERM -> SIGKILL, plus slack, bounds an ack
-  int max_restarts = 0;           // generations ended by a crash with every machine still there
-  std::chrono::seconds silence_limit{15};
-  // Node 0's commit folder: its step file says the global step (see fleet/elastic.h).
-  std::string step_file;
-};
-
 // The global step and generation in a member's step file ("<generation> <global step>"), if any.
 std::optional<std::pair<int, int64_t>> read_step_file(const std::string& path);
 
-// Runs on node 0's dtrain, in a thread of its own with its own store client.
-// Prints every membership change on stdout. Ends when el/outcome is set.
+// Runs on node 0's dtrain, in a thread of its own with its own store client,
+// by the job's options: --nnodes MIN:MAX, --elastic_timeout, --join_timeout
+// (the first generation), --grace_period (bounds a member's ack) and
+// --max_restarts (generations ended by a crash with every machine still
+// there). step_file: node 0's commit folder's step file (fleet/elastic.h),
+// for the global step in the log. Prints every membership change on stdout.
+// Ends when it sets el/outcome; should it fail, el/outcome says so and ends
+// the running generation on every machine too (the launchers watch it).
 class ElasticCoordinator {
  public:
-  ElasticCoordinator(std::shared_ptr<Store> store, ElasticSettings settings);
+  ElasticCoordinator(std::shared_ptr<Store> store, const LaunchOptions& options, std::string step_file);
   ~ElasticCoordinator();  // stops and joins the thread
   ElasticCoordinator(const ElasticCoordinator&) = delete;
   ElasticCoordinator& operator=(const ElasticCoordinator&) = delete;
@@ -67,7 +63,7 @@ class ElasticCoordinator {
     std::string value;
     std::chrono::steady_clock::time_point changed;
   };
-  enum class End { Done, Failure, Lost, Join, Stopped };
+  enum class End { Done, Failure, Lost, Join };
 
   void run();
   void refresh();
@@ -76,7 +72,9 @@ class ElasticCoordinator {
   std::string name(int id);
   std::vector<int> candidates(const std::vector<int>& members);
   std::vector<int> wait_for(int need, const std::vector<int>& members, double timeout_s, double settle_s);
-  End watch(int g, const std::vector<int>& members);
+  // Until generation g ends; meanwhile reports when it trains (its step file)
+  // `ended` after the one before ended.
+  End watch(int g, const std::vector<int>& members, std::optional<std::chrono::steady_clock::time_point> ended);
   std::vector<int> collect_acks(int g, const std::vector<int>& members);
   // Sets the outcome: why, then the report of generation g's failures with
   // `cause` (when given) as their root cause.
@@ -84,14 +82,13 @@ class ElasticCoordinator {
   void sleep_tick();
 
   std::shared_ptr<Store> store_;
-  ElasticSettings s_;
+  const LaunchOptions o_;
+  const std::string step_file_;
   std::map<int, Seen> seen_;
   std::map<int, std::string> names_;
   std::vector<int> dropped_;
   std::atomic<bool> stop_{false};
-  std::atomic<int> generation_{-1};  // the one running (its a<g>/stop ends it if the coordinator fails)
   std::thread thread_;
-  std::vector<std::thread> watchers_;  // each new generation's first step
 };
 
 // Sets el/hb/<id> every 500 ms from a thread of its own (its own store client),

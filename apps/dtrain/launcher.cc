@@ -161,18 +161,8 @@ class JobRun {
     store_->set(fmt::format("el/info/{}", p_.elastic_id), describe_machine(p_, p_.elastic_id).encode());
     auto heartbeat = std::make_unique<ElasticHeartbeat>(connect_launch_store(p_), p_.elastic_id);
     std::unique_ptr<ElasticCoordinator> coordinator;
-    if (node() == 0) {
-      ElasticSettings es;
-      es.min = lo.nnodes_min;
-      es.max = lo.nnodes;
-      es.elastic_timeout_s = lo.elastic_timeout_s;
-      es.join_timeout_s = lo.join_timeout_s;
-      es.grace_s = lo.grace_s;
-      es.max_restarts = lo.max_restarts;
-      es.silence_limit = kPeerSilenceLimit;
-      es.step_file = p_.elastic_dir + "/step";
-      coordinator = std::make_unique<ElasticCoordinator>(connect_launch_store(p_), es);
-    }
+    if (node() == 0)
+      coordinator = std::make_unique<ElasticCoordinator>(connect_launch_store(p_), lo, p_.elastic_dir + "/step");
     std::cout << fmt::format("dtrain: elastic job ({}:{} machines, store {}): this machine ({}) is member {}\n",
                              lo.nnodes_min, lo.nnodes, p_.store_endpoint, p_.machines.my_ip, p_.elastic_id)
               << std::flush;

@@ -214,9 +214,12 @@ int main(int argc, char** argv) {
     if (lo.master.empty() && ips.empty())
       if (const char* m = std::getenv("PET_RDZV_ENDPOINT"); m && *m) lo.master = m;
     std::string nnodes_from = "--nnodes";
-    for (const char* var : {"PADDLE_NNODES", "PET_NNODES"})
-      if (const char* n = std::getenv(var); nnodes_opt->count() == 0 && n && *n && nnodes_from == "--nnodes")
-        nnodes = n, nnodes_from = var;
+    if (nnodes_opt->count() == 0)
+      for (const char* var : {"PADDLE_NNODES", "PET_NNODES"})
+        if (const char* n = std::getenv(var); n && *n) {
+          nnodes = n, nnodes_from = var;
+          break;
+        }
     parse_nnodes(nnodes, nnodes_from, &lo.nnodes_min, &lo.nnodes);
     if (lo.elastic()) {
       if (!ips.empty() || lo.master.empty())
