@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -31,6 +32,7 @@ void fsync_path(const std::string& path, bool dir) {
   ::close(fd);
 }
 
+// The run state and the CPU generator's state.
 void write_run_state(torch::serialize::OutputArchive& ar, const RunState& st) {
   ar.write("epoch", torch::tensor(st.epoch, torch::kInt64));
   ar.write("batch_in_epoch", torch::tensor(st.batch_in_epoch, torch::kInt64));
@@ -43,6 +45,9 @@ void write_run_state(torch::serialize::OutputArchive& ar, const RunState& st) {
     ar.write("loss_scale",
              torch::tensor({st.loss_scale.scale, double(st.loss_scale.good_steps), double(st.loss_scale.bad_steps)},
                            torch::kFloat64));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lk(gen.mutex());
+  ar.write("rng", gen.get_state());
 }
 
 // The run state and the CPU generator's state.
@@ -78,6 +83,20 @@ RunState read_run_state(torch::serialize::InputArchive& ar) {
 
 }  // namespace
 
+std::string run_state_bytes(const RunState& st) {
+  torch::serialize::OutputArchive ar;
+  write_run_state(ar, st);
+  std::ostringstream out;
+  ar.save_to(out);
+  return out.str();
+}
+
+RunState run_state_from_bytes(const std::string& bytes) {
+  torch::serialize::InputArchive ar;
+  ar.load_from(bytes.data(), bytes.size(), torch::Device(torch::kCPU));
+  return read_run_state(ar);
+}
+
 void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::optim::Optimizer& opt, const RunState& st,
                      int world) {
   fs::create_directories(dir);
@@ -90,11 +109,6 @@ void save_checkpoint(const std::string& dir, torch::nn::Module& model, torch::op
   ar.write("optimizer", o);
   ar.write("world_size", torch::tensor(int64_t(world), torch::kInt64));
   write_run_state(ar, st);
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lk(gen.mutex());
-    ar.write("rng", gen.get_state());
-  }
   ar.save_to(tmp);
   fsync_path(tmp, false);
   fs::rename(tmp, final_path);
@@ -130,11 +144,6 @@ void save_sharded_checkpoint(const std::string& dir, fleet::DataParallel& dp, to
   fleet::save_shard(ar, *dp.sharding(), opt);
   for (auto& kv : dp.module()->named_buffers()) ar.write("buffers/" + kv.key(), kv.value().cpu(), true);
   write_run_state(ar, st);
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lk(gen.mutex());
-    ar.write("rng", gen.get_state());
-  }
   const std::string path = (folder / ("rank-" + std::to_string(rank) + ".pt")).string();
   ar.save_to(path + ".tmp");
   fsync_path(path + ".tmp", false);

@@ -28,6 +28,11 @@ struct RunState {
   LossScaler::State loss_scale;
 };
 
+// The run state and the CPU generator's state as bytes, in the checkpoints'
+// form (an elastic commit's extra, fleet/elastic.h); reading sets the generator.
+std::string run_state_bytes(const RunState& st);
+RunState run_state_from_bytes(const std::string& bytes);
+
 // <dir>/latest.pt, written atomically (temporary file, fsync, rename, fsync of
 // the folder) by rank 0: model, optimizer, run state (with the loss scaler's
 // state), world size and the CPU generator's state.

@@ -343,14 +343,18 @@ int64_t Trainer::lr_position() const {
   return state_.epoch * steps_per_epoch_ + state_.epoch_offset / (batch_ * world_) + state_.batch_in_epoch;
 }
 
-void Trainer::checkpoint() {
-  sync_buffers();  // every rank, so the saved statistics are everyone's
+void Trainer::stamp_state() {
   state_.world = world_;
   state_.batch = batch_;
   if (opt_->loss_scaler().enabled()) {
     state_.has_loss_scale = true;
     state_.loss_scale = opt_->loss_scaler().state();
   }
+}
+
+void Trainer::checkpoint() {
+  sync_buffers();  // every rank, so the saved statistics are everyone's
+  stamp_state();
   if (dp_->sharding()) {
     save_sharded_checkpoint(ckpt_dir_, *dp_, opt_->inner(), state_, rank_, world_);
     if (rank_ == 0)

@@ -191,6 +191,8 @@ class Trainer {
   // After a restore saved at another world size or batch: the rest of the
   // epoch is split at this one (RunState::epoch_offset).
   void split_rest_of_epoch();
+  // state_ gets what a save keeps beside the counters: world, batch, the loss scaler's state.
+  void stamp_state();
 
   std::shared_ptr<fleet::DataParallel> dp_;
   // The optimizer that steps (SGD with momentum or Adam, or LAMB/LARS by the strategy) is opt_->inner().

@@ -2,8 +2,6 @@
 // after each optimizer step (fleet::ElasticState) and taken back, at the new
 // world size, when a generation starts.
 
-#include <sstream>
-
 #include <fmt/format.h>
 
 #include "common/trainer.h"
@@ -12,41 +10,14 @@
 
 namespace dtrain::apps {
 
-namespace {
-
-std::string encode(const RunState& st) {
-  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", st.epoch, st.batch_in_epoch, st.global_step, st.epoch_offset,
-                     st.base_world, st.world, st.batch, st.has_loss_scale ? 1 : 0, st.loss_scale.scale,
-                     st.loss_scale.good_steps, st.loss_scale.bad_steps);
-}
-
-RunState decode(const std::string& text) {
-  RunState st;
-  std::istringstream in(text);
-  int ls = 0;
-  in >> st.epoch >> st.batch_in_epoch >> st.global_step >> st.epoch_offset >> st.base_world >> st.world >> st.batch >>
-      ls >> st.loss_scale.scale >> st.loss_scale.good_steps >> st.loss_scale.bad_steps;
-  if (!in) throw IoError("the elastic commit's run state is malformed: '" + text + "'");
-  st.has_loss_scale = ls != 0;
-  return st;
-}
-
-}  // namespace
-
 void Trainer::commit_elastic() {
   if (!elastic_.enabled()) return;
   if (dp_->sharding()) {  // the sharded checkpoints keep the state
     elastic_.mark_step(state_.global_step);
     return;
   }
-  RunState st = state_;
-  st.world = world_;
-  st.batch = batch_;
-  if (opt_->loss_scaler().enabled()) {
-    st.has_loss_scale = true;
-    st.loss_scale = opt_->loss_scaler().state();
-  }
-  elastic_.commit(*model_, opt_->inner(), st.global_step, encode(st));
+  stamp_state();
+  elastic_.commit(*model_, opt_->inner(), state_.global_step, run_state_bytes(state_));
 }
 
 bool Trainer::restore_elastic() {
@@ -65,7 +36,7 @@ bool Trainer::restore_elastic() {
   auto r = elastic_.restore(comm.get(), *model_, opt_->inner());
   if (!r) return false;
   RunState& st = state_;
-  st = decode(r->extra);
+  st = run_state_from_bytes(r->extra);
   if (st.has_loss_scale) opt_->loss_scaler().set_state(st.loss_scale);
   opt_->set_next_step(st.global_step);
   log_line(
