@@ -76,8 +76,9 @@ GlooReference::GlooReference(int rank, int size, std::shared_ptr<Store> store, c
   m.device = ::gloo::transport::tcp::CreateDevice(attr);
   m.context = std::make_shared<::gloo::rendezvous::Context>(rank, size, cfg.bcube_base);
   m.context->setTimeout(timeout);
-  sdk::gloo_glue::RendezvousStore<std::shared_ptr<Store>> adapter(std::move(store), timeout);
-  m.context->connectFullMesh(adapter, m.device);
+  sdk::gloo_glue::connect_full_mesh(
+      *m.context, std::make_shared<sdk::gloo_glue::RendezvousStore<std::shared_ptr<Store>>>(std::move(store), timeout),
+      m.device);
 }
 
 GlooReference::~GlooReference() = default;

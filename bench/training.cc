@@ -48,13 +48,20 @@
 #include <map>
 #include <sstream>
 
+#include <torch/torch.h>
+#include <torch/version.h>
+// The c10d reference drives libtorch's C++ Reducer, whose constructor is
+// internal and changes between 2.x releases: built against torch 1.x only.
+#define DTRAIN_BENCH_C10D (TORCH_VERSION_MAJOR < 2)
+#if DTRAIN_BENCH_C10D
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
-#include <torch/torch.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cls/cls.h"
 #include "common/device.h"
@@ -121,7 +128,9 @@ apps::DeviceChoice bench_device(const Config& cfg, const std::string& flag) {
 struct Sync {
   Job job;
   std::unique_ptr<dtrain::fleet::DataParallel> dp;
+#if DTRAIN_BENCH_C10D
   std::unique_ptr<c10d::Reducer> reducer;
+#endif
   std::function<void()> barrier = [] {};
   std::function<void()> lockstep;
 };
@@ -151,6 +160,7 @@ Sync connect(const WorkerArgs& a, Config& cfg, const std::shared_ptr<::torch::nn
     // PyTorch eager: one process, no dtrain, no communicator.
     if (a.world != 1) throw std::runtime_error("the eager reference runs one process");
   } else {
+#if DTRAIN_BENCH_C10D
     c10d::TCPStoreOptions so2;
     so2.port = static_cast<uint16_t>(a.port);
     so2.isServer = a.rank == 0;
@@ -172,6 +182,10 @@ Sync connect(const WorkerArgs& a, Config& cfg, const std::shared_ptr<::torch::nn
       std::vector<at::Tensor> t{torch::zeros({1})};
       pg->allreduce(t)->wait();
     };
+
+#else
+    throw std::runtime_error("the c10d reference is built against torch 1.x only (this is " TORCH_VERSION ")");
+#endif
   }
   return x;
 }
@@ -201,7 +215,14 @@ int run_worker(const WorkerArgs& a) {
 
   Sync sx = connect(a, cfg, model, so);
   auto& dp = sx.dp;
+#if DTRAIN_BENCH_C10D
   auto& reducer = sx.reducer;
+#else
+  struct {
+    void prepare_for_forward() {}
+    void prepare_for_backward(std::vector<torch::Tensor>) {}
+  }* reducer = nullptr;
+#endif
   auto& lockstep = sx.lockstep;
 
   std::vector<double> fwd, bwd, sync, optm;
@@ -503,6 +524,10 @@ int main(int argc, char** argv) {
     // Single runs for reference: what one worker gets from one and two threads.
     for (Config2* c : {&one, &two_thr}) c->runs.push_back(run_config(a, c->impl, c->world, c->threads, port++));
     std::vector<Config2*> paired{&dt, &c10, &ceil, &dt2, &lock};
+    if (!DTRAIN_BENCH_C10D) {
+      paired.erase(paired.begin() + 1);
+      fmt::print("# no c10d row: the c10d reference is built against torch 1.x only (this is {})\n", TORCH_VERSION);
+    }
     run_trials(
         a.trials, paired,
         [&](Config2& c) {
@@ -516,21 +541,25 @@ int main(int argc, char** argv) {
                                : "dtrain#2";
         });
     fmt::print("{:<38} {:>10} {:>13} {:>9} {:>14}\n", "configuration", "images/s", "range", "ms/step", "comm wait ms");
-    for (Config2* c : {&one, &two_thr, &ceil, &lock, &dt, &c10, &dt2}) print_row(*c);
+    for (Config2* c : {&one, &two_thr, &ceil, &lock, &dt, &c10, &dt2})
+      if (!c->runs.empty()) print_row(*c);
     fmt::print(
         "# where a step goes, ms (medians over trials of per-step medians, mean of the ranks); c10d waits for its "
         "buckets inside backward; skew: gap between the ranks' ends of backward; CPU: per step, the training "
         "thread and all other threads; preempt: the training thread's involuntary context switches per step\n");
     fmt::print("{:<38} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}\n", "configuration", "fwd", "bwd", "sync",
                "opt", "skew", "CPU main", "CPU rest", "preempt", "threads");
-    for (Config2* c : {&one, &ceil, &lock, &dt, &c10, &dt2}) print_phases(*c);
+    for (Config2* c : {&one, &ceil, &lock, &dt, &c10, &dt2})
+      if (!c->runs.empty()) print_phases(*c);
     fmt::print("# rank 0's threads in the last trial: CPU ms per step / sleeps (voluntary switches) per step\n");
     for (Config2* c : {&ceil, &lock, &dt, &c10, &dt2})
       if (!c->runs.empty()) fmt::print("#   {:<38} {}\n", c->name, c->runs.back().rank0_threads);
     fmt::print("# paired ratios of images/s over {} trials (geometric mean)\n", a.trials);
     print_ratio("dtrain 2x1 / ceiling", dt, ceil, 0.95);
-    print_ratio("dtrain 2x1 / c10d 2x1", dt, c10, 1.0);
-    print_ratio("c10d 2x1 / ceiling", c10, ceil, 0);
+    if (!c10.runs.empty()) {
+      print_ratio("dtrain 2x1 / c10d 2x1", dt, c10, 1.0);
+      print_ratio("c10d 2x1 / ceiling", c10, ceil, 0);
+    }
     print_ratio(a.compare.empty() ? "A/A: dtrain 2x1 / dtrain 2x1 #2" : "A/B: dtrain 2x1 / dtrain 2x1 (B)", dt, dt2, 0);
     if (!a.compare.empty()) print_ratio("dtrain 2x1 (B) / ceiling", dt2, ceil, 0);
     print_ratio("lock-step / ceiling", lock, ceil, 0);

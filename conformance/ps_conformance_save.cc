@@ -1,6 +1,7 @@
 // Save and load cases of the PS conformance suite: a FULL save loads onto a
 // different server count with identical rows and optimizer state; BASE +
 // DELTA restore the latest values.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package dtrain needs. Idempotent; quiet when all is there.
-# Usage: scripts/setup.sh [--with-apps]   (the apps' libtorch/OpenCV set is larger)
+# Usage: scripts/setup.sh [--list]   (--list: print the package names, install nothing)
 set -euo pipefail
 
 pkgs=(
@@ -17,6 +17,8 @@ pkgs=(
   libgrpc++-dev protobuf-compiler-grpc redis-server
   wamerican libfreetype-dev fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-noto-core fonts-urw-base35 fonts-croscore
 )
+
+[[ ${1:-} == --list ]] && { echo "${pkgs[*]}"; exit 0; }
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -174,7 +174,7 @@ Tensor Lamb::step(LossClosure closure) {
       if (!p.grad().defined()) continue;
       const auto& g = p.grad();
       check_grad(g);
-      auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto key = optimizer_state_key(p);
       auto it = state_.find(key);
       if (it == state_.end()) {
         auto st = std::make_unique<LambParamState>();
@@ -252,7 +252,7 @@ Tensor Lars::step(LossClosure closure) {
     const auto [pn, gn] = norms[i];
     double local_lr = o->lr();
     if (wd > 0 && pn > 0 && gn > 0) local_lr = o->lr() * o->lars_coeff() * pn / (gn + wd * pn + o->epsilon());
-    auto key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    auto key = optimizer_state_key(p);
     auto it = state_.find(key);
     if (it == state_.end()) {
       auto st = std::make_unique<LarsParamState>();

@@ -18,7 +18,6 @@ namespace {
 using detail::clipped;
 
 // The key of a tensor's state in a libtorch optimizer.
-std::string state_key(const ::torch::Tensor& t) { return c10::guts::to_string(t.unsafeGetTensorImpl()); }
 
 std::string state_kind(const ::torch::optim::OptimizerParamState& s) {
   if (dynamic_cast<const ::torch::optim::SGDParamState*>(&s)) return "sgd";
@@ -82,7 +81,7 @@ void set_state(::torch::optim::Optimizer& opt, const ::torch::Tensor& param, con
   in.load_from(is);
   auto st = make_state(kind);
   st->serialize(in);
-  opt.state()[state_key(param)] = std::move(st);
+  opt.state()[optimizer_state_key(param)] = std::move(st);
 }
 
 int64_t read_int(::torch::serialize::InputArchive& ar, const std::string& key) {
@@ -190,7 +189,7 @@ void save_shard(::torch::serialize::OutputArchive& ar, const ShardedParameters& 
     ar.write(key_of(i, "numel"), c10::IValue(sp.numel(i)));
     ar.write(key_of(i, "shape"), c10::IValue(sp.parameter(i).sizes().vec()));
     ar.write(key_of(i, "value"), sp.shard(i).detach().cpu(), /*is_buffer=*/true);
-    auto it = opt.state().find(state_key(sp.shard(i)));
+    auto it = opt.state().find(optimizer_state_key(sp.shard(i)));
     if (it == opt.state().end()) continue;
     ar.write(key_of(i, "kind"), c10::IValue(state_kind(*it->second)));
     ::torch::serialize::OutputArchive st;
@@ -216,7 +215,7 @@ void load_shards(std::vector<::torch::serialize::InputArchive>& ars, ShardedPara
     };
     shard.copy_(slice(w.value).to(shard.device()));
     if (w.kind.empty()) {
-      opt.state().erase(state_key(shard));
+      opt.state().erase(optimizer_state_key(shard));
       continue;
     }
     for (auto& [k, v] : w.state)
@@ -240,7 +239,7 @@ void load_shards_unsharded(std::vector<::torch::serialize::InputArchive>& ars, :
     Whole w = consolidate(ars, i, p.numel());
     p.copy_(w.value.view(p.sizes()));
     if (w.kind.empty()) {
-      opt.state().erase(state_key(p));
+      opt.state().erase(optimizer_state_key(p));
       continue;
     }
     for (auto& [k, v] : w.state)
@@ -269,7 +268,7 @@ int64_t optimizer_state_bytes(::torch::optim::Optimizer& opt) {
   int64_t bytes = 0;
   for (auto& g : opt.param_groups())
     for (auto& p : g.params()) {
-      auto it = opt.state().find(state_key(p));
+      auto it = opt.state().find(optimizer_state_key(p));
       if (it == opt.state().end()) continue;
       for (auto& [k, v] : state_entries(*it->second))
         if (v.isTensor()) bytes += v.toTensor().numel() * static_cast<int64_t>(v.toTensor().element_size());

@@ -33,7 +33,7 @@ void allocate_storage(const ::torch::Tensor& p) {
 // p's data as a flat tensor that shares its storage but not its version
 // counter: writing it does not invalidate tensors autograd saved.
 ::torch::Tensor raw_flat(const ::torch::Tensor& p) {
-  return ::torch::from_blob(p.storage().data(), {p.numel()}, p.options().requires_grad(false));
+  return ::torch::from_blob(const_cast<void*>(p.storage().data()), {p.numel()}, p.options().requires_grad(false));
 }
 
 }  // namespace

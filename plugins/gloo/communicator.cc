@@ -84,8 +84,10 @@ GlooCommunicator::GlooCommunicator(const sdk::CommInit& init)
     m.device = ::gloo::transport::tcp::CreateDevice(attr);
     m.context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_, k.bcube_base);
     m.context->setTimeout(std::chrono::milliseconds(timeout_ms_));
-    sdk::gloo_glue::RendezvousStore<sdk::Store> store(init.store, std::chrono::milliseconds(timeout_ms_));
-    m.context->connectFullMesh(store, m.device);
+    sdk::gloo_glue::connect_full_mesh(*m.context,
+                                      std::make_shared<sdk::gloo_glue::RendezvousStore<sdk::Store>>(
+                                          init.store, std::chrono::milliseconds(timeout_ms_)),
+                                      m.device);
   } catch (const sdk::Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -307,11 +307,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather(std::vector<std::ve
   });
 }
 
+namespace {
+// all_gather_into_tensor's output holds `world` inputs; reduce_scatter_tensor's input `world` outputs.
+void check_flat(const at::Tensor& big, const at::Tensor& small, int world, const char* op, const char* big_name,
+                const char* small_name) {
+  if (big.numel() != small.numel() * world || big.scalar_type() != small.scalar_type())
+    throw InvalidUsage(std::string(op) + ": the " + big_name + " must hold world size (" + std::to_string(world) +
+                       ") times the " + small_name + "'s elements, of its dtype");
+}
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                    const c10d::AllgatherOptions&) {
-  if (output.numel() != input.numel() * getSize() || output.scalar_type() != input.scalar_type())
-    throw InvalidUsage("all_gather_into_tensor: the output must hold world size (" + std::to_string(getSize()) +
-                       ") times the input's elements, of its dtype");
+  check_flat(output, input, getSize(), "all_gather_into_tensor", "output", "input");
   return run("_allgather_base", input.is_cuda(), [&](Communicator& c) {
     at::Tensor in = input.contiguous();
     Staged s(output);
@@ -319,6 +327,50 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::_allgather_base(at::Tensor& o
     return make_work(c10d::OpType::_ALLGATHER_BASE, one(output), {w}, [in, s] { s.copy_back(); });
   });
 }
+
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                   std::vector<at::Tensor>& inputs,
+                                                                                   const c10d::AllgatherOptions&) {
+  const char* op = "allgather_into_tensor_coalesced";
+  if (inputs.empty() || outputs.size() != inputs.size()) throw InvalidUsage(std::string(op) + ": one output per input");
+  for (size_t i = 0; i < inputs.size(); ++i) check_flat(outputs[i], inputs[i], getSize(), op, "output", "input");
+  return run(op, inputs[0].is_cuda(), [&](Communicator& c) {
+    std::vector<at::Tensor> ins;
+    std::vector<Staged> outs;
+    std::vector<std::shared_ptr<dtrain::Work>> works;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ins.push_back(inputs[i].contiguous());
+      outs.emplace_back(outputs[i]);
+      works.push_back(c.allgather(buffer_of(ins.back(), op), buffer_of(outs.back().dense, op)));
+    }
+    return make_work(c10d::OpType::_ALLGATHER_BASE, outputs, works, [ins, outs] {
+      for (const auto& s : outs) s.copy_back();
+    });
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter_tensor_coalesced";
+  if (inputs.empty() || outputs.size() != inputs.size()) throw InvalidUsage(std::string(op) + ": one output per input");
+  for (size_t i = 0; i < inputs.size(); ++i) check_flat(inputs[i], outputs[i], getSize(), op, "input", "output");
+  return run(op, outputs[0].is_cuda(), [&](Communicator& c) {
+    std::vector<at::Tensor> ins;
+    std::vector<Staged> outs;
+    std::vector<std::shared_ptr<dtrain::Work>> works;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ins.push_back(inputs[i].contiguous());
+      outs.emplace_back(outputs[i]);
+      works.push_back(c.reduce_scatter(buffer_of(ins.back(), op), buffer_of(outs.back().dense, op),
+                                       reduce_op(opts.reduceOp, ins.back(), op)));
+    }
+    return make_work(c10d::OpType::_REDUCE_SCATTER_BASE, outputs, works, [ins, outs] {
+      for (const auto& s : outs) s.copy_back();
+    });
+  });
+}
+#endif
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                           std::vector<at::Tensor>& inputs,
@@ -401,9 +453,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::reduce_scatter(std::vector<at
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                         const c10d::ReduceScatterOptions& opts) {
-  if (input.numel() != output.numel() * getSize() || output.scalar_type() != input.scalar_type())
-    throw InvalidUsage("reduce_scatter_tensor: the input must hold world size (" + std::to_string(getSize()) +
-                       ") times the output's elements, of its dtype");
+  check_flat(input, output, getSize(), "reduce_scatter_tensor", "input", "output");
   return run("_reduce_scatter_base", output.is_cuda(), [&](Communicator& c) {
     at::Tensor in = input.contiguous();
     Staged s(output);

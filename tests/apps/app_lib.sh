@@ -5,7 +5,7 @@
 # the checks the apps' short 2-worker runs make.
 data=/usr/share/datasets/fashion-mnist
 for f in ${need:-$data/train-images-idx3-ubyte.gz}; do
-  [[ -e $f ]] || { echo "SKIP: $f missing (scripts/setup.sh --with-apps installs it)"; exit 77; }
+  [[ -e $f ]] || { echo "SKIP: $f missing (scripts/setup.sh installs it)"; exit 77; }
 done
 rm -rf "$work" && mkdir -p "$work" && cd "$work"
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT DTRAIN_RANK PADDLE_TRAINER_ID SLURM_PROCID OMPI_COMM_WORLD_RANK || true

@@ -338,8 +338,8 @@ void expect_save_load_round_trips(const Options& options) {
   EXPECT_DOUBLE_EQ(second.param_groups()[0].options().get_lr(), options.lr() * 0.5);
   ASSERT_EQ(second.state().size(), first.state().size());
   for (size_t k = 0; k < a.size(); ++k) {
-    auto& sa = static_cast<State&>(*first.state().at(c10::guts::to_string(a[k].unsafeGetTensorImpl())));
-    auto& sb = static_cast<State&>(*second.state().at(c10::guts::to_string(b[k].unsafeGetTensorImpl())));
+    auto& sa = static_cast<State&>(*first.state().at(dtrain::fleet::optimizer_state_key(a[k])));
+    auto& sb = static_cast<State&>(*second.state().at(dtrain::fleet::optimizer_state_key(b[k])));
     if constexpr (std::is_same<State, LambParamState>::value) {
       EXPECT_EQ(sb.step(), 2);
       EXPECT_TRUE(sb.moment1().equal(sa.moment1()));

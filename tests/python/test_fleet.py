@@ -63,6 +63,9 @@ def test_ddp_example_same_under_every_launcher(tmp_path):
                         "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path / "torchrun"),
                         *args, "--import", "dtrain.torch", "--backend", "dtrain"],
                        capture_output=True, text=True, timeout=300)
+    if p.returncode != 0 and "PyTorch was built without libuv support" in p.stderr:
+        # Debian's torch 2.14 (scripts/torch2_check.sh): its torchrun asks its own TCPStore for libuv.
+        pytest.skip("this torch's torchrun cannot start its store (built without libuv, which torchrun asks for)")
     assert p.returncode == 0, p.stderr
     assert checksum(p.stdout) == plain, "under torchrun it trained differently"
 

@@ -5,6 +5,7 @@
 // how that source names them in messages, and build(), which applies the
 // defaults and checks every field the same way whatever the source.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>

@@ -25,6 +25,21 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int
 GLOO_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32, torch.int64]
 
 
+def gloo_has(dtype):
+    """Whether this torch's c10d Gloo reduces `dtype` (Debian's 2.14 Gloo has no float16)."""
+    try:
+        dist.all_reduce(torch.ones(1, dtype=dtype), group=gloo)
+        return True
+    except RuntimeError as e:
+        if "Invalid scalar type" not in str(e):
+            raise
+        return False
+
+
+GLOO_DTYPES = [d for d in GLOO_DTYPES if gloo_has(d)]
+print(f"rank {rank}: compared against c10d Gloo in {', '.join(str(d) for d in GLOO_DTYPES)}", flush=True)
+
+
 def value(r, n, dtype):
     """Rank r's input: 1s and 2s, so sums and products of up to 6 ranks are exact in every dtype."""
     base = 1 + (torch.arange(n) + r) % 2

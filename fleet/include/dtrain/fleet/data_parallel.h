@@ -102,7 +102,9 @@ class DataParallel {
   std::unique_ptr<BlockObserver> recompute_;  // strategy.recompute
   std::unique_ptr<ShardedParameters> sharded_;  // strategy.sharding: the parameters' layout
   std::unique_ptr<GradientSync> sync_;          // the gradient reduction; null with one rank and no ZeRO 2/3
-  std::vector<std::shared_ptr<::torch::autograd::Node>> accumulators_;
+  // libtorch's own pointer type (std::shared_ptr in 1.13, c10::intrusive_ptr in 2.x).
+  std::vector<decltype(::torch::autograd::impl::grad_accumulator(std::declval<const ::torch::Tensor&>()))>
+      accumulators_;
   std::vector<char> marked_;  // this step's backward has produced the gradient
   bool armed_ = false;        // gradients of this step go to sync_
   bool begun_ = false;        // sync_->begin() called, finish() not yet

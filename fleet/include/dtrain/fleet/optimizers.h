@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
 
@@ -19,6 +21,21 @@ namespace dtrain::fleet {
 // Sums squared norms across ranks in place (an all-reduce Sum of doubles).
 // Every rank must call it with a vector of the same length; absent = local.
 using NormReducer = std::function<void(std::vector<double>& squared_sums)>;
+
+// The key of a parameter's entry in torch::optim::Optimizer::state(): its
+// TensorImpl, as the pointer printed ("0x...") until libtorch 2.x made the
+// key the pointer itself. Key is the installed libtorch's; leave it.
+using OptimizerStateKey = std::decay_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
+template <typename Key = OptimizerStateKey>
+Key optimizer_state_key(const ::torch::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << param.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
 
 // What LAMB and LARS share: parameters excluded from weight decay (by tensor
 // identity), and a pair of layer-wise norms per parameter summed across ranks

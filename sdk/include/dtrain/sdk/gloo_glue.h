@@ -99,4 +99,17 @@ class RendezvousStore : public ::gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Connects every pair of ranks through `store`. Gloo's
+// rendezvous::Context::connectFullMesh takes the store by reference in
+// Debian 12's libgloo-dev and as a std::shared_ptr in later Gloo (Debian 13):
+// both are served. `store` lives as long as the context needs it either way.
+template <typename Context, typename Device>
+void connect_full_mesh(Context& context, const std::shared_ptr<::gloo::rendezvous::Store>& store, Device& device) {
+  if constexpr (std::is_invocable_v<decltype(&Context::connectFullMesh), Context&,
+                                    std::shared_ptr<::gloo::rendezvous::Store>, Device&>)
+    context.connectFullMesh(store, device);
+  else
+    context.connectFullMesh(*store, device);
+}
+
 }  // namespace dtrain::sdk::gloo_glue
