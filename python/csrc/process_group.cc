@@ -329,12 +329,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::_allgather_base(at::Tensor& o
 }
 
 #if TORCH_VERSION_MAJOR >= 2
-c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
-                                                                                   std::vector<at::Tensor>& inputs,
-                                                                                   const c10d::AllgatherOptions&) {
-  const char* op = "allgather_into_tensor_coalesced";
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::run_coalesced(const char* op, c10d::OpType type,
+                                                                 std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const FlatOp& submit) {
   if (inputs.empty() || outputs.size() != inputs.size()) throw InvalidUsage(std::string(op) + ": one output per input");
-  for (size_t i = 0; i < inputs.size(); ++i) check_flat(outputs[i], inputs[i], getSize(), op, "output", "input");
+  const bool gather = type == c10d::OpType::_ALLGATHER_BASE;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (gather)
+      check_flat(outputs[i], inputs[i], getSize(), op, "output", "input");
+    else
+      check_flat(inputs[i], outputs[i], getSize(), op, "input", "output");
+  }
   return run(op, inputs[0].is_cuda(), [&](Communicator& c) {
     std::vector<at::Tensor> ins;
     std::vector<Staged> outs;
@@ -342,33 +348,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather_into_tensor_coalesc
     for (size_t i = 0; i < inputs.size(); ++i) {
       ins.push_back(inputs[i].contiguous());
       outs.emplace_back(outputs[i]);
-      works.push_back(c.allgather(buffer_of(ins.back(), op), buffer_of(outs.back().dense, op)));
+      works.push_back(submit(c, ins.back(), outs.back().dense));
     }
-    return make_work(c10d::OpType::_ALLGATHER_BASE, outputs, works, [ins, outs] {
+    return make_work(type, outputs, works, [ins, outs] {
       for (const auto& s : outs) s.copy_back();
     });
   });
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                   std::vector<at::Tensor>& inputs,
+                                                                                   const c10d::AllgatherOptions&) {
+  const char* op = "allgather_into_tensor_coalesced";
+  return run_coalesced(op, c10d::OpType::_ALLGATHER_BASE, outputs, inputs,
+                       [op](Communicator& c, const at::Tensor& in, const at::Tensor& out) {
+                         return c.allgather(buffer_of(in, op), buffer_of(out, op));
+                       });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupDtrain::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
-  if (inputs.empty() || outputs.size() != inputs.size()) throw InvalidUsage(std::string(op) + ": one output per input");
-  for (size_t i = 0; i < inputs.size(); ++i) check_flat(inputs[i], outputs[i], getSize(), op, "input", "output");
-  return run(op, outputs[0].is_cuda(), [&](Communicator& c) {
-    std::vector<at::Tensor> ins;
-    std::vector<Staged> outs;
-    std::vector<std::shared_ptr<dtrain::Work>> works;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      ins.push_back(inputs[i].contiguous());
-      outs.emplace_back(outputs[i]);
-      works.push_back(c.reduce_scatter(buffer_of(ins.back(), op), buffer_of(outs.back().dense, op),
-                                       reduce_op(opts.reduceOp, ins.back(), op)));
-    }
-    return make_work(c10d::OpType::_REDUCE_SCATTER_BASE, outputs, works, [ins, outs] {
-      for (const auto& s : outs) s.copy_back();
-    });
-  });
+  return run_coalesced(op, c10d::OpType::_REDUCE_SCATTER_BASE, outputs, inputs,
+                       [op, &opts](Communicator& c, const at::Tensor& in, const at::Tensor& out) {
+                         return c.reduce_scatter(buffer_of(in, op), buffer_of(out, op),
+                                                 reduce_op(opts.reduceOp, in, op));
+                       });
 }
 #endif
 

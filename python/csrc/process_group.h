@@ -110,6 +110,15 @@ class ProcessGroupDtrain : public C10dBase {
   c10::intrusive_ptr<c10d::Work> run(const char* op, bool cuda,
                                      const std::function<c10::intrusive_ptr<DtrainWork>(Communicator&)>& submit,
                                      bool p2p = false);
+#if TORCH_VERSION_MAJOR >= 2
+  // The *_coalesced ops: one Work over submit(comm, input, output) for each
+  // pair, the gathered (_ALLGATHER_BASE) or scattered (_REDUCE_SCATTER_BASE)
+  // tensor holding world size times the other's elements.
+  using FlatOp =
+      std::function<std::shared_ptr<dtrain::Work>(Communicator&, const at::Tensor& in, const at::Tensor& out)>;
+  c10::intrusive_ptr<c10d::Work> run_coalesced(const char* op, c10d::OpType type, std::vector<at::Tensor>& outputs,
+                                               std::vector<at::Tensor>& inputs, const FlatOp& submit);
+#endif
   c10::intrusive_ptr<DtrainWork> make_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                            std::vector<std::shared_ptr<dtrain::Work>> works,
                                            std::function<void()> copy_out = nullptr);
