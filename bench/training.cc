@@ -131,6 +131,8 @@ struct Sync {
 #if DTRAIN_BENCH_C10D
   std::unique_ptr<c10d::Reducer> reducer;
 #endif
+  // The c10d Reducer's calls before the forward and before the backward.
+  std::function<void()> before_forward, before_backward;
   std::function<void()> barrier = [] {};
   std::function<void()> lockstep;
 };
@@ -178,11 +180,12 @@ Sync connect(const WorkerArgs& a, Config& cfg, const std::shared_ptr<::torch::nn
     x.reducer = std::make_unique<c10d::Reducer>(params, buckets, limits, pg, std::vector<bool>(params.size(), false),
                                                 static_cast<int64_t>(cap), false, false,
                                                 std::unordered_map<size_t, std::string>{}, static_cast<int64_t>(cap));
+    x.before_forward = [r = x.reducer.get()] { r->prepare_for_forward(); };
+    x.before_backward = [r = x.reducer.get()] { r->prepare_for_backward({}); };
     x.barrier = [pg] {
       std::vector<at::Tensor> t{torch::zeros({1})};
       pg->allreduce(t)->wait();
     };
-
 #else
     throw std::runtime_error("the c10d reference is built against torch 1.x only (this is " TORCH_VERSION ")");
 #endif
@@ -215,14 +218,6 @@ int run_worker(const WorkerArgs& a) {
 
   Sync sx = connect(a, cfg, model, so);
   auto& dp = sx.dp;
-#if DTRAIN_BENCH_C10D
-  auto& reducer = sx.reducer;
-#else
-  struct {
-    void prepare_for_forward() {}
-    void prepare_for_backward(std::vector<torch::Tensor>) {}
-  }* reducer = nullptr;
-#endif
   auto& lockstep = sx.lockstep;
 
   std::vector<double> fwd, bwd, sync, optm;
@@ -233,7 +228,7 @@ int run_worker(const WorkerArgs& a) {
   };
   auto step = [&] {
     auto t0 = Clock::now();
-    if (reducer) reducer->prepare_for_forward();
+    if (sx.before_forward) sx.before_forward();
     if (dp) dp->begin_step(0);
     torch::Tensor loss;
     {
@@ -242,7 +237,7 @@ int run_worker(const WorkerArgs& a) {
       loss = torch::nn::functional::cross_entropy(out, labels);
     }
     auto t1 = Clock::now();
-    if (reducer) reducer->prepare_for_backward({});
+    if (sx.before_backward) sx.before_backward();
     loss.backward();
     auto t2 = Clock::now();
     if (dp) dp->end_backward(0);

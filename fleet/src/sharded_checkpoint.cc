@@ -17,8 +17,6 @@ namespace {
 
 using detail::clipped;
 
-// The key of a tensor's state in a libtorch optimizer.
-
 std::string state_kind(const ::torch::optim::OptimizerParamState& s) {
   if (dynamic_cast<const ::torch::optim::SGDParamState*>(&s)) return "sgd";
   if (dynamic_cast<const ::torch::optim::AdamParamState*>(&s)) return "adam";

@@ -1,7 +1,6 @@
 """DDP over "dtrain" against DDP over c10d Gloo in the same processes: the same model,
 data and steps; also with torch's ZeroRedundancyOptimizer and the fp16_compress_hook."""
 
-import argparse
 import sys
 
 import torch
@@ -12,17 +11,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import dtrain.torch
+from beside_gloo import gloo_has, start
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--plugin", required=True)
-ap.add_argument("--steps", type=int, default=6)
-a = ap.parse_args()
-dtrain.torch.set_backend(a.plugin)
-dist.init_process_group("dtrain")
-gloo = dist.new_group(backend="gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.set_num_threads(1)
+a, gloo, rank, world = start(steps=6)
 
 
 def net():
@@ -75,12 +66,11 @@ def compare(name, got, ref, f16=False, same=True):
 ref = train(gloo)
 compare("DDP", train(None), ref)
 compare("DDP + ZeroRedundancyOptimizer", train(None, zero=True), train(gloo, zero=True))
-try:
-    dist.all_reduce(torch.ones(1, dtype=torch.float16), group=gloo)
+hook_ref = None
+if gloo_has(torch.float16, gloo):
     hook_ref = train(gloo, hook=default_hooks.fp16_compress_hook)
-except RuntimeError as e:  # Debian's torch 2.14: its Gloo has no float16 ("Invalid scalar type")
-    print(f"rank {rank}: c10d Gloo has no float16 ({e}): the hook is compared with float32 DDP", flush=True)
-    hook_ref = None
+else:
+    print(f"rank {rank}: c10d Gloo has no float16: the hook is compared with float32 DDP", flush=True)
 compare("DDP + fp16_compress_hook", train(None, hook=default_hooks.fp16_compress_hook),
         ref if hook_ref is None else hook_ref, f16=True, same=hook_ref is not None)
 print(f"rank {rank}: DDP over dtrain ({a.plugin}) matches c10d Gloo", flush=True)

@@ -1,7 +1,6 @@
 """FSDP over "dtrain" (torch 2.x): fully_shard (FSDP2) and FullyShardedDataParallel (FSDP1) train a
 model as one process does on every rank's batch at once, and as FSDP over c10d Gloo does."""
 
-import argparse
 import sys
 
 import torch
@@ -12,17 +11,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import fully_shard
 
-import dtrain.torch
+from beside_gloo import start
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--plugin", required=True)
-ap.add_argument("--steps", type=int, default=5)
-a = ap.parse_args()
-dtrain.torch.set_backend(a.plugin)
-dist.init_process_group("dtrain")
-gloo = dist.new_group(backend="gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
-torch.set_num_threads(1)
+a, gloo, rank, world = start(steps=5)
 
 
 def net():

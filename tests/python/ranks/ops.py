@@ -1,42 +1,21 @@
 """Every c10d op over the "dtrain" backend, checked against values computed here and,
 where torch 1.13's c10d Gloo has the op, against c10d Gloo in the same processes."""
 
-import argparse
-import datetime
 import sys
 
 import torch
 import torch.distributed as dist
 
-import dtrain.torch
+from beside_gloo import gloo_has, start
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--plugin", required=True)
-a = ap.parse_args()
-dtrain.torch.set_backend(a.plugin)
-dist.init_process_group("dtrain", timeout=datetime.timedelta(seconds=60))
-gloo = dist.new_group(backend="gloo")
-rank, world = dist.get_rank(), dist.get_world_size()
+a, gloo, rank, world = start()
 checks = 0
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
           torch.int64, torch.bool, torch.complex64]
 # c10d Gloo in torch 1.13 has no bf16 and no bool tensors.
 GLOO_DTYPES = [torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32, torch.int64]
-
-
-def gloo_has(dtype):
-    """Whether this torch's c10d Gloo reduces `dtype` (Debian's 2.14 Gloo has no float16)."""
-    try:
-        dist.all_reduce(torch.ones(1, dtype=dtype), group=gloo)
-        return True
-    except RuntimeError as e:
-        if "Invalid scalar type" not in str(e):
-            raise
-        return False
-
-
-GLOO_DTYPES = [d for d in GLOO_DTYPES if gloo_has(d)]
+GLOO_DTYPES = [d for d in GLOO_DTYPES if gloo_has(d, gloo)]
 print(f"rank {rank}: compared against c10d Gloo in {', '.join(str(d) for d in GLOO_DTYPES)}", flush=True)
 
 
