@@ -18,7 +18,7 @@
 #include "seg/seg.h"
 
 namespace dtrain::apps {
-namespace {
+namespace app_keys_test {
 
 struct App {
   const char* name;
@@ -89,5 +89,5 @@ TEST(WorkerThreads, SetWorkerThreadsSizesLibtorchAndOpenBlas) {
   }
 }
 
-}  // namespace
+}  // namespace app_keys_test
 }  // namespace dtrain::apps

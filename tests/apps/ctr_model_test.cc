@@ -5,7 +5,7 @@
 #include "ctr/model.h"
 
 namespace dtrain::apps::ctr {
-namespace {
+namespace ctr_model_test {
 
 ::torch::Tensor reference(const ::torch::Tensor& emb) {
   const int64_t b = emb.size(0), s = emb.size(1);
@@ -34,5 +34,5 @@ TEST(CtrModel, PairDotsRefusesOtherTypes) {
   EXPECT_THROW(pair_dots(::torch::zeros({2, 3, 4}, ::torch::kDouble)), c10::Error);
 }
 
-}  // namespace
+}  // namespace ctr_model_test
 }  // namespace dtrain::apps::ctr

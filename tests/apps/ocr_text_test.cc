@@ -18,6 +18,9 @@
 #include "ocr/render.h"
 #include "ocr/text.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace ocr_text_test {
+
 namespace fs = std::filesystem;
 using namespace dtrain::apps::ocr;
 using dtrain::InvalidUsage;
@@ -257,3 +260,5 @@ TEST(OcrModel, BothBackbonesGiveOneStepPerFourColumns) {
   EXPECT_EQ(error_of([] { make_crnn("resnet", 1, 16, 24, 2, 11); }),
             "unknown backbone 'resnet'; known backbones: vgg, mobilenetv3");
 }
+
+}  // namespace ocr_text_test

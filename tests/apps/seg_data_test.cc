@@ -12,6 +12,9 @@
 #include "dtrain/error.h"
 #include "dtrain/fleet/metrics.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace seg_data_test {
+
 namespace fs = std::filesystem;
 using namespace dtrain::apps;
 
@@ -173,3 +176,5 @@ TEST(BatchLoader, SegmentationAugmentationKeepsImageAndLabelsAligned) {
     for (int i = 0; i < 32 * 32; ++i) ASSERT_EQ(lab[i].item<int64_t>(), first.mask[i]);
   }
 }
+
+}  // namespace seg_data_test

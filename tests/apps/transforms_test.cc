@@ -10,6 +10,9 @@
 #include "common/transforms.h"
 #include "dtrain/error.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace transforms_test {
+
 using namespace dtrain;
 using namespace dtrain::apps;
 
@@ -240,3 +243,5 @@ TEST(SlideWindow, APerPixelModelGivesTheWholeImageLogits) {
 }
 
 }  // namespace
+
+}  // namespace transforms_test

@@ -17,6 +17,9 @@
 #include "dtrain/fleet/optimizer.h"
 #include "rank_threads.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace amp_test {
+
 using namespace std::chrono;
 
 namespace {
@@ -139,3 +142,5 @@ INSTANTIATE_TEST_SUITE_P(Amp, AmpTest, ::testing::Combine(::testing::Values("glo
                          });
 
 }  // namespace
+
+}  // namespace amp_test

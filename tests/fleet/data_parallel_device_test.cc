@@ -17,6 +17,9 @@
 #include "dtrain/fleet/data_parallel.h"
 #include "rank_threads.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace data_parallel_device_test {
+
 using namespace std::chrono;
 
 namespace {
@@ -242,3 +245,5 @@ TEST(DataParallelLayouts, ChannelsLastAndDroppedGradientsAreAveraged) {
                            ", rank " + std::to_string(r));
       }
 }
+
+}  // namespace data_parallel_device_test

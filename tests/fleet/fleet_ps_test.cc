@@ -21,6 +21,9 @@
 #include "dtrain/fleet/fleet.h"
 #include "dtrain/fleet/ps.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace fleet_ps_test {
+
 namespace fleet = dtrain::fleet;
 namespace fs = std::filesystem;
 
@@ -253,3 +256,5 @@ TEST_F(FleetPsOverlap, DenseValuesPulledByAStepArriveAtTheNextStepOrFlush) {
 }
 
 }  // namespace
+
+}  // namespace fleet_ps_test

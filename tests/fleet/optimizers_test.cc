@@ -21,6 +21,9 @@
 #include "dtrain/fleet/optimizers.h"
 #include "rank_threads.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace optimizers_test {
+
 using dtrain::fleet::Lamb;
 using dtrain::fleet::LambOptions;
 using dtrain::fleet::LambParamState;
@@ -571,3 +574,5 @@ TEST(clip, DataParallelEqualsOneProcess) {
       expect_near(got[r][k], want[k], 1e-6, "gradient " + std::to_string(k) + " rank " + std::to_string(r));
   }
 }
+
+}  // namespace optimizers_test

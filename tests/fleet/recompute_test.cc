@@ -22,6 +22,9 @@
 #include "dtrain/fleet/blocks.h"
 #include "dtrain/fleet/sync_batch_norm.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace recompute_test {
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -271,3 +274,5 @@ TEST(Recompute, recompute_RecomputeKeepsFewerActivationBytesAfterForward) {
 }
 
 }  // namespace
+
+}  // namespace recompute_test

@@ -31,6 +31,9 @@
 #include "job_text.h"
 #include "rank_threads.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace sharding_test {
+
 namespace fs = std::filesystem;
 using namespace std::chrono;
 namespace nn = ::torch::nn;
@@ -334,3 +337,5 @@ TEST(ShardingConfig, PaddleNamesAndRefusals) {
 }
 
 }  // namespace
+
+}  // namespace sharding_test

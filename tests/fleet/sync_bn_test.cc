@@ -27,6 +27,9 @@
 #include "dtrain/fleet/sync_batch_norm.h"
 #include "rank_threads.h"
 
+// One unity source with its program's other files (dtrain_torch_gtests).
+namespace sync_bn_test {
+
 using namespace std::chrono;
 
 namespace {
@@ -294,3 +297,5 @@ TEST(SyncBn, sync_bn_EnableRefusesAPlainTorchBatchNorm2dNamingIt) {
 }
 
 }  // namespace
+
+}  // namespace sync_bn_test
