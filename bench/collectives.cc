@@ -261,8 +261,6 @@ int parent_main(const CollectivesOptions& o, const Plan& p, const std::vector<st
 }  // namespace
 }  // namespace coll
 
-using namespace coll;
-
 void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
   sub->add_option("--backend", o.backend, "backend plugin to benchmark (gloo, ucx, nccl, ...)")->required();
   sub->add_option("--world-size,-n", o.world_size, "number of ranks (processes on this host)")->capture_default_str();
@@ -300,6 +298,7 @@ void add_collectives_options(CLI::App* sub, CollectivesOptions& o) {
 }
 
 int run_collectives(const CollectivesOptions& o, const std::vector<std::string>& argv) {
+  using namespace coll;
   Plan p;
   try {
     p = make_plan(o);

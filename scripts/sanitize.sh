@@ -23,8 +23,8 @@ case "$kind" in
 esac
 dir=build-$kind
 # A unity build (CMAKE_UNITY_BUILD: up to 8 sources per compiler run) costs
-# ~30 % less CPU here; the main tree compiles each source but the torch ones
-# (fleet/CMakeLists.txt) on its own.
+# ~30 % less CPU here; the main tree compiles each source on its own but the
+# torch targets', dtrain-bench's and the torch test programs' (CMakeLists.txt).
 if [[ $step != test ]]; then
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDTRAIN_WERROR=ON \
     -DDTRAIN_SANITIZE="$flags" -DDTRAIN_WITH_APPS=OFF -DDTRAIN_BUILD_BENCH=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
