@@ -71,14 +71,18 @@ std::string WorkState::what() const {
 
 bool WorkState::finished() { return done.load(std::memory_order_acquire); }
 
-bool WorkState::finish(std::exception_ptr err) {
+bool WorkState::finish(std::exception_ptr err, const std::function<void()>& before_done) {
   if (claimed.exchange(true, std::memory_order_acq_rel)) {
-    // The winner is between its claim and done (a pointer move): callers rely
-    // on the work being finished when this returns.
+    // The winner is between its claim and done: callers rely on the work
+    // being finished when this returns.
     while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
     return false;
   }
   error = std::move(err);
+  if (before_done) {
+    comm->untrack(this);  // so that poisoning does not wait for this work
+    before_done();
+  }
   done.store(true, std::memory_order_release);
   comm->untrack(this);
   return true;
@@ -209,7 +213,7 @@ void CommState::expire(const std::shared_ptr<WorkState>& w, const char* backend_
   }
   // The error file is written before the waiter can see its work fail and exit.
   if (!poisoned.load()) write_error_file(msg, true);
-  if (w->finish(std::make_exception_ptr(TimeoutError(msg)))) poison(msg, true);
+  w->finish(std::make_exception_ptr(TimeoutError(msg)), [&] { poison(msg, true); });
 }
 
 void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const std::string& message) {
@@ -238,7 +242,7 @@ void CommState::fail(const std::shared_ptr<WorkState>& w, dt_status_t st, const 
   auto err = poisoned.load() ? std::make_exception_ptr(AbortedError(w->what() + " aborted: " + why))
                              : make_backend_error(backend->name(), st, w->what() + " failed: " + message + status);
   if (!poisoned.load()) write_error_file(why, transport);
-  if (w->finish(err)) poison(why, transport);
+  w->finish(err, [&] { poison(why, transport); });
 }
 
 void CommState::publish_heartbeat(bool force) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -81,8 +82,11 @@ struct WorkState : std::enable_shared_from_this<WorkState> {
   // "allreduce #42 (f32 x 1024, sum)", "ps_pull_sparse (table 'emb', 64 keys x 8)"
   std::string what() const;
   bool finished();
-  // Returns true if this call finished the work.
-  bool finish(std::exception_ptr err);
+  // Returns true if this call finished the work. before_done runs on that
+  // call only, once the work holds err and has left the in-flight list, and
+  // before any waiter can see it finished: a failure poisons the communicator
+  // there, so whoever sees the error sees the communicator poisoned.
+  bool finish(std::exception_ptr err, const std::function<void()>& before_done = nullptr);
   Clock::time_point deadline() const { return Clock::time_point(Clock::duration(deadline_ns.load())); }
 };
 
