@@ -98,7 +98,7 @@ Plan make_plan(const CollectivesOptions& o) {
       if (key == "bcube_base") p.gloo.bcube_base = std::stoi(unquote(value));
     }
   }
-  gloo_allreduce_algorithm(p.gloo, o.world_size, 0);  // validates the name
+  gloo_allreduce_algorithm(p.gloo, o.world_size, 0, 0);  // validates the name
   size_t esz = dtype_size(p.dtype);
   size_t lo = parse_size(o.min_bytes), hi = parse_size(o.max_bytes);
   if (lo == 0 || lo > hi) throw InvalidUsage("need 0 < --min-bytes <= --max-bytes");

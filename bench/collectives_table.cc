@@ -52,7 +52,7 @@ void print_table(const CollectivesOptions& o, const Plan& p, const std::vector<R
   for (auto& r : rows) {
     double bytes = static_cast<double>(r.c.bytes);
     std::string algo = allreduce && o.backend == "gloo"
-                           ? gloo_allreduce_algorithm(p.gloo, p.world, r.c.count * dtype_size(p.dtype))
+                           ? gloo_allreduce_algorithm(p.gloo, p.world, r.c.count, r.c.count * dtype_size(p.dtype))
                            : "-";
     std::string dlat = "-";
     if (r.c.bytes <= kSmallBytes && r.paired(false)) dlat = fmt::format("{:+.1f}", *r.paired(false) * 1e6);

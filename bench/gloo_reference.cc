@@ -56,9 +56,9 @@ struct GlooReference::Impl {
   // reruns it; so does the reference, outside the timed loop.
   std::map<std::tuple<void*, size_t, int>, std::unique_ptr<::gloo::Algorithm>> hd;
 
-  Algo pick(size_t bytes) const {
+  Algo pick(size_t count, size_t bytes) const {
     if (algo != Algo::Auto) return algo;
-    return gloo_allreduce_algorithm(cfg, size, bytes) == "bcube" ? Algo::Bcube : Algo::Ring;
+    return gloo_allreduce_algorithm(cfg, size, count, bytes) == "bcube" ? Algo::Bcube : Algo::Ring;
   }
 };
 
@@ -91,7 +91,7 @@ std::string GlooReference::unsupported_reason(DType t) {
 void GlooReference::allreduce(void* ptr, size_t count, DType t) {
   auto& m = *impl_;
   if (count == 0 || m.size == 1) return;
-  Algo a = m.pick(count * dtype_size(t));
+  Algo a = m.pick(count, count * dtype_size(t));
   if (a == Algo::HalvingDoubling) {
     auto key = std::make_tuple(ptr, count, static_cast<int>(t));
     auto it = m.hd.find(key);

@@ -23,14 +23,15 @@ struct GlooRefConfig {
   std::string iface = "lo";
 };
 
-// The all-reduce algorithm the gloo plugin picks for a size, as its pick():
-// "ring", "bcube" or "hd"; throws InvalidUsage for an unknown algorithm name.
-inline std::string gloo_allreduce_algorithm(const GlooRefConfig& cfg, int world, size_t bytes) {
+// The all-reduce algorithm the gloo plugin picks for count elements of bytes
+// in all, as its pick(): "ring", "bcube" or "hd"; throws InvalidUsage for an
+// unknown algorithm name.
+inline std::string gloo_allreduce_algorithm(const GlooRefConfig& cfg, int world, size_t count, size_t bytes) {
   const std::string& a = cfg.algorithm;
   if (a == "ring" || a == "bcube") return a;
   if (a == "halving_doubling" || a == "halving-doubling") return "hd";
   size_t small = cfg.small_message_bytes ? cfg.small_message_bytes : world == 2 ? size_t{16} << 20 : size_t{1} << 20;
-  if (a == "auto") return bytes <= small ? "bcube" : "ring";
+  if (a == "auto") return count > static_cast<size_t>(world) && bytes <= small ? "bcube" : "ring";
   throw InvalidUsage("gloo algorithm \"" + a + "\" is not known; use auto, ring, bcube or halving_doubling");
 }
 

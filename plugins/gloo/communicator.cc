@@ -139,15 +139,18 @@ std::shared_ptr<sdk::Work> GlooCommunicator::enqueue(const Opts& o, F&& body) {
       o.timeout_ms <= 0 || o.timeout_ms >= timeout_ms_);
 }
 
-Algorithm Mesh::pick(size_t bytes) const {
+Algorithm Mesh::pick(size_t count, size_t bytes) const {
   if (algorithm != Algorithm::Auto) return algorithm;
+  // At most one element a rank: the ring's steps carry one element or none
+  // (measured in docs/python.md, "Benchmark").
+  if (count <= static_cast<size_t>(size)) return Algorithm::Ring;
   return bytes <= small_bytes ? Algorithm::Bcube : Algorithm::Ring;
 }
 
 void Mesh::allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline) {
   if (count == 0 || size == 1) return;
   size_t esz = sdk::dtype_size(dtype);
-  Algorithm a = pick(count * esz);
+  Algorithm a = pick(count, count * esz);
   if (a == Algorithm::HalvingDoubling) {
     allreduce_halving_doubling(ptr, count, dtype, op);
   } else {

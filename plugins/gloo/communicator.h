@@ -58,7 +58,7 @@ struct Mesh {
   // What Gloo's timeouts get: the time left to deadline plus a slack, so the
   // core's watchdog normally reports first (naming the missing ranks).
   static std::chrono::milliseconds remaining(Clock::time_point deadline);
-  Algorithm pick(size_t bytes) const;
+  Algorithm pick(size_t count, size_t bytes) const;
   void allreduce_inplace(void* ptr, size_t count, int32_t dtype, int32_t op, Clock::time_point deadline);
   void allreduce_halving_doubling(void* ptr, size_t count, int32_t dtype, int32_t op);
 };

@@ -18,9 +18,11 @@ const sdk::ConfigTable<GlooKeys>& gloo_keys() {
       "gloo",
       {
           {"algorithm", &K::algorithm,
-           "all-reduce algorithm: auto (bcube up to small_message_bytes, ring above), ring, halving_doubling, bcube"},
+           "all-reduce algorithm: auto (ring up to one element a rank, bcube up to small_message_bytes, ring above), "
+           "ring, halving_doubling, bcube"},
           {"small_message_bytes", &K::small_message_bytes, sdk::at_least(0),
-           "auto: messages up to this size use bcube; 0 = by world size (16 MiB for 2 ranks, 1 MiB for more)"},
+           "auto: messages of more than one element a rank up to this size use bcube; 0 = by world size (16 MiB "
+           "for 2 ranks, 1 MiB for more)"},
           {"bcube_base", &K::bcube_base, sdk::at_least(2), "group size of the bcube algorithm"},
           {"iface", &K::iface, "network interface to use (default: lo for single-host jobs, else the hostname)"},
           {"hostname", &K::hostname, "address to bind instead of an interface"},
