@@ -107,7 +107,7 @@ std::string find_in_path(const std::string& name) {
 
 pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
             int stdout_fd) {
-  launch::SpawnOptions o;
+  ::dtrain::launch::SpawnOptions o;
   o.program = path;
   o.argv = argv;
   for (const std::string& kv : extra_env) {
@@ -115,7 +115,7 @@ pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const
     o.env[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
   }
   o.stdout_fd = stdout_fd;
-  return launch::spawn(o);
+  return ::dtrain::launch::spawn(o);
 }
 
 void install_interrupt_handlers() {

@@ -11,7 +11,15 @@ ratio is pooled as the geometric mean of the trials with a 95% interval
   1. all_reduce (sum, float32) from 8 B to --max-bytes: busbw in GB/s, as
      nccl-tests count it (algbw * 2(n-1)/n), beside one core's memcpy of the
      same size (the machine's ceiling for a local all-reduce);
-  2. a DDP training step of a small CNN: steps/s.
+  2. a DDP training step of a small CNN: steps/s;
+  3. with --ddp-breakdown N, N more steps a backend (in --trials rounds,
+     the order rotating) whose gradient all-reduce
+     goes through a comm hook that stamps it: the ranks' skew at the
+     all-reduce's call, and the op's time from the last rank's call to each
+     rank's completion; first as DDP's default hook does (it returns the
+     op's future), then with the hook waiting for the op (dtrain's groups
+     then run it on the calling thread, c10d Gloo still on its own).
+     The clocks are CLOCK_MONOTONIC, the same for every rank of one machine.
 Needs PYTHONPATH to hold dtrain's package (build/lib/dtrain/python).
 """
 
@@ -52,7 +60,6 @@ def rank_main(a):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from torch import nn
     from torch.nn.parallel import DistributedDataParallel
 
     import dtrain.torch
@@ -108,10 +115,7 @@ def rank_main(a):
     models = {}
     for n in names:
         torch.manual_seed(0)
-        net = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                            nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-        ddp = DistributedDataParallel(net, process_group=groups[n])
+        ddp = DistributedDataParallel(small_cnn(), process_group=groups[n])
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
         models[n] = step_fn(ddp, opt, torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,)))
         models[n]()
@@ -119,9 +123,88 @@ def rank_main(a):
         order = names[trial % len(names):] + names[:trial % len(names)]
         for n in order:
             ddp_times[n].append(timed(models[n], groups[n], a.ddp_steps) / a.ddp_steps)
+    breakdown = {}
+    if a.ddp_breakdown:
+        probes = {(n, inline): stamped_step(groups[n], inline) for n in names for inline in (False, True)}
+        keys = list(probes)
+        for trial in range(a.trials):
+            for k in keys[trial % len(keys):] + keys[:trial % len(keys)]:
+                dist.barrier(group=groups[k[0]])
+                for _ in range(max(1, a.ddp_breakdown // a.trials)):
+                    probes[k][0]()
+        for k, (_, stamps, steps_ms) in probes.items():
+            breakdown[k] = [None] * world
+            dist.all_gather_object(breakdown[k], (stamps, steps_ms))
     if rank == 0:
         report(rows, ddp_times, names, world, a)
+        if breakdown:
+            report_breakdown(breakdown, world, a)
     dist.barrier()
+
+
+def small_cnn():
+    from torch import nn
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def stamped_step(group, inline):
+    """A DDP step whose all-reduce goes through a stamping comm hook; returns (step, stamps, step times)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    ddp = DistributedDataParallel(small_cnn(), process_group=group)
+    pg = group if group is not None else dist.group.WORLD
+    stamps, steps_ms = [], []
+
+    def hook(_, bucket):
+        called = time.perf_counter()
+        work = dist.all_reduce(bucket.buffer(), group=pg, async_op=True)
+        if inline:
+            work.wait()
+
+        def done(fut):
+            stamps.append((called, time.perf_counter()))
+            return fut.value()[0]
+        return work.get_future().then(done)
+
+    ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+
+    def step():
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        steps_ms.append((time.perf_counter() - t0) * 1e3)
+    for _ in range(3):
+        step()
+    stamps.clear()
+    steps_ms.clear()
+    return step, stamps, steps_ms
+
+
+def report_breakdown(breakdown, world, a):
+    def q(v):
+        v = sorted(v)
+        return f"{v[len(v) // 10]:6.2f} {statistics.median(v):6.2f} {v[len(v) * 9 // 10]:6.2f}"
+    print(f"\n# DDP step breakdown ({a.ddp_breakdown} steps a row in {a.trials} interleaved rounds, {world} ranks): "
+          "ms, p10 median p90; op = from the last rank's call to each rank's completion")
+    print(f"{'backend':>12} {'hook waits':>11} {'step':>20} {'skew at the call':>20} {'op':>20}")
+    for (n, inline), everyone in breakdown.items():
+        skew, op, step = [], [], []
+        for i in range(len(everyone[0][0])):
+            calls = [r[0][i][0] for r in everyone]
+            skew.append((max(calls) - min(calls)) * 1e3)
+            op += [(r[0][i][1] - max(calls)) * 1e3 for r in everyone]
+            step += [r[1][i] for r in everyone]
+        print(f"{n:>12} {'yes' if inline else 'no':>11} {q(step):>20} {q(skew):>20} {q(op):>20}")
+    sys.stdout.flush()
 
 
 def report(rows, ddp_times, names, world, a):
@@ -155,6 +238,8 @@ def main():
     ap.add_argument("--trials", type=int, default=7)
     ap.add_argument("--max-bytes", type=parse_bytes, default=64 << 20)
     ap.add_argument("--ddp-steps", type=int, default=10)
+    ap.add_argument("--ddp-breakdown", type=int, default=0, metavar="N",
+                    help="also time N DDP steps a backend through a stamping comm hook (table 3)")
     ap.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.rank_main:
