@@ -12,14 +12,14 @@ ratio is pooled as the geometric mean of the trials with a 95% interval
      nccl-tests count it (algbw * 2(n-1)/n), beside one core's memcpy of the
      same size (the machine's ceiling for a local all-reduce);
   2. a DDP training step of a small CNN: steps/s;
-  3. with --ddp-breakdown N, N more steps a backend (in --trials rounds,
-     the order rotating) whose gradient all-reduce
-     goes through a comm hook that stamps it: the ranks' skew at the
-     all-reduce's call, and the op's time from the last rank's call to each
-     rank's completion; first as DDP's default hook does (it returns the
-     op's future), then with the hook waiting for the op (dtrain's groups
-     then run it on the calling thread, c10d Gloo still on its own).
-     The clocks are CLOCK_MONOTONIC, the same for every rank of one machine.
+  3. with --ddp-breakdown N, N more DDP steps a backend (in --trials rounds,
+     the order rotating) whose gradient all-reduce goes through a comm hook
+     that stamps it: the ranks' skew at the all-reduce's call, and the op's
+     time from the last rank's call to each rank's completion. First as DDP's
+     default hook does (it returns the op's future), then with the hook
+     waiting for the op (dtrain's groups then run it on the calling thread,
+     c10d Gloo still on its own). The clocks are CLOCK_MONOTONIC, one for
+     every rank of a machine.
 Needs PYTHONPATH to hold dtrain's package (build/lib/dtrain/python).
 """
 
