@@ -17,9 +17,10 @@ ratio is pooled as the geometric mean of the trials with a 95% interval
      that stamps it: the ranks' skew at the all-reduce's call, and the op's
      time from the last rank's call to each rank's completion. First as DDP's
      default hook does (it returns the op's future), then with the hook
-     waiting for the op (dtrain's groups then run it on the calling thread,
-     c10d Gloo still on its own). The clocks are CLOCK_MONOTONIC, one for
-     every rank of a machine.
+     waiting for the op (a dtrain group then runs it on the calling thread
+     when that gets there before the group's progress thread; c10d Gloo
+     always on its own). The clocks are CLOCK_MONOTONIC, one for every rank
+     of a machine.
 Needs PYTHONPATH to hold dtrain's package (build/lib/dtrain/python).
 """
 
