@@ -57,11 +57,14 @@ def human(n):
     return f"{n}B"
 
 
+def rotated(items, trial):
+    """The trial's order: each item goes first in turn."""
+    return items[trial % len(items):] + items[:trial % len(items)]
+
+
 def rank_main(a):
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
 
     import dtrain.torch
 
@@ -95,8 +98,7 @@ def rank_main(a):
         src, dst = torch.ones(size // 4), torch.empty(size // 4)
         times = {n: [] for n in names + ["memcpy"]}
         for trial in range(a.trials):
-            order = names[trial % len(names):] + names[:trial % len(names)]
-            for n in order:
+            for n in rotated(names, trial):
                 times[n].append(timed(lambda: dist.all_reduce(x, group=groups[n]), groups[n], iters) / iters)
             t0 = time.perf_counter()
             for _ in range(iters):
@@ -104,32 +106,18 @@ def rank_main(a):
             times["memcpy"].append((time.perf_counter() - t0) / iters)
         rows.append((size, times))
 
-    def step_fn(ddp, opt, x, y):
-        def f():
-            opt.zero_grad()
-            F.cross_entropy(ddp(x), y).backward()
-            opt.step()
-        return f
-
-    torch.manual_seed(0)
     ddp_times = {n: [] for n in names}
-    models = {}
+    models = {n: ddp_step(groups[n]) for n in names}
     for n in names:
-        torch.manual_seed(0)
-        ddp = DistributedDataParallel(small_cnn(), process_group=groups[n])
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-        models[n] = step_fn(ddp, opt, torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,)))
         models[n]()
     for trial in range(a.trials):
-        order = names[trial % len(names):] + names[:trial % len(names)]
-        for n in order:
+        for n in rotated(names, trial):
             ddp_times[n].append(timed(models[n], groups[n], a.ddp_steps) / a.ddp_steps)
     breakdown = {}
     if a.ddp_breakdown:
         probes = {(n, inline): stamped_step(groups[n], inline) for n in names for inline in (False, True)}
-        keys = list(probes)
         for trial in range(a.trials):
-            for k in keys[trial % len(keys):] + keys[:trial % len(keys)]:
+            for k in rotated(list(probes), trial):
                 dist.barrier(group=groups[k[0]])
                 for _ in range(max(1, a.ddp_breakdown // a.trials)):
                     probes[k][0]()
@@ -150,15 +138,30 @@ def small_cnn():
                          nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def stamped_step(group, inline):
-    """A DDP step whose all-reduce goes through a stamping comm hook; returns (step, stamps, step times)."""
+def ddp_step(group, hook=None):
+    """One training step of the small CNN under DDP over `group` (batch 32, seed 0), optionally with a comm hook."""
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(0)
     ddp = DistributedDataParallel(small_cnn(), process_group=group)
+    if hook:
+        ddp.register_comm_hook(None, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return step
+
+
+def stamped_step(group, inline):
+    """A DDP step whose all-reduce goes through a stamping comm hook; returns (step, stamps, step times)."""
+    import torch.distributed as dist
+
     pg = group if group is not None else dist.group.WORLD
     stamps, steps_ms = [], []
 
@@ -173,15 +176,11 @@ def stamped_step(group, inline):
             return fut.value()[0]
         return work.get_future().then(done)
 
-    ddp.register_comm_hook(None, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x, y = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    train = ddp_step(group, hook)
 
     def step():
         t0 = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
+        train()
         steps_ms.append((time.perf_counter() - t0) * 1e3)
     for _ in range(3):
         step()
