@@ -11,7 +11,9 @@ ratio is pooled as the geometric mean of the trials with a 95% interval
   1. all_reduce (sum, float32) from 8 B to --max-bytes: busbw in GB/s, as
      nccl-tests count it (algbw * 2(n-1)/n), beside one core's memcpy of the
      same size (the machine's ceiling for a local all-reduce);
-  2. a DDP training step of a small CNN: steps/s;
+  2. a DDP training step of a small CNN: steps/s. Within a trial the
+     backends take turns step by step (who goes first rotates every step),
+     so the machine's drift over a trial reaches every backend alike;
   3. with --ddp-breakdown N, N more DDP steps a backend (in --trials rounds,
      the order rotating) whose gradient all-reduce goes through a comm hook
      that stamps it: the ranks' skew at the all-reduce's call, and the op's
@@ -111,8 +113,15 @@ def rank_main(a):
     for n in names:
         models[n]()
     for trial in range(a.trials):
-        for n in rotated(names, trial):
-            ddp_times[n].append(timed(models[n], groups[n], a.ddp_steps) / a.ddp_steps)
+        dist.barrier()
+        spent = dict.fromkeys(names, 0.0)
+        for i in range(a.ddp_steps):
+            for n in rotated(names, trial + i):
+                t0 = time.perf_counter()
+                models[n]()
+                spent[n] += time.perf_counter() - t0
+        for n in names:
+            ddp_times[n].append(spent[n] / a.ddp_steps)
     breakdown = {}
     if a.ddp_breakdown:
         probes = {(n, inline): stamped_step(groups[n], inline) for n in names for inline in (False, True)}
