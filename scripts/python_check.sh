@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package's heavier checks, outside CI (docs/python.md): the DDP
 # comparison on ucx at 4 ranks and the Fleet example's 1-against-2-workers
-# agreement over 3 seeds (~10 min on 2 cores), then the benchmark.
+# agreement over 3 seeds (~10 min on 2 cores, 7 of them the Fleet check),
+# then the benchmark.
 #   scripts/python_check.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
