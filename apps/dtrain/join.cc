@@ -15,7 +15,6 @@ namespace dtrain::launch {
 
 namespace {
 
-std::chrono::milliseconds seconds_ms(double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); }
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // The launchers meet: node 0 serves the job store, every machine connects to
 // it and publishes what it runs; the machines' descriptions give the ranks.
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -20,6 +21,11 @@ struct JobStore {
 // A cut link leaves a request unanswered, not refused: every launcher's store
 // client gives up after this, the limit after which the others declare it dead.
 constexpr std::chrono::seconds kPeerSilenceLimit{15};
+
+// An option's seconds as the milliseconds a deadline or a wait takes.
+inline std::chrono::milliseconds seconds_ms(double s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
 
 // Serves the store (node 0), connects to it and fixes the job id and token in
 // p. A machine joined by --master without --rank takes its index from the

@@ -87,8 +87,6 @@ void install_signals() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
-milliseconds seconds_ms(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
-
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
 
 MachineOptions machine_options(const LaunchOptions& o) {
